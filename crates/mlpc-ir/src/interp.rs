@@ -1,0 +1,390 @@
+//! The reference interpreter: the oracle every backend is checked against.
+//!
+//! Semantics: every value is held in f64. A node's result is rounded to its dtype when it is
+//! stored, as an unfused framework would store it; inside a fused [`Gemm`] the accumulator and the
+//! epilogue stay in f64 and only the final result is rounded, as a fused kernel keeps them in
+//! registers. Views (transpose) only change strides. Products accumulate in f64.
+
+use crate::graph::{Graph, NodeId};
+use crate::inputs::{bind_inputs, InputError};
+use crate::op::{Epilogue, Gemm, MatLayout, Op};
+use crate::tensor::HostTensor;
+use crate::types::{Bindings, DType};
+use crate::verify::{verify, VerifyErrors};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum InterpError {
+    #[error(transparent)]
+    Invalid(#[from] VerifyErrors),
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error("node `{node}`: a dimension is not bound by the inputs ({bindings})")]
+    Unbound { node: String, bindings: String },
+    #[error("node `{node}`: {elements} elements do not fit in memory")]
+    TooLarge { node: String, elements: u64 },
+}
+
+/// A strided f64 array.
+#[derive(Clone, Debug)]
+struct Value {
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    data: Arc<Vec<f64>>,
+}
+
+impl Value {
+    fn contiguous(shape: Vec<usize>, data: Vec<f64>) -> Value {
+        let mut strides = vec![1; shape.len()];
+        for i in (0..shape.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * shape[i + 1];
+        }
+        Value {
+            shape,
+            strides,
+            data: Arc::new(data),
+        }
+    }
+
+    fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The elements in row-major order.
+    fn dense(&self) -> Vec<f64> {
+        let n = self.numel();
+        let mut out = Vec::with_capacity(n);
+        let mut idx = vec![0usize; self.shape.len()];
+        for _ in 0..n {
+            let off: usize = idx.iter().zip(&self.strides).map(|(i, s)| i * s).sum();
+            out.push(self.data[off]);
+            for ax in (0..idx.len()).rev() {
+                idx[ax] += 1;
+                if idx[ax] < self.shape[ax] {
+                    break;
+                }
+                idx[ax] = 0;
+            }
+        }
+        out
+    }
+}
+
+/// A row-major `[rows, cols]` view of a matrix operand after applying its layout.
+struct Mat {
+    rows: usize,
+    cols: usize,
+    data: Vec<f64>,
+}
+
+impl Mat {
+    /// `v` as the logical matrix of a GEMM operand: leading dims flatten into rows; `T` reads the
+    /// stored matrix transposed.
+    fn of(v: &Value, layout: MatLayout) -> Mat {
+        let d = v.dense();
+        let cols_stored = *v.shape.last().unwrap_or(&1);
+        let rows_stored = if cols_stored == 0 {
+            0
+        } else {
+            d.len() / cols_stored
+        };
+        match layout {
+            MatLayout::N => Mat {
+                rows: rows_stored,
+                cols: cols_stored,
+                data: d,
+            },
+            MatLayout::T => {
+                let mut t = vec![0.0; d.len()];
+                for r in 0..rows_stored {
+                    for c in 0..cols_stored {
+                        t[c * rows_stored + r] = d[r * cols_stored + c];
+                    }
+                }
+                Mat {
+                    rows: cols_stored,
+                    cols: rows_stored,
+                    data: t,
+                }
+            }
+        }
+    }
+}
+
+fn matmul(a: &Mat, b: &Mat) -> Vec<f64> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    let mut out = vec![0.0; m * n];
+    for i in 0..m {
+        let row = &mut out[i * n..(i + 1) * n];
+        for p in 0..k {
+            let av = a.data[i * k + p];
+            let brow = &b.data[p * n..(p + 1) * n];
+            for (o, &bv) in row.iter_mut().zip(brow) {
+                *o += av * bv;
+            }
+        }
+    }
+    out
+}
+
+fn round_all(dtype: DType, v: &mut [f64]) {
+    for x in v {
+        *x = dtype.round(*x);
+    }
+}
+
+/// Applies an epilogue chain in f64 to a row-major `[rows, n]` accumulator.
+fn apply_chain(acc: &mut [f64], n: usize, steps: &[Epilogue], operands: &[Vec<f64>]) {
+    for step in steps {
+        match *step {
+            Epilogue::Bias { operand } => {
+                let b = &operands[operand];
+                for (i, x) in acc.iter_mut().enumerate() {
+                    *x += b[i % n];
+                }
+            }
+            Epilogue::Add { operand } => acc
+                .iter_mut()
+                .zip(&operands[operand])
+                .for_each(|(x, r)| *x += r),
+            Epilogue::Mul { operand } => acc
+                .iter_mut()
+                .zip(&operands[operand])
+                .for_each(|(x, r)| *x *= r),
+            Epilogue::Act(a) => acc.iter_mut().for_each(|x| *x = a.eval(*x)),
+        }
+    }
+}
+
+fn gemm(g: &Gemm, vals: &[&Value]) -> Vec<f64> {
+    let a = Mat::of(vals[0], g.a);
+    let n_of = |v: &Value| Mat::of(v, g.b);
+    // Epilogue operands, dense; the matrix operand slots stay empty.
+    let dense: Vec<Vec<f64>> = vals
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            if i < g.matrix_operands() {
+                Vec::new()
+            } else {
+                v.dense()
+            }
+        })
+        .collect();
+    let b0 = n_of(vals[1]);
+    let n = b0.cols;
+    let mut acc = matmul(&a, &b0);
+    if let Some(d) = &g.dual {
+        apply_chain(&mut acc, n, &d.gate, &dense);
+        let mut up = matmul(&a, &n_of(vals[2]));
+        apply_chain(&mut up, n, &d.up, &dense);
+        acc.iter_mut().zip(&up).for_each(|(x, u)| *x *= u);
+    }
+    apply_chain(&mut acc, n, &g.epilogue, &dense);
+    acc
+}
+
+/// Evaluates a node on operand values; returns the row-major result before rounding.
+fn eval(op: &Op, vals: &[&Value], out_shape: &[usize]) -> Vec<f64> {
+    match op {
+        Op::Input | Op::Weight | Op::Transpose => {
+            unreachable!("leaves and views are handled by the caller")
+        }
+        Op::MatMul => matmul(
+            &Mat::of(vals[0], MatLayout::N),
+            &Mat::of(vals[1], MatLayout::N),
+        ),
+        Op::Add | Op::Mul => {
+            let (a, b) = (vals[0].dense(), vals[1].dense());
+            let numel: usize = out_shape.iter().product();
+            let f = |x: f64, y: f64| if matches!(op, Op::Add) { x + y } else { x * y };
+            // One side may be a row vector broadcast over the rows of the other.
+            (0..numel)
+                .map(|i| f(a[i % a.len()], b[i % b.len()]))
+                .collect()
+        }
+        Op::Act(act) => vals[0].dense().into_iter().map(|x| act.eval(x)).collect(),
+        Op::Gemm(g) => gemm(g, vals),
+    }
+}
+
+fn concrete(g: &Graph, id: NodeId, b: &Bindings) -> Result<Vec<usize>, InterpError> {
+    let node = g.node(id);
+    let shape = node
+        .ty
+        .concrete_shape(b)
+        .ok_or_else(|| InterpError::Unbound {
+            node: node.name.clone(),
+            bindings: b.to_string(),
+        })?;
+    let elements = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+    match elements {
+        Some(e) if e <= (isize::MAX as u64) / 8 => Ok(shape),
+        e => Err(InterpError::TooLarge {
+            node: node.name.clone(),
+            elements: e.unwrap_or(u64::MAX),
+        }),
+    }
+}
+
+/// Runs the graph on `inputs` (by input name) and returns every output by output name, in the
+/// outputs' dtype.
+pub fn interpret(
+    g: &Graph,
+    inputs: &BTreeMap<String, HostTensor>,
+) -> Result<BTreeMap<String, HostTensor>, InterpError> {
+    verify(g)?;
+    let bindings = bind_inputs(g, inputs.keys().map(|k| k.as_str()), |n| {
+        inputs.get(n).map(|t| (t.dtype(), t.shape().to_vec()))
+    })?;
+    let order = g.topo_order().map_err(|_| unreachable_cycle(g))?;
+    let mut vals: BTreeMap<NodeId, Value> = BTreeMap::new();
+    for id in order {
+        let node = g.node(id);
+        let shape = concrete(g, id, &bindings)?;
+        let v = match &node.op {
+            Op::Input => {
+                // bind_inputs checked presence, dtype and shape.
+                let t = &inputs[&node.name];
+                Value::contiguous(shape, t.to_f64())
+            }
+            Op::Weight => {
+                let t = g.weight(&node.name).map(|w| w.to_f64()).unwrap_or_default();
+                Value::contiguous(shape, t)
+            }
+            Op::Transpose => {
+                let mut v = vals[&g.operands(id)[0]].clone();
+                let r = v.shape.len();
+                v.shape.swap(r - 2, r - 1);
+                v.strides.swap(r - 2, r - 1);
+                v
+            }
+            op => {
+                let ops = g.operands(id);
+                let args: Vec<&Value> = ops.iter().map(|o| &vals[o]).collect();
+                let mut data = eval(op, &args, &shape);
+                round_all(node.ty.dtype, &mut data);
+                Value::contiguous(shape, data)
+            }
+        };
+        vals.insert(id, v);
+    }
+    let mut out = BTreeMap::new();
+    for o in g.outputs() {
+        let v = &vals[&o.node];
+        let dtype = g.node(o.node).ty.dtype;
+        // Shapes and lengths agree by construction, so this cannot fail.
+        let t = HostTensor::from_f64(dtype, v.shape.clone(), &v.dense())
+            .map_err(|_| unreachable_cycle(g))?;
+        out.insert(o.name.clone(), t);
+    }
+    Ok(out)
+}
+
+fn unreachable_cycle(g: &Graph) -> InterpError {
+    InterpError::Invalid(VerifyErrors {
+        graph: g.name.clone(),
+        errors: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::{Activation, Dual, Epilogue, Gemm};
+    use crate::types::{Dim, Shape, TensorType};
+    use smallvec::smallvec;
+
+    fn t(shape: &[usize], v: &[f64]) -> HostTensor {
+        HostTensor::from_f64(DType::F32, shape.to_vec(), v).unwrap()
+    }
+
+    #[test]
+    fn linear_with_bias_and_gelu() {
+        // y = gelu(x W^T + b), x [2,3], W [2,3]
+        let mut g = Graph::new("lin");
+        let s: Shape = smallvec![Dim::sym("T"), Dim::Fixed(3)];
+        let x = g.add_input("x", TensorType::contiguous(DType::F32, s));
+        let w = g
+            .add_weight("w", t(&[2, 3], &[1.0, 0.0, -1.0, 0.5, 0.5, 0.5]))
+            .unwrap();
+        let b = g.add_weight("b", t(&[2], &[0.25, -0.25])).unwrap();
+        let wt = g.add("wt", Op::Transpose, &[w]).unwrap();
+        let h = g.add("h", Op::MatMul, &[x, wt]).unwrap();
+        let hb = g.add("hb", Op::Add, &[h, b]).unwrap();
+        let y = g.add("y", Op::Act(Activation::Relu), &[hb]).unwrap();
+        g.add_output("y", y);
+        let inputs = BTreeMap::from([(
+            "x".to_string(),
+            t(&[2, 3], &[1.0, 2.0, 3.0, -1.0, -2.0, -3.0]),
+        )]);
+        let out = interpret(&g, &inputs).unwrap();
+        // row 0: [1-3, 3] + b = [-1.75, 2.75] -> relu [0, 2.75]; row 1: [2, -3] + b -> [2.25, 0]
+        assert_eq!(out["y"].to_f64(), vec![0.0, 2.75, 2.25, 0.0]);
+    }
+
+    #[test]
+    fn fused_dual_gemm_matches_unfused() {
+        let mut g = Graph::new("glu");
+        let x = g.add_input(
+            "x",
+            TensorType::contiguous(DType::F32, smallvec![Dim::Fixed(2), Dim::Fixed(2)] as Shape),
+        );
+        let wg = g
+            .add_weight("wg", t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]))
+            .unwrap();
+        let wu = g
+            .add_weight("wu", t(&[2, 2], &[0.5, -1.0, 1.5, 2.0]))
+            .unwrap();
+        let fused = Gemm {
+            a: MatLayout::N,
+            b: MatLayout::T,
+            dual: Some(Dual {
+                gate: smallvec![Epilogue::Act(Activation::Silu)],
+                up: smallvec![],
+            }),
+            epilogue: smallvec![],
+        };
+        let y = g.add("y", Op::Gemm(fused), &[x, wg, wu]).unwrap();
+        g.add_output("y", y);
+        let xv = [0.3, -0.7, 1.1, 0.2];
+        let out = interpret(&g, &BTreeMap::from([("x".to_string(), t(&[2, 2], &xv))])).unwrap()
+            ["y"]
+            .to_f64();
+        let dot =
+            |r: usize, w: &[f64], c: usize| xv[r * 2] * w[c * 2] + xv[r * 2 + 1] * w[c * 2 + 1];
+        for r in 0..2 {
+            for c in 0..2 {
+                let want = Activation::Silu.eval(dot(r, &[1.0, 2.0, 3.0, 4.0], c))
+                    * dot(r, &[0.5, -1.0, 1.5, 2.0], c);
+                assert!((out[r * 2 + c] - DType::F32.round(want)).abs() < 1e-6);
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_inputs_are_refused_by_name() {
+        let mut g = Graph::new("id");
+        let x = g.add_input(
+            "x",
+            TensorType::contiguous(DType::F32, smallvec![Dim::sym("T"), Dim::Fixed(2)] as Shape),
+        );
+        let y = g.add("y", Op::Act(Activation::Tanh), &[x]).unwrap();
+        g.add_output("y", y);
+        let err = interpret(
+            &g,
+            &BTreeMap::from([("x".to_string(), t(&[2, 3], &[0.0; 6]))]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "input `x` has shape [2, 3]: dim 1 must be 2"
+        );
+        let err = interpret(&g, &BTreeMap::new()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "missing input `x`: the model expects f32[T,2]"
+        );
+    }
+}

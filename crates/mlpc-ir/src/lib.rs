@@ -1,0 +1,31 @@
+//! mlpc's intermediate representation.
+//!
+//! A model is a [`Graph`]: a petgraph of [`Node`]s, each an [`Op`] from a closed enum with a
+//! [`TensorType`] (dtype, shape of fixed or symbolic dims, strides). The crate holds everything
+//! that defines what a graph *means*: type inference, the [`verify`]er, the text form and the
+//! reference [`interpret`]er that every backend is checked against.
+//!
+//! **Architecture invariant:** this crate knows nothing of CUDA, LLVM, files or passes. It depends
+//! on no other mlpc crate.
+
+pub mod graph;
+pub mod infer;
+pub mod inputs;
+pub mod interp;
+pub mod op;
+pub mod print;
+pub mod tensor;
+pub mod types;
+pub mod verify;
+
+pub use graph::{BuildError, Graph, Node, NodeId, Output};
+pub use infer::infer;
+pub use inputs::{bind_inputs, InputError};
+pub use interp::{interpret, InterpError};
+pub use op::{Activation, Dual, Epilogue, EpilogueChain, Gemm, MatLayout, Op};
+pub use tensor::{relative_error, HostTensor, TensorSizeError};
+pub use types::{
+    contiguous_strides, is_valid_symbol, Bindings, DType, Dim, Extent, Shape, Strides, Symbol,
+    TensorType,
+};
+pub use verify::{verify, VerifyError, VerifyErrors};

@@ -1,0 +1,176 @@
+//! Host tensors: dense, row-major, little-endian bytes of one [`DType`]. Weights, inputs and
+//! outputs cross every crate boundary in this form.
+
+use crate::types::DType;
+use std::fmt;
+
+#[derive(Clone, PartialEq)]
+pub struct HostTensor {
+    dtype: DType,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+/// The shape and byte length of a tensor disagree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tensor data has {actual} bytes, but {dtype}{shape:?} needs {expected}")]
+pub struct TensorSizeError {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub expected: usize,
+    pub actual: usize,
+}
+
+impl HostTensor {
+    /// Wraps little-endian row-major bytes.
+    pub fn from_bytes(
+        dtype: DType,
+        shape: Vec<usize>,
+        data: Vec<u8>,
+    ) -> Result<HostTensor, TensorSizeError> {
+        let expected = shape
+            .iter()
+            .try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d));
+        match expected {
+            Some(e) if e == data.len() => Ok(HostTensor { dtype, shape, data }),
+            _ => Err(TensorSizeError {
+                dtype,
+                shape,
+                expected: expected.unwrap_or(usize::MAX),
+                actual: data.len(),
+            }),
+        }
+    }
+
+    /// Rounds each value to `dtype` and stores it. `values.len()` must equal the shape's product.
+    pub fn from_f64(
+        dtype: DType,
+        shape: Vec<usize>,
+        values: &[f64],
+    ) -> Result<HostTensor, TensorSizeError> {
+        let mut data = Vec::with_capacity(values.len() * dtype.size_bytes());
+        for &v in values {
+            match dtype {
+                DType::F32 => data.extend_from_slice(&(v as f32).to_le_bytes()),
+                DType::F16 => data.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
+                DType::Bf16 => data.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
+            }
+        }
+        HostTensor::from_bytes(dtype, shape, data)
+    }
+
+    pub fn from_f32(
+        dtype: DType,
+        shape: Vec<usize>,
+        values: &[f32],
+    ) -> Result<HostTensor, TensorSizeError> {
+        let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
+        HostTensor::from_f64(dtype, shape, &v)
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.data
+    }
+
+    /// Element `i` in row-major order, widened to f64 (exactly).
+    pub fn get(&self, i: usize) -> f64 {
+        match self.dtype {
+            DType::F32 => {
+                let b = &self.data[i * 4..i * 4 + 4];
+                f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64
+            }
+            DType::F16 => {
+                half::f16::from_le_bytes([self.data[2 * i], self.data[2 * i + 1]]).to_f64()
+            }
+            DType::Bf16 => {
+                half::bf16::from_le_bytes([self.data[2 * i], self.data[2 * i + 1]]).to_f64()
+            }
+        }
+    }
+
+    pub fn to_f64(&self) -> Vec<f64> {
+        (0..self.numel()).map(|i| self.get(i)).collect()
+    }
+
+    /// Converts to another element type, rounding to nearest even.
+    pub fn cast(&self, dtype: DType) -> HostTensor {
+        if dtype == self.dtype {
+            return self.clone();
+        }
+        let values = self.to_f64();
+        // Same element count, so the size always matches.
+        let mut data = Vec::with_capacity(values.len() * dtype.size_bytes());
+        for v in values {
+            match dtype {
+                DType::F32 => data.extend_from_slice(&(v as f32).to_le_bytes()),
+                DType::F16 => data.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
+                DType::Bf16 => data.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
+            }
+        }
+        HostTensor {
+            dtype,
+            shape: self.shape.clone(),
+            data,
+        }
+    }
+}
+
+impl fmt::Debug for HostTensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostTensor({}{:?})", self.dtype, self.shape)
+    }
+}
+
+/// Relative Frobenius error `||a - b|| / ||b||` (absolute when `b` is all zeros). NaN anywhere
+/// makes it NaN, so a poisoned output never passes a comparison.
+pub fn relative_error(a: &[f64], b: &[f64]) -> f64 {
+    if a.len() != b.len() {
+        return f64::NAN;
+    }
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (x, y) in a.iter().zip(b) {
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_size_check() {
+        let t = HostTensor::from_f64(DType::Bf16, vec![2, 2], &[1.0, -2.0, 0.5, 3.0]).unwrap();
+        assert_eq!(t.to_f64(), vec![1.0, -2.0, 0.5, 3.0]);
+        assert_eq!(t.cast(DType::F32).to_f64(), vec![1.0, -2.0, 0.5, 3.0]);
+        assert!(HostTensor::from_bytes(DType::F32, vec![3], vec![0; 8]).is_err());
+    }
+
+    #[test]
+    fn nan_never_compares_close() {
+        assert!(relative_error(&[f64::NAN, 1.0], &[1.0, 1.0]).is_nan());
+        assert!(relative_error(&[1.0, 1.0], &[1.0, 1.0]) == 0.0);
+    }
+}
