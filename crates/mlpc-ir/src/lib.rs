@@ -13,6 +13,7 @@ pub mod infer;
 pub mod inputs;
 pub mod interp;
 pub mod op;
+pub mod plan;
 pub mod print;
 pub mod tensor;
 pub mod types;
@@ -23,6 +24,7 @@ pub use infer::infer;
 pub use inputs::{bind_inputs, InputError};
 pub use interp::{interpret, InterpError};
 pub use op::{Activation, Dual, Epilogue, EpilogueChain, Gemm, MatLayout, Op};
+pub use plan::{Buffer, BufferId, BufferKind, Guard, Kernel, Plan};
 pub use tensor::{relative_error, HostTensor, TensorSizeError};
 pub use types::{
     contiguous_strides, is_valid_symbol, Bindings, DType, Dim, Extent, Shape, Strides, Symbol,

@@ -1,11 +1,13 @@
 //! The closed set of operations. Every consumer (verifier, interpreter, passes, backends) matches
 //! on [`Op`] exhaustively, so adding an op is a compile error everywhere it must be handled.
 
+use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::fmt;
 
 /// Elementwise activation functions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Activation {
     Relu,
     /// GELU with the exact erf form: `x * 0.5 * (1 + erf(x / sqrt 2))`.
@@ -68,7 +70,8 @@ impl fmt::Display for Activation {
 /// How a GEMM operand sits in memory, in BLAS terms. For `A` (`[M,K]`): `N` reads a row-major
 /// `[M,K]` tensor, `T` reads a row-major `[K,M]` tensor as its transpose. Likewise for `B`
 /// (`[K,N]`): `T` reads an nn.Linear weight `[N,K]` without moving it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum MatLayout {
     N,
     T,
@@ -92,7 +95,8 @@ impl MatLayout {
 
 /// One step of a fused GEMM epilogue, applied to the accumulator in registers before the store.
 /// `operand` indexes the GEMM node's operand list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Epilogue {
     /// `acc + bias[n]`: a `[N]` row vector broadcast over rows.
     Bias {
@@ -124,7 +128,7 @@ pub type EpilogueChain = SmallVec<[Epilogue; 4]>;
 
 /// The gated form `act(A Bg + ...) * (A Bu + ...)`: two GEMMs that share `A`, computed together,
 /// combined by a product in the epilogue.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Dual {
     /// Applied to the gate accumulator (`A @ operand 1`), typically `[bias?, act]`.
     pub gate: EpilogueChain,
@@ -137,7 +141,7 @@ pub struct Dual {
 ///
 /// Operands: `0` is A, `1` is B (the gate's B when dual), `2` is the up B when dual; the operands
 /// after those are referenced by epilogue steps, each exactly once.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Gemm {
     pub a: MatLayout,
     pub b: MatLayout,
@@ -166,7 +170,8 @@ impl Gemm {
 }
 
 /// An operation of the graph.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Op {
     /// A model input; the node's name is the input's name and its type is given.
     Input,

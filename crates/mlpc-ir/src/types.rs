@@ -9,7 +9,10 @@ use std::fmt;
 use std::sync::Arc;
 
 /// Storage and compute element type of a tensor. Accumulation is always f32 or wider.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum DType {
     F32,
     F16,
