@@ -8,6 +8,8 @@
 //! generated: it runs a [`mlpc_ir::Plan`] whose kernels come as CUBIN images with a launch
 //! description.
 
+pub mod device;
 pub mod guard;
 
+pub use device::{driver_present, Device, DeviceError, DeviceTensor};
 pub use guard::{check_guards, GuardError, TensorMeta};

@@ -1,0 +1,165 @@
+//! Opening a CUDA device and moving tensors to and from it.
+
+use crate::guard::TensorMeta;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DriverError};
+use mlpc_ir::{DType, HostTensor};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error(
+        "the CUDA driver library (libcuda.so.1) cannot be loaded: this machine has no NVIDIA driver; \
+         use `--backend cpu` or `--backend reference`"
+    )]
+    NoDriver,
+    #[error("the CUDA driver is present but reports no GPU: {0}")]
+    NoDevice(String),
+    #[error("device {ordinal} does not exist: the driver reports {count} device(s)")]
+    BadOrdinal { ordinal: usize, count: i32 },
+    #[error("CUDA driver error while {doing}: {source}")]
+    Driver {
+        doing: String,
+        #[source]
+        source: DriverError,
+    },
+}
+
+pub(crate) fn driver(doing: impl Into<String>) -> impl FnOnce(DriverError) -> DeviceError {
+    let doing = doing.into();
+    move |source| DeviceError::Driver { doing, source }
+}
+
+/// An open device and the stream mlpc launches on.
+#[derive(Clone, Debug)]
+pub struct Device {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    ordinal: usize,
+}
+
+/// Whether the CUDA driver library can be loaded on this machine. Checking first matters:
+/// cudarc panics when a library it needs is missing.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library by its standard names.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+impl Device {
+    /// Opens device `ordinal`, with a fresh stream.
+    pub fn open(ordinal: usize) -> Result<Device, DeviceError> {
+        if !driver_present() {
+            return Err(DeviceError::NoDriver);
+        }
+        let count =
+            CudaContext::device_count().map_err(|e| DeviceError::NoDevice(e.to_string()))?;
+        if count <= 0 {
+            return Err(DeviceError::NoDevice("device count is 0".into()));
+        }
+        if ordinal >= count as usize {
+            return Err(DeviceError::BadOrdinal { ordinal, count });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(driver(format!("opening device {ordinal}")))?;
+        let stream = ctx.new_stream().map_err(driver("creating a stream"))?;
+        Ok(Device {
+            ctx,
+            stream,
+            ordinal,
+        })
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The device's name and compute capability, e.g. `NVIDIA H200 (sm_90)`.
+    pub fn describe(&self) -> String {
+        let name = self.ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        match self.ctx.compute_capability() {
+            Ok((maj, min)) => format!("{name} (sm_{maj}{min})"),
+            Err(_) => name,
+        }
+    }
+
+    /// Copies a host tensor to the device (row-major).
+    pub fn upload(&self, t: &HostTensor) -> Result<DeviceTensor, DeviceError> {
+        let data = self
+            .stream
+            .clone_htod(t.bytes())
+            .map_err(driver("copying a tensor to the device"))?;
+        let shape = t.shape().to_vec();
+        Ok(DeviceTensor {
+            strides: TensorMeta::contiguous_strides(&shape),
+            shape,
+            dtype: t.dtype(),
+            data,
+            device: self.ordinal,
+        })
+    }
+
+    /// A zero-filled row-major device tensor.
+    pub fn zeros(&self, dtype: DType, shape: &[usize]) -> Result<DeviceTensor, DeviceError> {
+        let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
+        let data = self
+            .stream
+            .alloc_zeros::<u8>(bytes.max(1))
+            .map_err(driver("allocating device memory"))?;
+        Ok(DeviceTensor {
+            dtype,
+            shape: shape.to_vec(),
+            strides: TensorMeta::contiguous_strides(shape),
+            data,
+            device: self.ordinal,
+        })
+    }
+
+    /// Copies a row-major device tensor back to the host.
+    pub fn download(&self, t: &DeviceTensor) -> Result<HostTensor, DeviceError> {
+        let mut bytes = self
+            .stream
+            .clone_dtoh(&t.data)
+            .map_err(driver("copying a tensor to the host"))?;
+        let n = t.shape.iter().product::<usize>() * t.dtype.size_bytes();
+        bytes.truncate(n);
+        HostTensor::from_bytes(t.dtype, t.shape.clone(), bytes).map_err(|e| {
+            DeviceError::NoDevice(format!("downloaded tensor has the wrong size: {e}"))
+        })
+    }
+
+    pub fn synchronize(&self) -> Result<(), DeviceError> {
+        self.stream
+            .synchronize()
+            .map_err(driver("synchronising the stream"))
+    }
+}
+
+/// A tensor in device memory: a byte buffer with a dtype, a shape and strides (in elements).
+#[derive(Debug)]
+pub struct DeviceTensor {
+    pub data: CudaSlice<u8>,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub device: usize,
+}
+
+impl DeviceTensor {
+    /// The metadata the guards check.
+    pub fn meta(&self, stream: &CudaStream) -> TensorMeta {
+        let (ptr, _sync) = self.data.device_ptr(stream);
+        TensorMeta {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+            address: ptr,
+            device: self.device,
+        }
+    }
+}
