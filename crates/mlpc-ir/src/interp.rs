@@ -84,11 +84,7 @@ impl Mat {
     fn of(v: &Value, layout: MatLayout) -> Mat {
         let d = v.dense();
         let cols_stored = *v.shape.last().unwrap_or(&1);
-        let rows_stored = if cols_stored == 0 {
-            0
-        } else {
-            d.len() / cols_stored
-        };
+        let rows_stored = d.len().checked_div(cols_stored).unwrap_or(0);
         match layout {
             MatLayout::N => Mat {
                 rows: rows_stored,
