@@ -1,0 +1,263 @@
+// mlpc kernel templates: element types, conversions, activations and the epilogue machinery shared
+// by every kernel family.
+//
+// Self-contained on purpose: no CUDA toolkit header is included, so NVRTC alone compiles these
+// templates on any machine. The 16-bit float types are storage wrappers around their bit pattern;
+// all arithmetic happens in f32, and conversions go through PTX `cvt` (round to nearest even, as
+// the reference interpreter rounds).
+#pragma once
+
+namespace mlpc {
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+// ---------------------------------------------------------------------------------------------
+// Element types
+// ---------------------------------------------------------------------------------------------
+
+/// bfloat16 storage: the upper 16 bits of an IEEE f32.
+struct bf16 {
+    u16 bits;
+};
+
+/// IEEE binary16 storage.
+struct f16 {
+    u16 bits;
+};
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+
+__device__ __forceinline__ float to_f32(bf16 x) { return __uint_as_float(((u32)x.bits) << 16); }
+
+__device__ __forceinline__ float to_f32(f16 x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) {
+    return v;
+}
+
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float v) {
+    bf16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+    return r;
+}
+
+template <>
+__device__ __forceinline__ f16 from_f32<f16>(float v) {
+    f16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+    return r;
+}
+
+/// Two values rounded to a 16-bit type and packed into one 32-bit word, `lo` in the low half (the
+/// lower address in memory).
+template <class T>
+__device__ __forceinline__ u32 pack2(float lo, float hi);
+
+template <>
+__device__ __forceinline__ u32 pack2<bf16>(float lo, float hi) {
+    u32 r;
+    // cvt.rn.bf16x2.f32 d, a, b: a goes to the upper half, b to the lower half.
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+template <>
+__device__ __forceinline__ u32 pack2<f16>(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/// The two 16-bit values of a packed word, widened to f32.
+template <class T>
+__device__ __forceinline__ void unpack2(u32 w, float& lo, float& hi) {
+    T a, b;
+    a.bits = (u16)(w & 0xffffu);
+    b.bits = (u16)(w >> 16);
+    lo = to_f32(a);
+    hi = to_f32(b);
+}
+
+/// Loads element `i` of `p` as f32.
+template <class T>
+__device__ __forceinline__ float load_f32(const T* p, i64 i) {
+    return to_f32(p[i]);
+}
+
+/// Whether `p` is aligned to `bytes` (a power of two).
+__device__ __forceinline__ bool is_aligned(const void* p, u64 bytes) {
+    return (((u64)p) & (bytes - 1)) == 0;
+}
+
+/// The shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u64 a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (u32)a;
+}
+
+template <class T>
+__host__ __device__ constexpr T ceil_div(T a, T b) {
+    return (a + b - 1) / b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activations (f32), matching mlpc_ir::Activation::eval
+// ---------------------------------------------------------------------------------------------
+
+enum class ActKind { Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh };
+
+template <ActKind A>
+__device__ __forceinline__ float activate(float x) {
+    if constexpr (A == ActKind::Relu) {
+        // fmaxf returns the non-NaN operand, like f64::max in the reference.
+        return fmaxf(x, 0.0f);
+    } else if constexpr (A == ActKind::Gelu) {
+        // x * 0.5 * (1 + erf(x / sqrt 2))
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    } else if constexpr (A == ActKind::GeluTanh) {
+        // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(inner));
+    } else if constexpr (A == ActKind::Silu) {
+        return x / (1.0f + expf(-x));
+    } else if constexpr (A == ActKind::Sigmoid) {
+        return 1.0f / (1.0f + expf(-x));
+    } else {
+        static_assert(A == ActKind::Tanh, "unknown activation");
+        return tanhf(x);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Epilogue: steps applied to an f32 accumulator element at (row, col) of the [M, N] output, in
+// registers, before the store. `P` is the kernel's parameter struct; `p.epi[I]` is the I-th
+// epilogue operand.
+// ---------------------------------------------------------------------------------------------
+
+/// An epilogue operand: element (r, c) is at `ptr[r * row_stride + c * col_stride]`. A bias has
+/// `row_stride == 0`.
+template <class T>
+struct EpiTensor {
+    const T* ptr;
+    i64 row_stride;
+    i64 col_stride;
+};
+
+/// `acc + bias[c]`.
+template <int I>
+struct Bias {
+    template <class P>
+    __device__ __forceinline__ static float apply(float v, i64 /*r*/, i64 c, const P& p) {
+        return v + load_f32(p.epi[I].ptr, c * p.epi[I].col_stride);
+    }
+};
+
+/// `acc + t[r, c]` (a residual).
+template <int I>
+struct AddTensor {
+    template <class P>
+    __device__ __forceinline__ static float apply(float v, i64 r, i64 c, const P& p) {
+        const EpiTensor<typename P::Elem>& t = p.epi[I];
+        return v + load_f32(t.ptr, r * t.row_stride + c * t.col_stride);
+    }
+};
+
+/// `acc * t[r, c]`.
+template <int I>
+struct MulTensor {
+    template <class P>
+    __device__ __forceinline__ static float apply(float v, i64 r, i64 c, const P& p) {
+        const EpiTensor<typename P::Elem>& t = p.epi[I];
+        return v * load_f32(t.ptr, r * t.row_stride + c * t.col_stride);
+    }
+};
+
+/// `act(acc)`.
+template <ActKind A>
+struct Act {
+    template <class P>
+    __device__ __forceinline__ static float apply(float v, i64 /*r*/, i64 /*c*/, const P& /*p*/) {
+        return activate<A>(v);
+    }
+};
+
+/// Steps applied left to right; `Chain<>` is the identity.
+template <class... Steps>
+struct Chain;
+
+template <>
+struct Chain<> {
+    template <class P>
+    __device__ __forceinline__ static float apply(float v, i64, i64, const P&) {
+        return v;
+    }
+};
+
+template <class S, class... Rest>
+struct Chain<S, Rest...> {
+    template <class P>
+    __device__ __forceinline__ static float apply(float v, i64 r, i64 c, const P& p) {
+        return Chain<Rest...>::apply(S::apply(v, r, c, p), r, c, p);
+    }
+};
+
+/// The epilogue of a plain GEMM: `Out(A @ B)`.
+template <class Out>
+struct SingleEpilogue {
+    static constexpr bool kDual = false;
+    template <class P>
+    __device__ __forceinline__ static float apply(float acc, float /*up*/, i64 r, i64 c,
+                                                  const P& p) {
+        return Out::apply(acc, r, c, p);
+    }
+};
+
+/// The epilogue of a dual GEMM: `Out(Gate(A @ Bg) * Up(A @ Bu))`.
+template <class Gate, class Up, class Out>
+struct DualEpilogue {
+    static constexpr bool kDual = true;
+    template <class P>
+    __device__ __forceinline__ static float apply(float gate, float up, i64 r, i64 c, const P& p) {
+        return Out::apply(Gate::apply(gate, r, c, p) * Up::apply(up, r, c, p), r, c, p);
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// GEMM parameters, shared by the tensor-core and SIMT families
+// ---------------------------------------------------------------------------------------------
+
+/// How a GEMM operand sits in memory. For A (`[M,K]`): `N` is row-major `[M,K]` (k contiguous),
+/// `T` is row-major `[K,M]` (m contiguous). For B (`[K,N]`): `N` is row-major `[K,N]` (n
+/// contiguous), `T` is row-major `[N,K]` (k contiguous; an nn.Linear weight).
+enum class Layout { N, T };
+
+/// Run-time description of one GEMM. `lda`/`ldb`/`ldc` are the row strides (in elements) of the
+/// matrices as stored. `b_up` is only read by dual GEMMs. The generated entry fills this struct
+/// from literals and kernel arguments; being local and fully inlined, the literals fold into the
+/// code as constants.
+template <class T, int NEPI>
+struct GemmParams {
+    typedef T Elem;
+    const T* a;
+    const T* b;
+    const T* b_up;
+    T* c;
+    i64 m, n, k;
+    i64 lda, ldb, ldb_up, ldc;
+    EpiTensor<T> epi[NEPI > 0 ? NEPI : 1];
+};
+
+}  // namespace mlpc
