@@ -1,0 +1,140 @@
+//! `--explain`: what became of every source node, in the spirit of a profiler trace.
+//!
+//! One row per node of the source graph (in its topological order): its op and type, and which
+//! kernel computes it, or how it disappeared (folded into strides, fused into an epilogue, removed
+//! as dead, merged by cse). Then the kernel count of an unfused executor (one kernel per op that is
+//! neither a leaf nor a view) against the plan's, the bytes of intermediates each stores, and the
+//! plan's kernels in launch order. The text is deterministic: no times, no addresses.
+
+use crate::plan::{intermediate_bytes, unfused_intermediate_bytes, unfused_kernel_count};
+use crate::provenance::{Fate, Provenance};
+use mlpc_ir::{Graph, Op, Plan};
+use std::fmt::Write;
+
+/// Kernels of `plan` whose `covers` lists `node`, joined with ", ".
+fn kernels_covering(plan: &Plan, node: &str) -> String {
+    let names: Vec<&str> = plan
+        .kernels
+        .iter()
+        .filter(|k| k.covers.iter().any(|c| c == node))
+        .map(|k| k.name.as_str())
+        .collect();
+    if names.is_empty() {
+        "no kernel".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// What became of the source node `name` (whose source op is `op`).
+fn describe(optimized: &Graph, plan: &Plan, prov: &Provenance, name: &str, op: &Op) -> String {
+    let k = || kernels_covering(plan, name);
+    match prov.fate(name).unwrap_or(&Fate::Live) {
+        Fate::Removed => "removed (dead)".into(),
+        Fate::MergedWith(m) => format!("merged with {m} (cse); computed by {}", k()),
+        Fate::Cancelled(x) => format!("cancelled with another transpose; users read {x}"),
+        Fate::FoldedIntoStrides(_) => format!("folded into strides of {}", k()),
+        Fate::FusedInto(_) if matches!(op, Op::MatMul | Op::Gemm(_)) => {
+            format!("second GEMM of dual kernel {}", k())
+        }
+        Fate::FusedInto(_) => format!("fused into epilogue of {}", k()),
+        Fate::Live => {
+            let current = optimized.find(name).map(|n| optimized.node(n).op.clone());
+            match current.as_ref().unwrap_or(op) {
+                Op::Input => "input buffer (guarded)".into(),
+                Op::Weight => "weight buffer".into(),
+                Op::Transpose => {
+                    let by = k();
+                    if by == "no kernel" {
+                        "view (read through strides)".into()
+                    } else {
+                        format!("view, materialised by {by}")
+                    }
+                }
+                _ => format!("kernel {}", k()),
+            }
+        }
+    }
+}
+
+/// The `--explain` report for `original` optimised into `optimized` and lowered to `plan`.
+pub fn explain(original: &Graph, optimized: &Graph, plan: &Plan, prov: &Provenance) -> String {
+    let order: Vec<_> = original
+        .topo_order()
+        .unwrap_or_else(|_| original.node_ids().collect());
+    let rows: Vec<[String; 4]> = order
+        .iter()
+        .map(|&n| {
+            let node = original.node(n);
+            [
+                node.name.clone(),
+                node.op.mnemonic().to_string(),
+                node.ty.to_string(),
+                describe(optimized, plan, prov, &node.name, &node.op),
+            ]
+        })
+        .collect();
+    let header = [
+        "node".to_string(),
+        "op".into(),
+        "type".into(),
+        "becomes".into(),
+    ];
+    let mut widths = [0usize; 3];
+    for r in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "explain {:?}", original.name);
+    for r in std::iter::once(&header).chain(&rows) {
+        let _ = writeln!(
+            s,
+            "  {:<w0$}  {:<w1$}  {:<w2$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
+    }
+
+    let before = unfused_intermediate_bytes(original);
+    let after = intermediate_bytes(plan);
+    let _ = writeln!(
+        s,
+        "kernels: {} unfused (one per op), {} planned",
+        unfused_kernel_count(original),
+        plan.kernels.len()
+    );
+    let _ = writeln!(
+        s,
+        "intermediate bytes: {before} unfused, {after} planned, {} removed",
+        before.minus(&after)
+    );
+    let _ = writeln!(s, "launch order:");
+    for (i, k) in plan.kernels.iter().enumerate() {
+        let args: Vec<&str> = k
+            .args
+            .iter()
+            .map(|&a| plan.buffers.get(a).map_or("?", |b| b.name.as_str()))
+            .collect();
+        let out = plan
+            .buffers
+            .get(k.out)
+            .map_or_else(|| "?".to_string(), |b| format!("{}: {}", b.name, b.ty));
+        let _ = writeln!(
+            s,
+            "  {}. {}({}) -> {}  covers {}",
+            i + 1,
+            k.name,
+            args.join(", "),
+            out,
+            k.covers.join(", ")
+        );
+    }
+    s
+}

@@ -1,0 +1,168 @@
+//! The pass pipeline: a list of named passes run in order, with optional verification and IR
+//! dumps after each pass and per-pass wall time.
+//!
+//! The default order is `dce, fold-transpose, cse, fuse-epilogue`: dead users would make a GEMM
+//! look shared and block its fusion, so dce goes first; folding turns matmuls into GEMMs (and
+//! removes the transposes in front of them) so that cse can merge duplicate GEMMs; cse before
+//! fusion merges duplicate consumers that would otherwise make a GEMM look shared. None of the
+//! later passes leaves dead code behind, so dce need not run again.
+
+use crate::pass::{all_passes, known_pass_names, pass_by_name, Pass, PassError};
+use crate::provenance::Provenance;
+use mlpc_ir::{verify, Graph};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// The names of the default pipeline's passes, in order.
+pub const DEFAULT_PASSES: [&str; 4] = ["dce", "fold-transpose", "cse", "fuse-epilogue"];
+
+/// An ordered list of passes.
+pub struct Pipeline {
+    passes: Vec<Box<dyn Pass>>,
+}
+
+impl Default for Pipeline {
+    fn default() -> Pipeline {
+        // The default names are all registered passes.
+        Pipeline::from_names(&DEFAULT_PASSES).unwrap_or_else(|_| Pipeline {
+            passes: all_passes(),
+        })
+    }
+}
+
+impl fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
+/// After which passes to record the IR text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PrintAfter {
+    #[default]
+    Nothing,
+    All,
+    /// The named passes (each must be in the pipeline).
+    Passes(Vec<String>),
+}
+
+impl PrintAfter {
+    fn wants(&self, pass: &str) -> bool {
+        match self {
+            PrintAfter::Nothing => false,
+            PrintAfter::All => true,
+            PrintAfter::Passes(names) => names.iter().any(|n| n == pass),
+        }
+    }
+}
+
+/// How to run a [`Pipeline`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelineOptions {
+    /// Run the verifier after each pass; an error names the pass that broke the graph.
+    pub verify_each: bool,
+    pub print_after: PrintAfter,
+}
+
+impl Default for PipelineOptions {
+    /// Verification after each pass is on in debug builds.
+    fn default() -> PipelineOptions {
+        PipelineOptions {
+            verify_each: cfg!(debug_assertions),
+            print_after: PrintAfter::Nothing,
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassReport {
+    pub name: &'static str,
+    pub changed: bool,
+    /// Wall time of the pass (without the verification after it).
+    pub time: Duration,
+    /// The IR text after the pass, when [`PipelineOptions::print_after`] asked for it.
+    pub ir_text: Option<String>,
+}
+
+/// What a pipeline run did: one report per pass, in order, and the fate of every source node.
+#[derive(Clone, Debug)]
+pub struct PipelineReport {
+    pub passes: Vec<PassReport>,
+    pub provenance: Provenance,
+}
+
+impl Pipeline {
+    /// The passes named, in the given order (a name may repeat).
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> Result<Pipeline, PassError> {
+        let passes = names
+            .iter()
+            .map(|n| {
+                pass_by_name(n.as_ref()).ok_or_else(|| PassError::UnknownPass {
+                    name: n.as_ref().to_string(),
+                    known: known_pass_names(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Pipeline { passes })
+    }
+
+    /// A pipeline of the given passes.
+    pub fn new(passes: Vec<Box<dyn Pass>>) -> Pipeline {
+        Pipeline { passes }
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.passes.iter().map(|p| p.name()).collect()
+    }
+
+    pub fn passes(&self) -> &[Box<dyn Pass>] {
+        &self.passes
+    }
+
+    /// Runs every pass in order on `g`. The input graph is verified first; with
+    /// [`PipelineOptions::verify_each`] the graph is verified after every pass too.
+    pub fn run(&self, g: &mut Graph, opts: &PipelineOptions) -> Result<PipelineReport, PassError> {
+        if let PrintAfter::Passes(wanted) = &opts.print_after {
+            let names = self.names();
+            if let Some(missing) = wanted.iter().find(|w| !names.contains(&w.as_str())) {
+                return Err(if pass_by_name(missing).is_none() {
+                    PassError::UnknownPass {
+                        name: missing.clone(),
+                        known: known_pass_names(),
+                    }
+                } else {
+                    PassError::PrintAfterNotInPipeline {
+                        name: missing.clone(),
+                        pipeline: names.join(","),
+                    }
+                });
+            }
+        }
+        verify(g).map_err(PassError::InvalidInput)?;
+        let mut prov = Provenance::new(g);
+        let mut passes = Vec::with_capacity(self.passes.len());
+        for pass in &self.passes {
+            let start = Instant::now();
+            let changed = pass.run(g, &mut prov)?;
+            let time = start.elapsed();
+            if opts.verify_each {
+                verify(g).map_err(|errors| PassError::Verify {
+                    pass: pass.name(),
+                    errors,
+                })?;
+            }
+            let ir_text = opts.print_after.wants(pass.name()).then(|| g.to_string());
+            passes.push(PassReport {
+                name: pass.name(),
+                changed,
+                time,
+                ir_text,
+            });
+        }
+        Ok(PipelineReport {
+            passes,
+            provenance: prov,
+        })
+    }
+}

@@ -1,0 +1,121 @@
+//! Provenance: what became of each node of the source graph as the passes rewrote it.
+//!
+//! Every node name the pipeline has seen has a [`Fate`]. A fate that names another node (`FusedInto`,
+//! `MergedWith`, ...) names a node of the graph at the time it was recorded; following those names
+//! ([`Provenance::targets`]) ends at the nodes of the optimised graph that now compute the value.
+//! The plan lowering uses this for each kernel's `covers` list and `--explain` for its table.
+
+use mlpc_ir::Graph;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// What became of one node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Fate {
+    /// Still a node of the graph, under its own name: a kernel once lowered, unless it is an input,
+    /// a weight or a view.
+    Live,
+    /// A transpose removed by giving the operands of these nodes (GEMMs) a transposed layout.
+    FoldedIntoStrides(Vec<String>),
+    /// A transpose of a transpose: equal to this node, which its users now read directly.
+    Cancelled(String),
+    /// Computed inside this node (a GEMM epilogue, or the second half of a dual GEMM).
+    FusedInto(String),
+    /// Not reachable from any output; removed by dce.
+    Removed,
+    /// Structurally identical to this earlier node; its users now use that node (cse).
+    MergedWith(String),
+}
+
+impl fmt::Display for Fate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fate::Live => f.write_str("live"),
+            Fate::FoldedIntoStrides(users) => {
+                write!(f, "folded into strides of {}", users.join(", "))
+            }
+            Fate::Cancelled(x) => write!(f, "cancelled with another transpose (users read {x})"),
+            Fate::FusedInto(n) => write!(f, "fused into {n}"),
+            Fate::Removed => f.write_str("removed (dead)"),
+            Fate::MergedWith(n) => write!(f, "merged with {n} (cse)"),
+        }
+    }
+}
+
+/// The fate of every node name the pipeline has seen, plus the source graph's node order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// Names of the source graph's nodes in its topological order.
+    original: Vec<String>,
+    fates: BTreeMap<String, Fate>,
+}
+
+impl Provenance {
+    /// Every node of `g` is [`Fate::Live`]; `g` is the source graph whose nodes are reported on.
+    pub fn new(g: &Graph) -> Provenance {
+        let order: Vec<_> = g.topo_order().unwrap_or_else(|_| g.node_ids().collect());
+        let original: Vec<String> = order.iter().map(|&n| g.node(n).name.clone()).collect();
+        let fates = original.iter().map(|n| (n.clone(), Fate::Live)).collect();
+        Provenance { original, fates }
+    }
+
+    /// Names of the source graph's nodes, in its topological order.
+    pub fn originals(&self) -> &[String] {
+        &self.original
+    }
+
+    pub fn fate(&self, name: &str) -> Option<&Fate> {
+        self.fates.get(name)
+    }
+
+    /// Records the fate of `name` (a node the pass removed or changed the role of).
+    pub fn record(&mut self, name: impl Into<String>, fate: Fate) {
+        self.fates.insert(name.into(), fate);
+    }
+
+    /// Registers a node that a pass created; it starts [`Fate::Live`].
+    pub fn created(&mut self, name: impl Into<String>) {
+        self.fates.entry(name.into()).or_insert(Fate::Live);
+    }
+
+    /// The live nodes that compute (or, for a folded transpose, absorb) the value of `name`,
+    /// following fused/merged/folded links; empty when it was removed or cancelled.
+    pub fn targets(&self, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        self.collect_targets(name, &mut out, 0);
+        out
+    }
+
+    fn collect_targets(&self, name: &str, out: &mut Vec<String>, depth: usize) {
+        // Every link points at a node that existed when it was recorded; a chain cannot be longer
+        // than the number of names, so this bound only guards against a malformed record.
+        if depth > self.fates.len() {
+            return;
+        }
+        match self.fates.get(name) {
+            None | Some(Fate::Live) => {
+                if !out.iter().any(|o| o == name) {
+                    out.push(name.to_string());
+                }
+            }
+            Some(Fate::FoldedIntoStrides(users)) => {
+                for u in users {
+                    self.collect_targets(u, out, depth + 1);
+                }
+            }
+            Some(Fate::FusedInto(n)) | Some(Fate::MergedWith(n)) => {
+                self.collect_targets(n, out, depth + 1)
+            }
+            Some(Fate::Removed) | Some(Fate::Cancelled(_)) => {}
+        }
+    }
+
+    /// The source nodes whose value the live node `live` computes, in source order.
+    pub fn covered_by(&self, live: &str) -> Vec<String> {
+        self.original
+            .iter()
+            .filter(|n| self.targets(n).iter().any(|t| t == live))
+            .cloned()
+            .collect()
+    }
+}
