@@ -1,0 +1,212 @@
+//! Deterministic pseudo-random tensors: generated weights (for models without a weights file) and
+//! random inputs (for tests, benchmarks and `mlpc run` without an input file).
+//!
+//! Every tensor has its own random stream, derived from the seed and the tensor's name alone, so
+//! adding, removing or reordering other tensors never changes it. The stream is PCG-64 seeded
+//! through splitmix64 from `seed` and the FNV-1a hash of the name; uniform values take the top 53
+//! bits of each draw. All of this is spelled out here (no library-defined seeding or sampling), so
+//! the values stay the same across dependency upgrades.
+
+use crate::error::{FrontendError, RandomInputError};
+use mlpc_ir::{DType, Dim, Graph, HostTensor};
+use rand_core::RngCore;
+use rand_pcg::Pcg64;
+use std::collections::BTreeMap;
+
+/// The most elements one generated tensor (weight or random input) may have: 2^28, 1 GiB of f32.
+pub const MAX_GENERATED_ELEMENTS: u64 = 1 << 28;
+
+fn splitmix64(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+struct Stream(Pcg64);
+
+impl Stream {
+    fn new(seed: u64, name: &str) -> Stream {
+        let mut s = seed ^ fnv1a(name).rotate_left(17);
+        let w = [
+            splitmix64(&mut s),
+            splitmix64(&mut s),
+            splitmix64(&mut s),
+            splitmix64(&mut s),
+        ];
+        let state = (w[0] as u128) << 64 | w[1] as u128;
+        let stream = (w[2] as u128) << 64 | w[3] as u128;
+        Stream(Pcg64::new(state, stream))
+    }
+
+    /// Uniform in `[0, 1)`.
+    fn unit(&mut self) -> f64 {
+        (self.0.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+fn push(data: &mut Vec<u8>, dtype: DType, v: f64) {
+    match dtype {
+        DType::F32 => data.extend_from_slice(&(v as f32).to_le_bytes()),
+        DType::F16 => data.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
+        DType::Bf16 => data.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
+    }
+}
+
+/// The element count of `shape`, if it is at most [`MAX_GENERATED_ELEMENTS`].
+pub(crate) fn checked_numel(shape: &[u64]) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= MAX_GENERATED_ELEMENTS)
+}
+
+fn tensor(dtype: DType, shape: &[u64], mut next: impl FnMut() -> f64) -> Option<HostTensor> {
+    let n = checked_numel(shape)? as usize;
+    let mut data = Vec::with_capacity(n * dtype.size_bytes());
+    for _ in 0..n {
+        push(&mut data, dtype, next());
+    }
+    let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    HostTensor::from_bytes(dtype, shape, data).ok()
+}
+
+/// Values uniform in `[-bound, bound)` as nn.Linear initialises (`bound = 1/sqrt(in)`), rounded to
+/// `dtype`. `None` if the shape has more than [`MAX_GENERATED_ELEMENTS`] elements.
+pub fn uniform_tensor(
+    seed: u64,
+    name: &str,
+    shape: &[u64],
+    bound: f64,
+    dtype: DType,
+) -> Option<HostTensor> {
+    let mut s = Stream::new(seed, name);
+    tensor(dtype, shape, || (2.0 * s.unit() - 1.0) * bound)
+}
+
+/// Standard normal values (Box-Muller), rounded to `dtype`.
+pub fn normal_tensor(seed: u64, name: &str, shape: &[u64], dtype: DType) -> Option<HostTensor> {
+    let mut s = Stream::new(seed, name);
+    let mut spare: Option<f64> = None;
+    tensor(dtype, shape, || {
+        if let Some(v) = spare.take() {
+            return v;
+        }
+        // 1 - u lies in (0, 1], so the logarithm is finite.
+        let r = (-2.0 * (1.0 - s.unit()).ln()).sqrt();
+        let theta = 2.0 * std::f64::consts::PI * s.unit();
+        spare = Some(r * theta.sin());
+        r * theta.cos()
+    })
+}
+
+/// Random standard-normal inputs for every input of `graph`, each in its declared dtype and shape
+/// with symbolic dims taken from `bindings` (`[("T", 128)]`). Deterministic in `seed` and each
+/// input's name. Bindings of symbols no input uses are ignored.
+pub fn random_inputs(
+    graph: &Graph,
+    bindings: &[(&str, u64)],
+    seed: u64,
+) -> Result<BTreeMap<String, HostTensor>, FrontendError> {
+    let mut bound: BTreeMap<&str, u64> = BTreeMap::new();
+    for &(sym, v) in bindings {
+        if let Some(&first) = bound.get(sym) {
+            if first != v {
+                return Err(FrontendError::RandomInput {
+                    input: graph
+                        .inputs()
+                        .first()
+                        .map(|&i| graph.node(i).name.clone())
+                        .unwrap_or_default(),
+                    error: RandomInputError::Conflict {
+                        symbol: sym.to_string(),
+                        first,
+                        second: v,
+                    },
+                });
+            }
+        }
+        bound.insert(sym, v);
+    }
+    let mut out = BTreeMap::new();
+    for id in graph.inputs() {
+        let node = graph.node(id);
+        let fail = |error| FrontendError::RandomInput {
+            input: node.name.clone(),
+            error,
+        };
+        let mut shape = Vec::with_capacity(node.ty.rank());
+        for d in &node.ty.shape {
+            match d {
+                Dim::Fixed(n) => shape.push(*n),
+                Dim::Sym(s) => match bound.get(&**s) {
+                    Some(0) => {
+                        return Err(fail(RandomInputError::Zero {
+                            symbol: s.to_string(),
+                        }))
+                    }
+                    Some(&v) => shape.push(v),
+                    None => {
+                        let names: Vec<String> = bound.keys().map(|k| format!("`{k}`")).collect();
+                        return Err(fail(RandomInputError::Unbound {
+                            symbol: s.to_string(),
+                            bound: if names.is_empty() {
+                                "none".into()
+                            } else {
+                                names.join(", ")
+                            },
+                        }));
+                    }
+                },
+            }
+        }
+        let t = normal_tensor(seed, &node.name, &shape, node.ty.dtype).ok_or_else(|| {
+            fail(RandomInputError::TooLarge {
+                shape: shape.clone(),
+                limit: MAX_GENERATED_ELEMENTS,
+            })
+        })?;
+        out.insert(node.name.clone(), t);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_depend_on_seed_and_name_only() {
+        let a = uniform_tensor(7, "fc1.weight", &[4, 8], 0.5, DType::F32).unwrap();
+        let b = uniform_tensor(7, "fc1.weight", &[4, 8], 0.5, DType::F32).unwrap();
+        let c = uniform_tensor(7, "fc2.weight", &[4, 8], 0.5, DType::F32).unwrap();
+        let d = uniform_tensor(8, "fc1.weight", &[4, 8], 0.5, DType::F32).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_ne!(a, d);
+        assert!(a.to_f64().iter().all(|v| (-0.5..0.5).contains(v)));
+    }
+
+    #[test]
+    fn normal_values_look_normal() {
+        let t = normal_tensor(1, "x", &[4096], DType::F32).unwrap();
+        let v = t.to_f64();
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / v.len() as f64;
+        assert!(mean.abs() < 0.1, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.1, "variance {var}");
+    }
+
+    #[test]
+    fn oversized_tensors_are_refused() {
+        assert!(uniform_tensor(0, "w", &[1 << 20, 1 << 20], 1.0, DType::F32).is_none());
+        assert!(uniform_tensor(0, "w", &[u64::MAX, 2], 1.0, DType::F32).is_none());
+    }
+}

@@ -1,0 +1,268 @@
+//! Reading and writing safetensors files.
+//!
+//! The format: 8 bytes holding the header length `N` (little-endian u64), `N` bytes of JSON mapping
+//! each tensor name to `{"dtype", "shape", "data_offsets": [begin, end]}` (offsets relative to the
+//! data that follows the header; an optional `"__metadata__"` maps strings to strings), then the
+//! data. The reader is our own so that every problem names the tensor it concerns (a truncated file
+//! says which tensor lies past its end); the writer uses the `safetensors` crate, so what we write
+//! is what every other reader expects.
+
+use crate::error::{FrontendError, TensorFileError};
+use crate::json;
+use mlpc_ir::{DType, HostTensor};
+use serde_json::Value;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+/// Headers larger than this are refused (as the reference implementation does).
+const MAX_HEADER: u64 = 100 * 1024 * 1024;
+
+/// Reads every tensor of a safetensors file. Tensors must be F32, F16 or BF16.
+pub fn read_tensors(path: &Path) -> Result<BTreeMap<String, HostTensor>, FrontendError> {
+    let file = std::fs::File::open(path).map_err(|source| FrontendError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let len = file
+        .metadata()
+        .map_err(|source| FrontendError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .len();
+    if len == 0 {
+        // An empty file cannot be mapped on every platform; it is not a safetensors file anyway.
+        return parse_tensors(&[], path);
+    }
+    // SAFETY: the map is read-only and dropped before returning; every tensor is copied out. If
+    // another process truncates the file meanwhile, reads could fault, as with any mapped file;
+    // model files are not expected to change while they are being loaded.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| FrontendError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_tensors(&map, path)
+}
+
+/// Parses the bytes of a safetensors file; `path` only names the file in errors.
+pub fn parse_tensors(
+    bytes: &[u8],
+    path: &Path,
+) -> Result<BTreeMap<String, HostTensor>, FrontendError> {
+    parse(bytes).map_err(|error| FrontendError::Tensors {
+        path: path.to_path_buf(),
+        error,
+    })
+}
+
+fn info_err(tensor: &str, message: impl Into<String>) -> TensorFileError {
+    TensorFileError::TensorInfo {
+        tensor: tensor.to_string(),
+        message: message.into(),
+    }
+}
+
+fn parse(bytes: &[u8]) -> Result<BTreeMap<String, HostTensor>, TensorFileError> {
+    let Some(len_bytes) = bytes.get(..8) else {
+        return Err(TensorFileError::TooShort { len: bytes.len() });
+    };
+    let mut n = [0u8; 8];
+    n.copy_from_slice(len_bytes);
+    let header_len = u64::from_le_bytes(n);
+    let available = bytes.len() - 8;
+    if header_len > MAX_HEADER || header_len > available as u64 {
+        return Err(TensorFileError::HeaderLength {
+            header: header_len,
+            available,
+        });
+    }
+    let header_end = 8 + header_len as usize;
+    let header =
+        std::str::from_utf8(&bytes[8..header_end]).map_err(|e| TensorFileError::Header {
+            message: format!("not UTF-8: {e}"),
+        })?;
+    let header = json::parse_strict(header).map_err(|e| TensorFileError::Header {
+        message: e.to_string(),
+    })?;
+    let Value::Object(entries) = header else {
+        return Err(TensorFileError::Header {
+            message: format!("expected an object, found {}", json::describe(&header)),
+        });
+    };
+    let data = &bytes[header_end..];
+    let mut out = BTreeMap::new();
+    for (name, info) in &entries {
+        if name == "__metadata__" {
+            continue;
+        }
+        let Value::Object(info) = info else {
+            return Err(info_err(
+                name,
+                format!("expected an object, found {}", json::describe(info)),
+            ));
+        };
+        for k in info.keys() {
+            if !matches!(k.as_str(), "dtype" | "shape" | "data_offsets") {
+                return Err(info_err(name, format!("unknown key `{k}`")));
+            }
+        }
+        let dtype = match info.get("dtype") {
+            Some(Value::String(s)) => s.as_str(),
+            Some(v) => {
+                return Err(info_err(
+                    name,
+                    format!("dtype: expected a string, found {}", json::describe(v)),
+                ))
+            }
+            None => return Err(info_err(name, "missing `dtype`")),
+        };
+        let dtype = match dtype {
+            "F32" => DType::F32,
+            "F16" => DType::F16,
+            "BF16" => DType::Bf16,
+            other => {
+                return Err(TensorFileError::DType {
+                    tensor: name.clone(),
+                    dtype: other.to_string(),
+                })
+            }
+        };
+        let shape: Vec<usize> = match info.get("shape") {
+            Some(Value::Array(dims)) => dims
+                .iter()
+                .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+                .collect::<Option<_>>()
+                .ok_or_else(|| info_err(name, "shape: expected non-negative integers"))?,
+            _ => return Err(info_err(name, "missing or invalid `shape`")),
+        };
+        let (begin, end) = match info.get("data_offsets") {
+            Some(Value::Array(o)) if o.len() == 2 => match (o[0].as_u64(), o[1].as_u64()) {
+                (Some(b), Some(e)) if b <= e => (b, e),
+                _ => {
+                    return Err(info_err(
+                        name,
+                        "data_offsets: expected [begin, end], begin <= end",
+                    ))
+                }
+            },
+            _ => return Err(info_err(name, "missing or invalid `data_offsets`")),
+        };
+        let expected = shape
+            .iter()
+            .try_fold(dtype.size_bytes() as u64, |a, &d| a.checked_mul(d as u64));
+        let Some(expected) = expected else {
+            return Err(info_err(
+                name,
+                format!("the byte size of {dtype}{shape:?} overflows"),
+            ));
+        };
+        if end - begin != expected {
+            return Err(TensorFileError::Size {
+                tensor: name.clone(),
+                dtype,
+                shape,
+                expected,
+                actual: end - begin,
+            });
+        }
+        if end > data.len() as u64 {
+            return Err(TensorFileError::Truncated {
+                tensor: name.clone(),
+                begin,
+                end,
+                len: data.len(),
+            });
+        }
+        let bytes = data[begin as usize..end as usize].to_vec();
+        let t = HostTensor::from_bytes(dtype, shape, bytes)
+            .map_err(|e| info_err(name, e.to_string()))?;
+        out.insert(name.clone(), t);
+    }
+    Ok(out)
+}
+
+/// A [`HostTensor`] as the `safetensors` crate's serializer sees it.
+struct View<'a>(&'a HostTensor);
+
+impl safetensors::View for View<'_> {
+    fn dtype(&self) -> safetensors::Dtype {
+        match self.0.dtype() {
+            DType::F32 => safetensors::Dtype::F32,
+            DType::F16 => safetensors::Dtype::F16,
+            DType::Bf16 => safetensors::Dtype::BF16,
+        }
+    }
+
+    fn shape(&self) -> &[usize] {
+        self.0.shape()
+    }
+
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(self.0.bytes())
+    }
+
+    fn data_len(&self) -> usize {
+        self.0.bytes().len()
+    }
+}
+
+/// Writes `tensors` as a safetensors file. The file appears complete or not at all: the bytes go
+/// to a temporary file in the same directory, which is then renamed over `path`.
+pub fn write_tensors(
+    path: &Path,
+    tensors: &BTreeMap<String, HostTensor>,
+) -> Result<(), FrontendError> {
+    let bytes =
+        safetensors::serialize(tensors.iter().map(|(k, t)| (k, View(t))), &None).map_err(|e| {
+            FrontendError::Tensors {
+                path: path.to_path_buf(),
+                error: TensorFileError::Serialize {
+                    message: e.to_string(),
+                },
+            }
+        })?;
+    let write_err = |source| FrontendError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".mlpc-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(write_err)?;
+    tmp.write_all(&bytes).map_err(write_err)?;
+    tmp.as_file().sync_all().map_err(write_err)?;
+    tmp.persist(path).map_err(|e| write_err(e.error))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_what_the_reference_writer_writes() {
+        let t =
+            HostTensor::from_f64(DType::F16, vec![2, 3], &[1.0, 2.0, 3.0, -1.0, 0.5, 8.0]).unwrap();
+        let bytes = safetensors::serialize([("w", View(&t))], &None).unwrap();
+        let back = parse(&bytes).unwrap();
+        assert_eq!(back["w"], t);
+    }
+
+    #[test]
+    fn header_problems_are_named() {
+        assert_eq!(parse(&[1, 2]), Err(TensorFileError::TooShort { len: 2 }));
+        let mut b = 1000u64.to_le_bytes().to_vec();
+        b.extend_from_slice(b"{}");
+        assert!(matches!(
+            parse(&b),
+            Err(TensorFileError::HeaderLength { header: 1000, .. })
+        ));
+    }
+}
