@@ -1,0 +1,489 @@
+//! GEMM kernels: a plan `gemm` / `dual_gemm` (or an unfused `matmul`) becomes an instantiation of
+//! `GemmMma` (f16, bf16) or `GemmSimt` (f32).
+//!
+//! The operand layouts given to the template come from the buffers' strides, not only from the
+//! node's `MatLayout`: the node says which logical matrix an operand is, the strides say where its
+//! elements are. A matrix operand must have one contiguous dimension; the other becomes the row
+//! stride (`lda`, `ldb`), a literal when fixed and an expression of symbol arguments otherwise.
+
+use crate::cpp::{self, Symbols};
+use crate::view::{is_one, matrix_view, MatrixView};
+use crate::{dim_params, signature, CodegenError, Ctx, CudaKernel, Grid, Launch};
+use mlpc_ir::{DType, Epilogue, Extent, Gemm, MatLayout};
+use smallvec::SmallVec;
+
+/// An unfused `matmul`: `A @ B` with both operands as stored.
+pub fn plain_matmul() -> Gemm {
+    Gemm {
+        a: MatLayout::N,
+        b: MatLayout::N,
+        dual: None,
+        epilogue: SmallVec::new(),
+    }
+}
+
+/// A tile configuration and the template that runs it.
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    bm: u32,
+    bn: u32,
+    bk: u32,
+    /// `MmaConfig`: warps along M and N, stages. `SimtConfig`: the thread block TM x TN.
+    x: u32,
+    y: u32,
+    stages: u32,
+    mma: bool,
+}
+
+impl Config {
+    fn choose(dtype: DType, dual: bool) -> Config {
+        match (dtype, dual) {
+            // 8 warps as 2 x 4, 64 x 32 per warp: 64 accumulators per thread.
+            (DType::F16 | DType::Bf16, false) => Config {
+                bm: 128,
+                bn: 128,
+                bk: 32,
+                x: 2,
+                y: 4,
+                stages: 2,
+                mma: true,
+            },
+            // Two accumulators: 8 warps as 4 x 2, 32 x 32 per warp.
+            (DType::F16 | DType::Bf16, true) => Config {
+                bm: 128,
+                bn: 64,
+                bk: 32,
+                x: 4,
+                y: 2,
+                stages: 2,
+                mma: true,
+            },
+            // 16 x 16 threads with 8 x 8 outputs each.
+            (DType::F32, false) => Config {
+                bm: 128,
+                bn: 128,
+                bk: 8,
+                x: 8,
+                y: 8,
+                stages: 2,
+                mma: false,
+            },
+            // 16 x 16 threads with 4 x 8 outputs each, twice.
+            (DType::F32, true) => Config {
+                bm: 64,
+                bn: 128,
+                bk: 8,
+                x: 4,
+                y: 8,
+                stages: 2,
+                mma: false,
+            },
+        }
+    }
+
+    fn threads(&self) -> u32 {
+        if self.mma {
+            self.x * self.y * 32
+        } else {
+            (self.bm / self.x) * (self.bn / self.y)
+        }
+    }
+
+    /// Mirrors `GemmMma::kSmemBytes` / `GemmSimt::kSmemBytes`; the generated file checks the two
+    /// agree with a `static_assert`.
+    fn smem_bytes(&self, la: MatLayout, lb: MatLayout, dual: bool) -> u32 {
+        let nb = if dual { 2 } else { 1 };
+        if self.mma {
+            let tile = |rows: u32, cols: u32| rows * (cols + 8);
+            let a = match la {
+                MatLayout::N => tile(self.bm, self.bk),
+                MatLayout::T => tile(self.bk, self.bm),
+            };
+            let b = match lb {
+                MatLayout::T => tile(self.bn, self.bk),
+                MatLayout::N => tile(self.bk, self.bn),
+            };
+            self.stages * (a + nb * b) * 2
+        } else {
+            2 * (self.bk * self.bm + nb * self.bk * self.bn) * 4
+        }
+    }
+
+    fn template(&self) -> String {
+        if self.mma {
+            format!(
+                "mlpc::MmaConfig<{}, {}, {}, {}, {}, {}>",
+                self.bm, self.bn, self.bk, self.x, self.y, self.stages
+            )
+        } else {
+            format!(
+                "mlpc::SimtConfig<{}, {}, {}, {}, {}>",
+                self.bm, self.bn, self.bk, self.x, self.y
+            )
+        }
+    }
+}
+
+/// The role of one epilogue operand slot.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SlotKind {
+    Bias,
+    Add,
+    Mul,
+}
+
+impl SlotKind {
+    fn name(self) -> &'static str {
+        match self {
+            SlotKind::Bias => "bias",
+            SlotKind::Add => "add",
+            SlotKind::Mul => "mul",
+        }
+    }
+}
+
+pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
+    let kname = ctx.name();
+    let dtype = ctx.out.ty.dtype;
+    let dual = g.dual.is_some();
+    let nmat = g.matrix_operands();
+
+    let layout_err = |b: &mlpc_ir::Buffer, reason: String| CodegenError::Layout {
+        kernel: kname.clone(),
+        buffer: b.name.clone(),
+        ty: b.ty.to_string(),
+        reason,
+    };
+    let view = |b: &mlpc_ir::Buffer| matrix_view(&b.ty).map_err(|r| layout_err(b, r));
+    let oriented = |b: &mlpc_ir::Buffer, l: MatLayout| {
+        view(b).map(|v| match l {
+            MatLayout::N => v,
+            MatLayout::T => v.transposed(),
+        })
+    };
+    let shape_err = |what: String, expected: &Extent, actual: &Extent| CodegenError::Shape {
+        kernel: kname.clone(),
+        what,
+        expected: expected.to_string(),
+        actual: actual.to_string(),
+    };
+
+    // Logical A [M, K], B [K, N], C [M, N].
+    let a = oriented(ctx.args[0], g.a)?;
+    let b = oriented(ctx.args[1], g.b)?;
+    let c = view(ctx.out)?;
+    let (m, k, n) = (&c.rows, &a.cols, &c.cols);
+    if &a.rows != m {
+        return Err(shape_err(
+            format!("the row count of A `{}`", ctx.args[0].name),
+            m,
+            &a.rows,
+        ));
+    }
+    if &b.rows != k {
+        return Err(shape_err(
+            format!("the row count of B `{}`", ctx.args[1].name),
+            k,
+            &b.rows,
+        ));
+    }
+    if &b.cols != n {
+        return Err(shape_err(
+            format!("the column count of B `{}`", ctx.args[1].name),
+            n,
+            &b.cols,
+        ));
+    }
+    if !is_one(&c.col_stride) && c.cols.as_constant() != Some(1) {
+        return Err(layout_err(
+            ctx.out,
+            format!(
+                "the output's columns must be contiguous, not {} apart",
+                c.col_stride
+            ),
+        ));
+    }
+
+    // Physical layouts: which dimension of each operand is contiguous.
+    let (la, lda) = if is_one(&a.col_stride) {
+        (MatLayout::N, a.row_stride.clone())
+    } else if is_one(&a.row_stride) {
+        (MatLayout::T, a.col_stride.clone())
+    } else {
+        return Err(layout_err(
+            ctx.args[0],
+            "neither M nor K is contiguous".to_string(),
+        ));
+    };
+    let b_phys = |bv: &MatrixView, buf: &mlpc_ir::Buffer| {
+        if is_one(&bv.row_stride) {
+            Ok((MatLayout::T, bv.col_stride.clone()))
+        } else if is_one(&bv.col_stride) {
+            Ok((MatLayout::N, bv.row_stride.clone()))
+        } else {
+            Err(layout_err(buf, "neither K nor N is contiguous".to_string()))
+        }
+    };
+    let (lb, ldb) = b_phys(&b, ctx.args[1])?;
+    let up = if dual {
+        let bu = oriented(ctx.args[2], g.b)?;
+        if bu.rows != b.rows || bu.cols != b.cols {
+            return Err(shape_err(
+                format!("the shape of up B `{}`", ctx.args[2].name),
+                &b.rows.checked_mul(&b.cols).unwrap_or(Extent::constant(0)),
+                &bu.rows.checked_mul(&bu.cols).unwrap_or(Extent::constant(0)),
+            ));
+        }
+        let (lbu, ldbu) = b_phys(&bu, ctx.args[2])?;
+        if lbu != lb {
+            return Err(layout_err(
+                ctx.args[2],
+                format!(
+                    "the up weight is stored {} but the gate weight {}; both must match",
+                    lbu.letter(),
+                    lb.letter()
+                ),
+            ));
+        }
+        Some(ldbu)
+    } else {
+        None
+    };
+
+    // Epilogue operand slots: operand nmat + j is `p.epi[j]`.
+    let n_slots = ctx.args.len() - nmat;
+    let mut slots: Vec<Option<SlotKind>> = vec![None; n_slots];
+    for step in g.all_steps() {
+        let (operand, kind) = match *step {
+            Epilogue::Bias { operand } => (operand, SlotKind::Bias),
+            Epilogue::Add { operand } => (operand, SlotKind::Add),
+            Epilogue::Mul { operand } => (operand, SlotKind::Mul),
+            Epilogue::Act(_) => continue,
+        };
+        let slot = operand
+            .checked_sub(nmat)
+            .filter(|&j| j < n_slots)
+            .ok_or_else(|| CodegenError::Epilogue {
+                kernel: kname.clone(),
+                operand,
+                problem: format!(
+                    "is not one of the epilogue operands {nmat}..{}",
+                    ctx.args.len()
+                ),
+            })?;
+        if slots[slot].replace(kind).is_some() {
+            return Err(CodegenError::Epilogue {
+                kernel: kname.clone(),
+                operand,
+                problem: "is used by two steps".to_string(),
+            });
+        }
+    }
+
+    let mut syms = Symbols::default();
+    let mut epi_lines = Vec::new();
+    let mut arg_names: Vec<String> = vec!["a".into(), "b".into()];
+    if dual {
+        arg_names.push("b_up".into());
+    }
+    for (j, kind) in slots.iter().enumerate() {
+        let operand = nmat + j;
+        let buf = ctx.args[operand];
+        let kind = kind.ok_or_else(|| CodegenError::Epilogue {
+            kernel: kname.clone(),
+            operand,
+            problem: "is not used by any epilogue step".to_string(),
+        })?;
+        let v = view(buf)?;
+        if &v.cols != n {
+            return Err(shape_err(
+                format!("the column count of `{}`", buf.name),
+                n,
+                &v.cols,
+            ));
+        }
+        let row_stride = match kind {
+            SlotKind::Bias if v.rows.as_constant() == Some(1) => Extent::constant(0),
+            SlotKind::Bias => {
+                return Err(shape_err(
+                    format!("the row count of bias `{}`", buf.name),
+                    &Extent::constant(1),
+                    &v.rows,
+                ))
+            }
+            _ if &v.rows == m => v.row_stride.clone(),
+            _ if v.rows.as_constant() == Some(1) => Extent::constant(0),
+            _ => {
+                return Err(shape_err(
+                    format!("the row count of `{}`", buf.name),
+                    m,
+                    &v.rows,
+                ))
+            }
+        };
+        let name = format!("e{j}_{}", kind.name());
+        epi_lines.push(format!(
+            "    p.epi[{j}] = {{{name}, {}, {}}};",
+            syms.expr(&row_stride),
+            syms.expr(&v.col_stride)
+        ));
+        arg_names.push(name);
+    }
+    arg_names.push("out".into());
+
+    let cfg = Config::choose(dtype, dual);
+    let threads = cfg.threads();
+    let smem = cfg.smem_bytes(la, lb, dual);
+    let elem = cpp::elem_type(dtype);
+
+    // Epilogue type and a readable formula.
+    let chain = |steps: &[Epilogue]| -> String {
+        let parts: Vec<String> = steps
+            .iter()
+            .map(|s| match *s {
+                Epilogue::Bias { operand } => format!("mlpc::Bias<{}>", operand - nmat),
+                Epilogue::Add { operand } => format!("mlpc::AddTensor<{}>", operand - nmat),
+                Epilogue::Mul { operand } => format!("mlpc::MulTensor<{}>", operand - nmat),
+                Epilogue::Act(a) => format!("mlpc::Act<{}>", cpp::act_kind(a)),
+            })
+            .collect();
+        format!("mlpc::Chain<{}>", parts.join(", "))
+    };
+    let formula = |steps: &[Epilogue], start: String| -> String {
+        steps.iter().fold(start, |acc, s| match *s {
+            Epilogue::Bias { operand } => format!("{acc} + e{}[n]", operand - nmat),
+            Epilogue::Add { operand } => format!("{acc} + e{}[m, n]", operand - nmat),
+            Epilogue::Mul { operand } => format!("({acc}) * e{}[m, n]", operand - nmat),
+            Epilogue::Act(a) => format!("{}({acc})", a.name()),
+        })
+    };
+    let (epi_type, summary) = match &g.dual {
+        None => (
+            format!("mlpc::SingleEpilogue<{}>", chain(&g.epilogue)),
+            formula(&g.epilogue, "A @ B".to_string()),
+        ),
+        Some(d) => {
+            let gate = formula(&d.gate, "A @ B".to_string());
+            let up = formula(&d.up, "A @ B_up".to_string());
+            (
+                format!(
+                    "mlpc::DualEpilogue<{}, {}, {}>",
+                    chain(&d.gate),
+                    chain(&d.up),
+                    chain(&g.epilogue)
+                ),
+                formula(&g.epilogue, format!("({gate}) * ({up})")),
+            )
+        }
+    };
+
+    let steps_name = |steps: &[Epilogue]| -> Vec<String> {
+        steps
+            .iter()
+            .map(|s| match s {
+                Epilogue::Bias { .. } => "bias".to_string(),
+                Epilogue::Add { .. } => "add".to_string(),
+                Epilogue::Mul { .. } => "mul".to_string(),
+                Epilogue::Act(a) => a.name().to_string(),
+            })
+            .collect()
+    };
+    let mut name_parts: Vec<String> = Vec::new();
+    match &g.dual {
+        None => name_parts.push("gemm".into()),
+        Some(d) => {
+            name_parts.push("dual_gemm".into());
+            name_parts.extend(steps_name(&d.gate));
+            name_parts.push("x".into());
+            name_parts.extend(steps_name(&d.up));
+            if !g.epilogue.is_empty() {
+                name_parts.push("then".into());
+            }
+        }
+    }
+    name_parts.extend(steps_name(&g.epilogue));
+    let entry = format!(
+        "mlpc_{}_{}_{}{}_{}x{}x{}",
+        name_parts.join("_"),
+        dtype.name(),
+        la.letter(),
+        lb.letter(),
+        cfg.bm,
+        cfg.bn,
+        cfg.bk
+    );
+
+    // Body: fill the parameter struct.
+    let mut body = Vec::new();
+    body.push(format!("    mlpc::GemmParams<{elem}, {n_slots}> p;"));
+    body.push("    p.a = a;".to_string());
+    body.push("    p.b = b;".to_string());
+    body.push(format!(
+        "    p.b_up = {};",
+        if dual { "b_up" } else { "nullptr" }
+    ));
+    body.push("    p.c = out;".to_string());
+    body.push(format!("    p.m = {};", syms.expr(m)));
+    body.push(format!("    p.n = {};", syms.expr(n)));
+    body.push(format!("    p.k = {};", syms.expr(k)));
+    body.push(format!("    p.lda = {};", syms.expr(&lda)));
+    body.push(format!("    p.ldb = {};", syms.expr(&ldb)));
+    body.push(format!(
+        "    p.ldb_up = {};",
+        up.as_ref()
+            .map_or_else(|| "0".to_string(), |e| syms.expr(e))
+    ));
+    body.push(format!("    p.ldc = {};", syms.expr(&c.row_stride)));
+    body.extend(epi_lines);
+    body.push("    Kernel::run(p);".to_string());
+
+    let symbols = syms.into_sorted();
+    let template = if cfg.mma { "GemmMma" } else { "GemmSimt" };
+    let include = if cfg.mma {
+        "gemm_mma.cuh"
+    } else {
+        "gemm_simt.cuh"
+    };
+    let mut src = ctx.header(&format!("out[m, n] = {summary}"), &arg_names);
+    src.push_str(&format!("#include \"{include}\"\n\n"));
+    src.push_str("namespace {\n");
+    src.push_str(&format!("using Config = {};\n", cfg.template()));
+    src.push_str(&format!("using Epilogue = {epi_type};\n"));
+    src.push_str(&format!(
+        "using Kernel = mlpc::{template}<{elem}, {}, {}, Config, Epilogue>;\n",
+        cpp::layout(la),
+        cpp::layout(lb)
+    ));
+    src.push_str(&format!(
+        "static_assert(Kernel::kThreads == {threads}, \"block size of the launch description\");\n"
+    ));
+    src.push_str(&format!(
+        "static_assert(Kernel::kSmemBytes == {smem}, \"shared memory of the launch description\");\n"
+    ));
+    src.push_str("}  // namespace\n\n");
+    src.push_str(&format!(
+        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {entry}(\n{}) {{\n",
+        signature(elem, &arg_names, ctx.args.len(), &symbols)
+    ));
+    src.push_str(&body.join("\n"));
+    src.push_str("\n}\n");
+
+    let mut params = ctx.buffer_params();
+    params.extend(dim_params(&symbols));
+    Ok(CudaKernel {
+        name: kname.clone(),
+        entry,
+        source: src,
+        launch: Launch {
+            block: [threads, 1, 1],
+            smem_bytes: smem,
+            grid: Grid::Tiles {
+                m: m.clone(),
+                n: n.clone(),
+                tile_m: cfg.bm,
+                tile_n: cfg.bn,
+            },
+        },
+        params,
+    })
+}

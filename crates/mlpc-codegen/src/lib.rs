@@ -1,0 +1,414 @@
+//! mlpc's CUDA code generator: every kernel of a [`Plan`] becomes a small CUDA C++ file that
+//! instantiates the templates of `kernels-templates/` from a typed parameter struct.
+//!
+//! **Architecture invariant:** this crate is pure. A plan goes in, CUDA text and a launch
+//! description come out, deterministically; it touches no file, no NVRTC and no driver. The
+//! templates are compiled into the crate ([`headers`]) and handed to NVRTC as in-memory headers by
+//! `mlpc-jit`.
+//!
+//! # Kernel families
+//! - `gemm` / `dual_gemm` plan kernels (and unfused `matmul`): f16 and bf16 on tensor cores
+//!   (`gemm_mma.cuh`, `mma.sync` m16n8k16, f32 accumulation); f32 on the FFMA pipes
+//!   (`gemm_simt.cuh`, exact f32: `allow_tf32` permits but never forces TF32, and no TF32 path
+//!   exists yet). The epilogue chain (bias, activations, residual add, mul, and the dual form
+//!   `epi(gate(A Bg) * up(A Bu))`) is a compile-time type applied in registers.
+//! - `add`, `mul`, activations and `transpose` (materialising a view): `elementwise.cuh`, over
+//!   rank <= 4 operands with any strides and right-aligned broadcasting.
+//!
+//! # Kernel ABI
+//! Everything a runtime needs to launch a kernel is in [`CudaKernel`] (serde-serialisable); it
+//! never needs to know the templates.
+//! - Arguments, in [`CudaKernel::params`] order: one device pointer per plan-kernel argument
+//!   (`Kernel::args`, in operand order), then one for the output buffer (`Kernel::out`), each
+//!   pointing at the buffer's first element; then one `long long` (i64) per symbolic dimension the
+//!   kernel uses, in sorted order of the symbol names. Fixed dims are literals in the source.
+//! - Launch: `block` threads, `smem_bytes` of dynamic shared memory, grid from [`Grid`] (see
+//!   [`Launch::grid`]). A grid with a zero dimension means there is nothing to compute: skip the
+//!   launch. When `smem_bytes` exceeds 48 KiB the runtime must first raise the function's
+//!   `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` to `smem_bytes` (no kernel emitted today
+//!   needs it).
+//! - Kernels are correct for any base alignment and any dims; aligned operands (16 bytes, row
+//!   strides multiples of 16 bytes) take vectorised paths.
+
+mod cpp;
+mod elementwise;
+mod error;
+mod gemm;
+pub mod samples;
+mod view;
+
+pub use error::{CodegenError, LaunchError};
+
+use mlpc_ir::{Bindings, BufferId, Extent, Kernel, Op, Plan};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Target GPU architecture. Every template path emitted today runs on all of them; the choice is
+/// passed on to NVRTC (`--gpu-architecture`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub enum Arch {
+    /// Ampere (A100).
+    #[serde(rename = "sm_80")]
+    Sm80,
+    /// Hopper (H100, H200), portable PTX features only.
+    #[default]
+    #[serde(rename = "sm_90")]
+    Sm90,
+    /// Hopper with the arch-specific features (wgmma, setmaxnreg).
+    #[serde(rename = "sm_90a")]
+    Sm90a,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 3] = [Arch::Sm80, Arch::Sm90, Arch::Sm90a];
+
+    /// The NVRTC name, e.g. `sm_90`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Sm80 => "sm_80",
+            Arch::Sm90 => "sm_90",
+            Arch::Sm90a => "sm_90a",
+        }
+    }
+
+    /// Parses `sm_80`, `sm_90`, `sm_90a` (also with a `cuda:` prefix, as in `--target cuda:sm_90`).
+    pub fn parse(s: &str) -> Option<Arch> {
+        let s = s.strip_prefix("cuda:").unwrap_or(s);
+        Arch::ALL.into_iter().find(|a| a.name() == s)
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodegenOptions {
+    pub arch: Arch,
+    /// Permission (from the model) to compute f32 GEMMs in TF32. Not used yet: f32 stays exact.
+    pub allow_tf32: bool,
+}
+
+/// One generated kernel: source, entry point and how to launch it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaKernel {
+    /// The plan kernel's name (unique in the plan); artifact files are named after it.
+    pub name: String,
+    /// The `extern "C"` symbol of the entry point, e.g. `mlpc_gemm_bias_gelu_tanh_bf16_nt_128x128x32`.
+    pub entry: String,
+    /// The `.cu` text; it includes the headers of [`headers`].
+    pub source: String,
+    pub launch: Launch,
+    /// The entry's arguments, in order.
+    pub params: Vec<Param>,
+}
+
+impl CudaKernel {
+    /// The kernel as one reviewable text: entry, launch rule and arguments as JSON, then the
+    /// source. Snapshot tests store this.
+    pub fn listing(&self) -> String {
+        // Serialising these plain structs cannot fail.
+        let launch = serde_json::to_string(&self.launch).unwrap_or_default();
+        let params = serde_json::to_string(&self.params).unwrap_or_default();
+        format!(
+            "entry: {}\nlaunch: {launch}\nparams: {params}\n\n{}",
+            self.entry, self.source
+        )
+    }
+}
+
+/// One argument of a kernel entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Param {
+    /// A device pointer to the first element of a plan buffer.
+    Buffer { buffer: BufferId },
+    /// The run-time value of a symbolic dimension, as a signed 64-bit integer (`long long`).
+    Dim { symbol: String },
+}
+
+/// How to launch a kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launch {
+    /// Threads per block.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub smem_bytes: u32,
+    pub grid: Grid,
+}
+
+/// How the grid follows from the problem size, which may depend on symbols.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Grid {
+    /// One block per `tile_m x tile_n` tile of an `[m, n]` output:
+    /// `[ceil(m / tile_m), ceil(n / tile_n), 1]`.
+    Tiles {
+        m: Extent,
+        n: Extent,
+        tile_m: u32,
+        tile_n: u32,
+    },
+    /// One block per `per_block` consecutive elements: `[ceil(numel / per_block), 1, 1]`.
+    Elements { numel: Extent, per_block: u32 },
+}
+
+impl Launch {
+    /// The grid for the symbol values in `bindings`. A zero dimension means an empty problem:
+    /// the launch must be skipped.
+    pub fn grid(&self, bindings: &Bindings) -> Result<[u32; 3], LaunchError> {
+        let resolve = |e: &Extent| {
+            e.syms
+                .iter()
+                .find(|s| bindings.get(s).is_none())
+                .map(|s| LaunchError::Unbound {
+                    symbol: s.to_string(),
+                })
+                .map_or_else(|| Ok(e.resolve(bindings).unwrap_or(u64::MAX)), Err)
+        };
+        let blocks = |axis: usize, n: u64, per: u32, limit: u64| {
+            let b = n.div_ceil(u64::from(per.max(1)));
+            if b > limit {
+                Err(LaunchError::GridTooLarge {
+                    axis,
+                    blocks: b,
+                    limit,
+                })
+            } else {
+                Ok(b as u32)
+            }
+        };
+        match &self.grid {
+            Grid::Tiles {
+                m,
+                n,
+                tile_m,
+                tile_n,
+            } => Ok([
+                blocks(0, resolve(m)?, *tile_m, (1 << 31) - 1)?,
+                blocks(1, resolve(n)?, *tile_n, 65535)?,
+                1,
+            ]),
+            Grid::Elements { numel, per_block } => {
+                Ok([blocks(0, resolve(numel)?, *per_block, (1 << 31) - 1)?, 1, 1])
+            }
+        }
+    }
+}
+
+/// The kernel templates as `(include name, text)` pairs, for NVRTC's in-memory headers.
+pub fn headers() -> Vec<(&'static str, &'static str)> {
+    vec![
+        (
+            "common.cuh",
+            include_str!("../../../kernels-templates/common.cuh"),
+        ),
+        (
+            "gemm_mma.cuh",
+            include_str!("../../../kernels-templates/gemm_mma.cuh"),
+        ),
+        (
+            "gemm_simt.cuh",
+            include_str!("../../../kernels-templates/gemm_simt.cuh"),
+        ),
+        (
+            "elementwise.cuh",
+            include_str!("../../../kernels-templates/elementwise.cuh"),
+        ),
+    ]
+}
+
+/// Generates every kernel of `plan`, in launch order.
+pub fn generate(plan: &Plan, opts: &CodegenOptions) -> Result<Vec<CudaKernel>, CodegenError> {
+    plan.kernels
+        .iter()
+        .map(|k| generate_kernel(plan, k, opts))
+        .collect()
+}
+
+/// Generates one kernel of `plan`.
+pub fn generate_kernel(
+    plan: &Plan,
+    kernel: &Kernel,
+    opts: &CodegenOptions,
+) -> Result<CudaKernel, CodegenError> {
+    let ctx = Ctx::new(plan, kernel, opts)?;
+    match &kernel.op {
+        Op::Gemm(g) => gemm::generate(&ctx, g),
+        Op::MatMul => gemm::generate(&ctx, &gemm::plain_matmul()),
+        Op::Add | Op::Mul | Op::Act(_) | Op::Transpose => elementwise::generate(&ctx),
+        Op::Input | Op::Weight => Err(CodegenError::UnsupportedOp {
+            kernel: kernel.name.clone(),
+            op: kernel.op.mnemonic().to_string(),
+        }),
+    }
+}
+
+/// What every kernel generator needs: the plan kernel and its buffers, resolved and checked.
+pub(crate) struct Ctx<'a> {
+    pub kernel: &'a Kernel,
+    pub opts: &'a CodegenOptions,
+    pub args: Vec<&'a mlpc_ir::Buffer>,
+    pub out: &'a mlpc_ir::Buffer,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(
+        plan: &'a Plan,
+        kernel: &'a Kernel,
+        opts: &'a CodegenOptions,
+    ) -> Result<Ctx<'a>, CodegenError> {
+        let get = |id: BufferId| {
+            plan.buffers
+                .get(id)
+                .ok_or_else(|| CodegenError::NoSuchBuffer {
+                    kernel: kernel.name.clone(),
+                    buffer: id,
+                })
+        };
+        let args = kernel
+            .args
+            .iter()
+            .map(|&id| get(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = get(kernel.out)?;
+        let expected = kernel.op.arity();
+        if args.len() != expected {
+            return Err(CodegenError::Arity {
+                kernel: kernel.name.clone(),
+                op: kernel.op.mnemonic().to_string(),
+                expected,
+                actual: args.len(),
+            });
+        }
+        let dtype = out.ty.dtype;
+        if let Some(b) = args.iter().find(|b| b.ty.dtype != dtype) {
+            return Err(CodegenError::DType {
+                kernel: kernel.name.clone(),
+                buffer: b.name.clone(),
+                expected: dtype,
+                actual: b.ty.dtype,
+            });
+        }
+        Ok(Ctx {
+            kernel,
+            opts,
+            args,
+            out,
+        })
+    }
+
+    pub fn name(&self) -> String {
+        self.kernel.name.clone()
+    }
+
+    /// The params for the buffers: args in order, then the output.
+    pub fn buffer_params(&self) -> Vec<Param> {
+        self.kernel
+            .args
+            .iter()
+            .chain(std::iter::once(&self.kernel.out))
+            .map(|&buffer| Param::Buffer { buffer })
+            .collect()
+    }
+
+    /// The header comment common to every generated file.
+    pub fn header(&self, summary: &str, arg_names: &[String]) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "// mlpc kernel `{}` ({}), target {}.\n",
+            self.kernel.name,
+            self.kernel.op.mnemonic(),
+            self.opts.arch
+        ));
+        if !self.kernel.covers.is_empty() {
+            s.push_str(&format!("// Covers: {}.\n", self.kernel.covers.join(", ")));
+        }
+        s.push_str(&format!("// {summary}\n"));
+        let width = arg_names.iter().map(|n| n.len()).max().unwrap_or(0);
+        for (name, b) in arg_names.iter().zip(&self.args) {
+            s.push_str(&format!("//   {name:width$} <- `{}` {}\n", b.name, b.ty));
+        }
+        if let Some(name) = arg_names.get(self.args.len()) {
+            s.push_str(&format!(
+                "//   {name:width$} -> `{}` {}\n",
+                self.out.name, self.out.ty
+            ));
+        }
+        s.push_str("// Generated by mlpc-codegen from kernels-templates/; do not edit.\n");
+        s
+    }
+}
+
+/// The C++ signature lines of an entry: buffer pointers (the output last, non-const), then one
+/// `long long` per symbol.
+pub(crate) fn signature(
+    elem: &str,
+    arg_names: &[String],
+    n_inputs: usize,
+    symbols: &[String],
+) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    for (i, name) in arg_names.iter().enumerate() {
+        if i < n_inputs {
+            lines.push(format!("    const {elem}* __restrict__ {name}"));
+        } else {
+            lines.push(format!("    {elem}* __restrict__ {name}"));
+        }
+    }
+    for s in symbols {
+        lines.push(format!("    long long {}", cpp::sym_arg(s)));
+    }
+    lines.join(",\n")
+}
+
+/// Params for symbol arguments, in the order of [`signature`].
+pub(crate) fn dim_params(symbols: &[String]) -> impl Iterator<Item = Param> + '_ {
+    symbols.iter().map(|s| Param::Dim { symbol: s.clone() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlpc_ir::Dim;
+
+    #[test]
+    fn grids_follow_the_bindings() {
+        let launch = Launch {
+            block: [256, 1, 1],
+            smem_bytes: 0,
+            grid: Grid::Tiles {
+                m: Extent::of_dim(&Dim::sym("T")),
+                n: Extent::constant(3072),
+                tile_m: 128,
+                tile_n: 128,
+            },
+        };
+        let mut b = Bindings::new();
+        assert_eq!(
+            launch.grid(&b),
+            Err(LaunchError::Unbound {
+                symbol: "T".to_string()
+            })
+        );
+        b.bind(&"T".into(), 129).unwrap();
+        assert_eq!(launch.grid(&b), Ok([2, 24, 1]));
+        let mut z = Bindings::new();
+        z.bind(&"T".into(), 0).unwrap();
+        assert_eq!(launch.grid(&z), Ok([0, 24, 1]));
+    }
+
+    #[test]
+    fn arch_names_round_trip() {
+        for a in Arch::ALL {
+            assert_eq!(Arch::parse(a.name()), Some(a));
+        }
+        assert_eq!(Arch::parse("cuda:sm_90a"), Some(Arch::Sm90a));
+        assert_eq!(Arch::parse("sm_75"), None);
+        assert_eq!(serde_json::to_string(&Arch::Sm90a).unwrap(), "\"sm_90a\"");
+    }
+}

@@ -1,0 +1,335 @@
+//! Hand-built plans that reach every template path: single and dual GEMMs in each dtype, every
+//! epilogue step, both layouts of each operand, odd and unit dims, symbolic and flattened batch
+//! dims, broadcasts and strided views in elementwise kernels. The snapshot tests of this crate and
+//! the NVRTC tests of `mlpc-jit` run over [`all`].
+
+use mlpc_ir::{
+    Activation, Buffer, BufferId, BufferKind, DType, Dim, Dual, Epilogue, EpilogueChain, Gemm,
+    Kernel, MatLayout, Op, Plan, Shape, TensorType,
+};
+use smallvec::smallvec;
+
+/// Builds a [`Plan`] buffer by buffer and kernel by kernel.
+pub struct PlanBuilder {
+    plan: Plan,
+}
+
+fn dim(d: &str) -> Dim {
+    d.parse::<u64>().map_or_else(|_| Dim::sym(d), Dim::Fixed)
+}
+
+/// A shape from dims written as numbers or symbol names, e.g. `["T", "768"]`.
+pub fn shape(dims: &[&str]) -> Shape {
+    dims.iter().map(|d| dim(d)).collect()
+}
+
+impl PlanBuilder {
+    pub fn new(name: &str, dtype: DType) -> PlanBuilder {
+        PlanBuilder {
+            plan: Plan {
+                name: name.to_string(),
+                dtype,
+                buffers: Vec::new(),
+                kernels: Vec::new(),
+                outputs: Vec::new(),
+                guards: Vec::new(),
+            },
+        }
+    }
+
+    pub fn buffer(&mut self, name: &str, kind: BufferKind, ty: TensorType) -> BufferId {
+        self.plan.buffers.push(Buffer {
+            name: name.to_string(),
+            kind,
+            ty,
+        });
+        if kind == BufferKind::Output {
+            self.plan
+                .outputs
+                .push((name.to_string(), self.plan.buffers.len() - 1));
+        }
+        self.plan.buffers.len() - 1
+    }
+
+    /// A row-major buffer of the plan's dtype.
+    pub fn dense(&mut self, name: &str, kind: BufferKind, dims: &[&str]) -> BufferId {
+        let ty = TensorType::contiguous(self.plan.dtype, shape(dims));
+        self.buffer(name, kind, ty)
+    }
+
+    pub fn kernel(&mut self, name: &str, op: Op, args: &[BufferId], out: BufferId) -> &mut Self {
+        self.plan.kernels.push(Kernel {
+            name: name.to_string(),
+            op,
+            covers: vec![self.plan.buffers[out].name.clone()],
+            args: args.to_vec(),
+            out,
+        });
+        self
+    }
+
+    pub fn finish(self) -> Plan {
+        self.plan
+    }
+}
+
+fn gemm(a: MatLayout, b: MatLayout, epilogue: EpilogueChain) -> Op {
+    Op::Gemm(Gemm {
+        a,
+        b,
+        dual: None,
+        epilogue,
+    })
+}
+
+fn dual_gemm(gate: EpilogueChain, up: EpilogueChain, epilogue: EpilogueChain) -> Op {
+    Op::Gemm(Gemm {
+        a: MatLayout::N,
+        b: MatLayout::T,
+        dual: Some(Dual { gate, up }),
+        epilogue,
+    })
+}
+
+use BufferKind::{Input, Intermediate, Output, Weight};
+use MatLayout::{N, T};
+
+/// `y = x W^T + b`, bf16, x `[T, 768]`, W `[3072, 768]`.
+pub fn linear_bias_bf16() -> Plan {
+    let mut p = PlanBuilder::new("linear_bias_bf16", DType::Bf16);
+    let x = p.dense("x", Input, &["T", "768"]);
+    let w = p.dense("fc.weight", Weight, &["3072", "768"]);
+    let b = p.dense("fc.bias", Weight, &["3072"]);
+    let y = p.dense("y", Output, &["T", "3072"]);
+    let op = gemm(N, T, smallvec![Epilogue::Bias { operand: 2 }]);
+    p.kernel("gemm_bias_bf16_nt_0", op, &[x, w, b], y);
+    p.finish()
+}
+
+/// `y = gelu_tanh(x W^T + b)`, bf16.
+pub fn linear_gelu_tanh_bf16() -> Plan {
+    let mut p = PlanBuilder::new("linear_gelu_tanh_bf16", DType::Bf16);
+    let x = p.dense("x", Input, &["T", "768"]);
+    let w = p.dense("fc.weight", Weight, &["3072", "768"]);
+    let b = p.dense("fc.bias", Weight, &["3072"]);
+    let y = p.dense("y", Output, &["T", "3072"]);
+    let op = gemm(
+        N,
+        T,
+        smallvec![
+            Epilogue::Bias { operand: 2 },
+            Epilogue::Act(Activation::GeluTanh)
+        ],
+    );
+    p.kernel("gemm_bias_gelu_tanh_bf16_nt_0", op, &[x, w, b], y);
+    p.finish()
+}
+
+/// A SwiGLU MLP with a residual, bf16: `y = (silu(x Wg^T) * (x Wu^T)) Wd^T + x`.
+pub fn swiglu_residual_bf16() -> Plan {
+    let mut p = PlanBuilder::new("swiglu_residual_bf16", DType::Bf16);
+    let x = p.dense("x", Input, &["T", "512"]);
+    let wg = p.dense("gate.weight", Weight, &["1376", "512"]);
+    let wu = p.dense("up.weight", Weight, &["1376", "512"]);
+    let wd = p.dense("down.weight", Weight, &["512", "1376"]);
+    let h = p.dense("h", Intermediate, &["T", "1376"]);
+    let y = p.dense("y", Output, &["T", "512"]);
+    let gate = smallvec![Epilogue::Act(Activation::Silu)];
+    p.kernel(
+        "dual_gemm_silu_bf16_nt_0",
+        dual_gemm(gate, smallvec![], smallvec![]),
+        &[x, wg, wu],
+        h,
+    );
+    let down = gemm(N, T, smallvec![Epilogue::Add { operand: 2 }]);
+    p.kernel("gemm_add_bf16_nt_1", down, &[h, wd, x], y);
+    p.finish()
+}
+
+/// `y = relu(x W^T + b) + x` in f16 with batch dims `[B, T, 512]` flattened into M.
+pub fn batched_residual_f16() -> Plan {
+    let mut p = PlanBuilder::new("batched_residual_f16", DType::F16);
+    let x = p.dense("x", Input, &["B", "T", "512"]);
+    let w = p.dense("fc.weight", Weight, &["512", "512"]);
+    let b = p.dense("fc.bias", Weight, &["512"]);
+    let y = p.dense("y", Output, &["B", "T", "512"]);
+    let op = gemm(
+        N,
+        T,
+        smallvec![
+            Epilogue::Bias { operand: 2 },
+            Epilogue::Act(Activation::Relu),
+            Epilogue::Add { operand: 3 }
+        ],
+    );
+    p.kernel("gemm_bias_relu_add_f16_nt_0", op, &[x, w, b, x], y);
+    p.finish()
+}
+
+/// A GeGLU with biases and a gating product, f16: `y = (gelu(x Wg^T + bg) * (x Wu^T + bu)) * s`.
+pub fn geglu_mul_f16() -> Plan {
+    let mut p = PlanBuilder::new("geglu_mul_f16", DType::F16);
+    let x = p.dense("x", Input, &["T", "256"]);
+    let s = p.dense("s", Input, &["T", "384"]);
+    let wg = p.dense("gate.weight", Weight, &["384", "256"]);
+    let wu = p.dense("up.weight", Weight, &["384", "256"]);
+    let bg = p.dense("gate.bias", Weight, &["384"]);
+    let bu = p.dense("up.bias", Weight, &["384"]);
+    let y = p.dense("y", Output, &["T", "384"]);
+    let op = dual_gemm(
+        smallvec![
+            Epilogue::Bias { operand: 3 },
+            Epilogue::Act(Activation::Gelu)
+        ],
+        smallvec![Epilogue::Bias { operand: 4 }],
+        smallvec![Epilogue::Mul { operand: 5 }],
+    );
+    p.kernel(
+        "dual_gemm_bias_gelu_bias_mul_f16_nt_0",
+        op,
+        &[x, wg, wu, bg, bu, s],
+        y,
+    );
+    p.finish()
+}
+
+/// Shapes that fit no tile and no vector: M = 1, odd K = 7, N = 5, bf16, sigmoid.
+pub fn tiny_odd_bf16() -> Plan {
+    let mut p = PlanBuilder::new("tiny_odd_bf16", DType::Bf16);
+    let x = p.dense("x", Input, &["1", "7"]);
+    let w = p.dense("fc.weight", Weight, &["5", "7"]);
+    let b = p.dense("fc.bias", Weight, &["5"]);
+    let y = p.dense("y", Output, &["1", "5"]);
+    let op = gemm(
+        N,
+        T,
+        smallvec![
+            Epilogue::Bias { operand: 2 },
+            Epilogue::Act(Activation::Sigmoid)
+        ],
+    );
+    p.kernel("gemm_bias_sigmoid_bf16_nt_0", op, &[x, w, b], y);
+    p.finish()
+}
+
+/// Transposed layouts in bf16: A read from a row-major `[67, T]` input (`x^T`, row stride T, a
+/// symbol) and B a row-major `[67, 33]` weight (n contiguous, odd row stride): `tanh(x^T W)`.
+pub fn transposed_operands_bf16() -> Plan {
+    let mut p = PlanBuilder::new("transposed_operands_bf16", DType::Bf16);
+    let x = p.dense("x", Input, &["67", "T"]);
+    let w = p.dense("w", Weight, &["67", "33"]);
+    let y = p.dense("y", Output, &["T", "33"]);
+    let op = gemm(T, N, smallvec![Epilogue::Act(Activation::Tanh)]);
+    p.kernel("gemm_tanh_bf16_tn_0", op, &[x, w], y);
+    p.finish()
+}
+
+/// An unfused matmul, f16: `y = x @ w` with `w` a row-major `[96, 40]` weight.
+pub fn matmul_f16() -> Plan {
+    let mut p = PlanBuilder::new("matmul_f16", DType::F16);
+    let x = p.dense("x", Input, &["T", "96"]);
+    let w = p.dense("w", Weight, &["96", "40"]);
+    let y = p.dense("y", Output, &["T", "40"]);
+    p.kernel("matmul_f16_0", Op::MatMul, &[x, w], y);
+    p.finish()
+}
+
+/// The GPT-2 MLP in f32: `y = (gelu_tanh(x W1^T + b1)) W2^T + b2`, two kernels.
+pub fn gpt2_mlp_f32() -> Plan {
+    let mut p = PlanBuilder::new("gpt2_mlp_f32", DType::F32);
+    let x = p.dense("x", Input, &["T", "768"]);
+    let w1 = p.dense("fc1.weight", Weight, &["3072", "768"]);
+    let b1 = p.dense("fc1.bias", Weight, &["3072"]);
+    let w2 = p.dense("fc2.weight", Weight, &["768", "3072"]);
+    let b2 = p.dense("fc2.bias", Weight, &["768"]);
+    let h = p.dense("h", Intermediate, &["T", "3072"]);
+    let y = p.dense("y", Output, &["T", "768"]);
+    let fc1 = gemm(
+        N,
+        T,
+        smallvec![
+            Epilogue::Bias { operand: 2 },
+            Epilogue::Act(Activation::GeluTanh)
+        ],
+    );
+    p.kernel("gemm_bias_gelu_tanh_f32_nt_0", fc1, &[x, w1, b1], h);
+    let fc2 = gemm(N, T, smallvec![Epilogue::Bias { operand: 2 }]);
+    p.kernel("gemm_bias_f32_nt_1", fc2, &[h, w2, b2], y);
+    p.finish()
+}
+
+/// A SwiGLU gate/up in f32 with odd K and a transposed activation input:
+/// `y = silu(x^T Wg^T) * (x^T Wu^T)` with x stored `[101, T]`.
+pub fn swiglu_f32() -> Plan {
+    let mut p = PlanBuilder::new("swiglu_f32", DType::F32);
+    let x = p.dense("x", Input, &["101", "T"]);
+    let wg = p.dense("gate.weight", Weight, &["200", "101"]);
+    let wu = p.dense("up.weight", Weight, &["200", "101"]);
+    let y = p.dense("y", Output, &["T", "200"]);
+    let op = Op::Gemm(Gemm {
+        a: T,
+        b: T,
+        dual: Some(Dual {
+            gate: smallvec![Epilogue::Act(Activation::Silu)],
+            up: smallvec![],
+        }),
+        epilogue: smallvec![],
+    });
+    p.kernel("dual_gemm_silu_f32_tt_0", op, &[x, wg, wu], y);
+    p.finish()
+}
+
+/// Elementwise kernels in `dtype`: `a = x + y` with `y` a transposed view (strides `[1, T]`),
+/// `z` materialising the transpose of the `[64, T]` input `u`, `m = a * z`, `r = m + bias` (a
+/// row broadcast) and `o = gelu(r)`.
+pub fn elementwise(dtype: DType) -> Plan {
+    let mut p = PlanBuilder::new(&format!("elementwise_{}", dtype.name()), dtype);
+    let x = p.dense("x", Input, &["T", "64"]);
+    let mut yt = TensorType::contiguous(dtype, shape(&["64", "T"]));
+    yt.shape.swap(0, 1);
+    yt.strides.swap(0, 1);
+    let y = p.buffer("y", Input, yt);
+    let u = p.dense("u", Input, &["64", "T"]);
+    let bias = p.dense("bias", Weight, &["64"]);
+    let a = p.dense("a", Intermediate, &["T", "64"]);
+    let z = p.dense("z", Intermediate, &["T", "64"]);
+    let m = p.dense("m", Intermediate, &["T", "64"]);
+    let r = p.dense("r", Intermediate, &["T", "64"]);
+    let o = p.dense("o", Output, &["T", "64"]);
+    let d = dtype.name();
+    p.kernel(&format!("add_{d}_0"), Op::Add, &[x, y], a);
+    p.kernel(&format!("transpose_{d}_1"), Op::Transpose, &[u], z);
+    p.kernel(&format!("mul_{d}_2"), Op::Mul, &[a, z], m);
+    p.kernel(&format!("add_{d}_3"), Op::Add, &[m, bias], r);
+    p.kernel(&format!("gelu_{d}_4"), Op::Act(Activation::Gelu), &[r], o);
+    p.finish()
+}
+
+/// Every sample plan.
+pub fn all() -> Vec<Plan> {
+    vec![
+        linear_bias_bf16(),
+        linear_gelu_tanh_bf16(),
+        swiglu_residual_bf16(),
+        batched_residual_f16(),
+        geglu_mul_f16(),
+        tiny_odd_bf16(),
+        transposed_operands_bf16(),
+        matmul_f16(),
+        gpt2_mlp_f32(),
+        swiglu_f32(),
+        elementwise(DType::F32),
+        elementwise(DType::Bf16),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_sample_plan_is_well_formed() {
+        for p in super::all() {
+            p.check()
+                .unwrap_or_else(|e| panic!("plan `{}`: {e:?}", p.name));
+        }
+    }
+}
