@@ -202,3 +202,42 @@ pub fn run_pass(p: &dyn Pass, g: &mut Graph, prov: &mut Provenance) -> bool {
     mlpc_ir::verify(g).unwrap_or_else(|e| panic!("after {}: {e}\n{g}", p.name()));
     changed
 }
+
+/// The same graph computed in f32: inputs retyped, weights widened exactly. An oracle for bf16
+/// and f16 graphs, whose own roundings it does not have.
+pub fn widened(g: &Graph) -> Graph {
+    let mut w = Graph::new(g.name.clone());
+    let mut map: BTreeMap<NodeId, NodeId> = BTreeMap::new();
+    for n in g.topo_order().unwrap() {
+        let node = g.node(n);
+        let new = match &node.op {
+            Op::Input => w.add_input(
+                node.name.clone(),
+                TensorType::contiguous(DType::F32, node.ty.shape.clone()),
+            ),
+            Op::Weight => w
+                .add_weight(
+                    node.name.clone(),
+                    g.weight(&node.name).unwrap().cast(DType::F32),
+                )
+                .unwrap(),
+            op => {
+                let ops: Vec<NodeId> = g.operands(n).iter().map(|o| map[o]).collect();
+                w.add(node.name.clone(), op.clone(), &ops).unwrap()
+            }
+        };
+        map.insert(n, new);
+    }
+    for o in g.outputs() {
+        w.add_output(o.name.clone(), map[&o.node]);
+    }
+    w
+}
+
+/// Inputs of `g` converted to f32, for [`widened`].
+pub fn widened_inputs(inputs: &BTreeMap<String, HostTensor>) -> BTreeMap<String, HostTensor> {
+    inputs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.cast(DType::F32)))
+        .collect()
+}
