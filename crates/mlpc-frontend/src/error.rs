@@ -239,7 +239,7 @@ pub enum TensorFileError {
     TooShort { len: usize },
     #[error("not a safetensors file: the header length {header} exceeds the {available} byte(s) after it")]
     HeaderLength { header: u64, available: usize },
-    #[error("the header is not valid JSON: {message}")]
+    #[error("invalid header: {message}")]
     Header { message: String },
     #[error("tensor `{tensor}`: {message}")]
     TensorInfo { tensor: String, message: String },

@@ -253,7 +253,8 @@ fn fixed_text(dims: &[u64]) -> String {
 
 /// The candidate closest to `s` in edit distance, if close enough to be a likely typo.
 fn closest<'c>(s: &str, candidates: impl IntoIterator<Item = &'c str>) -> Hint {
-    let max = (s.chars().count() / 3).max(1);
+    // Names shorter than three characters get no hint: every short name is "close" to them.
+    let max = s.chars().count() / 3;
     let best = candidates
         .into_iter()
         .map(|c| (edit_distance(s, c), c))
@@ -262,18 +263,30 @@ fn closest<'c>(s: &str, candidates: impl IntoIterator<Item = &'c str>) -> Hint {
     Hint(best.map(|(_, c)| c.to_string()))
 }
 
+/// Edit distance counting insertions, deletions, substitutions and swaps of adjacent characters.
 fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
     }
-    prev[b.len()]
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// Where a name was defined, for duplicate-name messages.
@@ -985,11 +998,11 @@ fn layers_form(b: &mut Builder<'_>, layers_v: &Value, inputs: &[NodeId]) -> R<()
         } else if let Some(a) = Activation::parse(op) {
             acts += 1;
             r.keys(m, &at, &["op", "name"])?;
-            let name = match m.get("name") {
-                Some(v) => r.name(v, &at.key("name"))?.to_string(),
-                None => format!("act{acts}"),
+            let (name, name_at) = match m.get("name") {
+                Some(v) => (r.name(v, &at.key("name"))?.to_string(), at.key("name")),
+                None => (format!("act{acts}"), at.clone()),
             };
-            b.define(&name, Def::Layer(at.clone()), &at)?;
+            b.define(&name, Def::Layer(at.clone()), &name_at)?;
             cur = b.add(&name, Op::Act(a), &[cur], &at)?;
         } else {
             return Err(r.err(
@@ -1009,9 +1022,9 @@ fn layers_form(b: &mut Builder<'_>, layers_v: &Value, inputs: &[NodeId]) -> R<()
 /// Lowers `y = x @ W^T + b` to `transpose`, `matmul` and (with a bias) `add`.
 fn linear(b: &mut Builder<'_>, m: &Map<String, Value>, at: &Loc, x: NodeId, k: usize) -> R<NodeId> {
     let r = b.r;
-    let name = match m.get("name") {
-        Some(v) => r.name(v, &at.key("name"))?.to_string(),
-        None => format!("fc{k}"),
+    let (name, name_at) = match m.get("name") {
+        Some(v) => (r.name(v, &at.key("name"))?.to_string(), at.key("name")),
+        None => (format!("fc{k}"), at.clone()),
     };
     let (w_name, w, bias, w_at) = if let Some(wv) = m.get("weight") {
         r.keys(m, at, &["op", "name", "weight", "bias"])?;
@@ -1124,13 +1137,13 @@ fn linear(b: &mut Builder<'_>, m: &Map<String, Value>, at: &Loc, x: NodeId, k: u
     };
     match bias {
         None => {
-            b.define(&name, Def::Layer(at.clone()), at)?;
+            b.define(&name, Def::Layer(at.clone()), &name_at)?;
             b.add(&name, Op::MatMul, &[x, wt], &w_at)
         }
         Some((bias, b_at)) => {
             let mm_name = format!("{name}.matmul");
             b.define(&mm_name, Def::Layer(at.clone()), at)?;
-            b.define(&name, Def::Layer(at.clone()), at)?;
+            b.define(&name, Def::Layer(at.clone()), &name_at)?;
             let mm = b.add(&mm_name, Op::MatMul, &[x, wt], &w_at)?;
             b.add(&name, Op::Add, &[mm, bias], &b_at)
         }
@@ -1314,6 +1327,8 @@ mod tests {
     fn edit_distance_and_hints() {
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("", "ab"), 2);
+        assert_eq!(edit_distance("gleu", "gelu"), 1);
+        assert_eq!(closest("z", ["h"]), Hint(None));
         assert_eq!(
             closest("ouputs", TOP_KEYS.iter().copied()),
             Hint(Some("outputs".into()))

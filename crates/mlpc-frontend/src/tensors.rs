@@ -84,7 +84,7 @@ fn parse(bytes: &[u8]) -> Result<BTreeMap<String, HostTensor>, TensorFileError> 
             message: format!("not UTF-8: {e}"),
         })?;
     let header = json::parse_strict(header).map_err(|e| TensorFileError::Header {
-        message: e.to_string(),
+        message: format!("not valid JSON: {e}"),
     })?;
     let Value::Object(entries) = header else {
         return Err(TensorFileError::Header {

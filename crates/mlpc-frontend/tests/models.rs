@@ -1,0 +1,324 @@
+//! Valid models: the IR text of each is a snapshot, and the loaded data is checked.
+
+use mlpc_frontend::{load_model, parse_model, read_tensors, write_tensors, Model, SparsitySpec};
+use mlpc_ir::{DType, HostTensor, Op};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn parse(json: &str) -> Model {
+    match parse_model(json, Path::new("."), "model.json") {
+        Ok(m) => m,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn weight(m: &Model, name: &str) -> Vec<f64> {
+    m.graph
+        .weight(name)
+        .unwrap_or_else(|| panic!("no weight `{name}`"))
+        .to_f64()
+}
+
+const SEQ_BIAS: &str = r#"{
+  "mlpc": 1,
+  "name": "seq-bias",
+  "dtype": "f32",
+  "seed": 3,
+  "inputs": { "x": { "shape": ["T", 8] } },
+  "layers": [
+    { "op": "linear", "in": 8, "out": 16 },
+    { "op": "gelu" },
+    { "op": "linear", "name": "proj", "out": 8, "bias": true },
+    { "op": "tanh", "name": "squash" }
+  ]
+}"#;
+
+#[test]
+fn sequential_with_bias() {
+    let m = parse(SEQ_BIAS);
+    insta::assert_snapshot!(m.graph.to_string());
+    assert!(!m.allow_tf32);
+    assert!(m.sparsity.is_empty());
+    // nn.Linear's init: uniform in [-1/sqrt(in), 1/sqrt(in)) for weight and bias.
+    let bound = 1.0 / 8f64.sqrt();
+    for name in ["fc1.weight", "fc1.bias"] {
+        let v = weight(&m, name);
+        assert!(v.iter().all(|x| x.abs() <= bound), "{name}");
+        assert!(
+            v.iter().any(|x| x.abs() > bound / 2.0),
+            "{name} looks degenerate"
+        );
+    }
+    let b16 = 1.0 / 16f64.sqrt();
+    assert!(weight(&m, "proj.weight").iter().all(|x| x.abs() <= b16));
+    assert_eq!(m.graph.weight("proj.weight").unwrap().shape(), &[8, 16]);
+}
+
+#[test]
+fn sequential_without_bias() {
+    let m = parse(
+        r#"{
+  "mlpc": 1,
+  "dtype": "bf16",
+  "allow_tf32": true,
+  "inputs": { "tokens": { "shape": ["B", "T", 4], "dtype": "bf16" } },
+  "layers": [
+    { "op": "linear", "out": 12, "bias": false },
+    { "op": "relu" },
+    { "op": "linear", "in": 12, "out": 4, "bias": false },
+    { "op": "silu" }
+  ]
+}"#,
+    );
+    insta::assert_snapshot!(m.graph.to_string());
+    assert!(m.allow_tf32);
+    // The default name is the file's stem.
+    assert_eq!(m.graph.name, "model");
+    // Generated values are rounded to the model dtype.
+    for v in weight(&m, "fc1.weight") {
+        assert_eq!(DType::Bf16.round(v), v);
+    }
+}
+
+#[test]
+fn graph_form_with_shared_weights_and_a_residual() {
+    let m = parse(
+        r#"{
+  "mlpc": 1,
+  "name": "shared",
+  "dtype": "f16",
+  "params": { "w": [8, 8], "b": [8] },
+  "inputs": { "x": { "shape": ["T", 8] } },
+  "nodes": [
+    { "name": "y", "op": "add", "inputs": ["h2", "x"] },
+    { "name": "wt", "op": "transpose", "inputs": ["w"] },
+    { "name": "h1", "op": "matmul", "inputs": ["x", "wt"] },
+    { "name": "h1b", "op": "add", "inputs": ["h1", "b"] },
+    { "name": "a", "op": "relu", "inputs": ["h1b"] },
+    { "name": "h2", "op": "matmul", "inputs": ["a", "wt"] }
+  ],
+  "outputs": ["y", "a"]
+}"#,
+    );
+    insta::assert_snapshot!(m.graph.to_string());
+    // One weight node, used by both products through one transpose.
+    let weights: Vec<_> = m
+        .graph
+        .node_ids()
+        .filter(|&n| m.graph.node(n).op == Op::Weight)
+        .map(|n| m.graph.node(n).name.clone())
+        .collect();
+    assert_eq!(weights, ["w", "b"]);
+    let wt = m.graph.find("wt").unwrap();
+    assert_eq!(m.graph.users(wt).len(), 2);
+}
+
+const GEGLU: &str = r#"{
+  "mlpc": 1,
+  "name": "geglu",
+  "dtype": "bf16",
+  "seed": 11,
+  "params": {
+    "gate.weight": [32, 16],
+    "up.weight": [32, 16],
+    "down.weight": [16, 32],
+    "unused.weight": [4, 4]
+  },
+  "inputs": { "x": { "shape": ["T", 16] } },
+  "nodes": [
+    { "name": "gate.t", "op": "transpose", "inputs": ["gate.weight"] },
+    { "name": "up.t", "op": "transpose", "inputs": ["up.weight"] },
+    { "name": "down.t", "op": "transpose", "inputs": ["down.weight"] },
+    { "name": "g", "op": "matmul", "inputs": ["x", "gate.t"] },
+    { "name": "u", "op": "matmul", "inputs": ["x", "up.t"] },
+    { "name": "a", "op": "gelu", "inputs": ["g"] },
+    { "name": "h", "op": "mul", "inputs": ["a", "u"] },
+    { "name": "y", "op": "matmul", "inputs": ["h", "down.t"] }
+  ],
+  "outputs": ["y"],
+  "sparsity": {
+    "down.weight": { "block": [16, 16] },
+    "{gate,up}.weight": { "block": [8, 16], "density": 0.5 }
+  }
+}"#;
+
+#[test]
+fn gated_geglu_graph_form_with_sparsity() {
+    let m = parse(GEGLU);
+    insta::assert_snapshot!(m.graph.to_string());
+    // Only used weights become nodes.
+    assert!(m.graph.weight("unused.weight").is_none());
+    assert_eq!(
+        m.sparsity,
+        vec![
+            SparsitySpec {
+                weight: "down.weight".into(),
+                pattern: "down.weight".into(),
+                block: [16, 16],
+                density: None,
+            },
+            SparsitySpec {
+                weight: "gate.weight".into(),
+                pattern: "{gate,up}.weight".into(),
+                block: [8, 16],
+                density: Some(0.5),
+            },
+            SparsitySpec {
+                weight: "up.weight".into(),
+                pattern: "{gate,up}.weight".into(),
+                block: [8, 16],
+                density: Some(0.5),
+            },
+        ]
+    );
+}
+
+#[test]
+fn generated_weights_depend_on_seed_and_name_only() {
+    let a = parse(
+        r#"{"mlpc": 1, "dtype": "f32", "seed": 5, "inputs": {"x": {"shape": [2, 8]}},
+            "layers": [{"op": "linear", "name": "a", "out": 8}, {"op": "relu"},
+                       {"op": "linear", "name": "b", "out": 8}]}"#,
+    );
+    let b = parse(
+        r#"{"mlpc": 1, "dtype": "f32", "seed": 5, "inputs": {"x": {"shape": [2, 8]}},
+            "layers": [{"op": "linear", "name": "a", "out": 8}, {"op": "relu"},
+                       {"op": "linear", "name": "extra", "out": 8}, {"op": "relu"},
+                       {"op": "linear", "name": "b", "out": 8}]}"#,
+    );
+    let c = parse(
+        r#"{"mlpc": 1, "dtype": "f32", "seed": 6, "inputs": {"x": {"shape": [2, 8]}},
+            "layers": [{"op": "linear", "name": "b", "out": 8}]}"#,
+    );
+    assert_eq!(weight(&a, "b.weight"), weight(&b, "b.weight"));
+    assert_eq!(weight(&a, "b.bias"), weight(&b, "b.bias"));
+    assert_ne!(weight(&a, "a.weight"), weight(&a, "b.weight"));
+    assert_ne!(weight(&a, "b.weight"), weight(&c, "b.weight"));
+    // The same name in `params` gives the same values as a generated linear.
+    let p = parse(
+        r#"{"mlpc": 1, "dtype": "f32", "seed": 5, "params": {"b.weight": [8, 8]},
+            "inputs": {"x": {"shape": [2, 8]}},
+            "layers": [{"op": "linear", "weight": "b.weight"}]}"#,
+    );
+    assert_eq!(weight(&a, "b.weight"), weight(&p, "b.weight"));
+}
+
+fn file_tensors() -> BTreeMap<String, HostTensor> {
+    let w1: Vec<f64> = (0..16 * 8).map(|i| (i as f64 - 64.0) / 32.0).collect();
+    let b1: Vec<f64> = (0..16).map(|i| i as f64 / 4.0).collect();
+    let mut w2: Vec<f64> = (0..8 * 16).map(|i| (i % 7) as f64 - 3.0).collect();
+    w2[5] = f64::NAN; // data, not an error
+    let mut t = BTreeMap::new();
+    t.insert(
+        "fc1.weight".into(),
+        HostTensor::from_f64(DType::F16, vec![16, 8], &w1).unwrap(),
+    );
+    t.insert(
+        "fc1.bias".into(),
+        HostTensor::from_f64(DType::F32, vec![16], &b1).unwrap(),
+    );
+    t.insert(
+        "fc2.weight".into(),
+        HostTensor::from_f64(DType::Bf16, vec![8, 16], &w2).unwrap(),
+    );
+    t.insert(
+        "not.used".into(),
+        HostTensor::from_f64(DType::F32, vec![3], &[1.0, 2.0, 3.0]).unwrap(),
+    );
+    t
+}
+
+#[test]
+fn safetensors_weights_are_converted_to_the_model_dtype() {
+    let dir = tempfile::tempdir().unwrap();
+    let tensors = file_tensors();
+    write_tensors(&dir.path().join("w.safetensors"), &tensors).unwrap();
+    let model_path = dir.path().join("two-layer.json");
+    std::fs::write(
+        &model_path,
+        r#"{
+  "mlpc": 1,
+  "dtype": "f32",
+  "weights": "w.safetensors",
+  "inputs": { "x": { "shape": ["T", 8] } },
+  "layers": [
+    { "op": "linear", "weight": "fc1.weight", "bias": "fc1.bias" },
+    { "op": "gelu_tanh" },
+    { "op": "linear", "name": "out", "weight": "fc2.weight" }
+  ]
+}"#,
+    )
+    .unwrap();
+    let m = load_model(&model_path).unwrap();
+    insta::assert_snapshot!(m.graph.to_string());
+    assert_eq!(m.source, model_path);
+    assert_eq!(m.graph.name, "two-layer");
+    assert!(m.graph.weight("not.used").is_none());
+    // f16 and bf16 widen to f32 exactly; the NaN stays a NaN.
+    assert_eq!(weight(&m, "fc1.weight"), tensors["fc1.weight"].to_f64());
+    let w2 = weight(&m, "fc2.weight");
+    assert!(w2[5].is_nan());
+    assert_eq!(w2[6], tensors["fc2.weight"].get(6));
+
+    // A bf16 model rounds f32 values to bf16.
+    let text = std::fs::read_to_string(&model_path)
+        .unwrap()
+        .replace("\"f32\"", "\"bf16\"");
+    let m16 = parse_model(&text, dir.path(), "two-layer.json").unwrap();
+    let want: Vec<f64> = tensors["fc1.bias"]
+        .to_f64()
+        .into_iter()
+        .map(|v| DType::Bf16.round(v))
+        .collect();
+    assert_eq!(weight(&m16, "fc1.bias"), want);
+    assert_eq!(m16.graph.weight("fc1.bias").unwrap().dtype(), DType::Bf16);
+}
+
+#[test]
+fn graph_form_reads_weights_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tensors(&dir.path().join("w.safetensors"), &file_tensors()).unwrap();
+    let json = r#"{
+  "mlpc": 1,
+  "dtype": "f16",
+  "weights": "w.safetensors",
+  "inputs": { "x": { "shape": [4, 8] } },
+  "nodes": [
+    { "name": "w1t", "op": "transpose", "inputs": ["fc1.weight"] },
+    { "name": "h", "op": "matmul", "inputs": ["x", "w1t"] },
+    { "name": "hb", "op": "add", "inputs": ["fc1.bias", "h"] }
+  ],
+  "outputs": ["hb"]
+}"#;
+    let m = parse_model(json, dir.path(), "g.json").unwrap();
+    insta::assert_snapshot!(m.graph.to_string());
+    assert_eq!(
+        m.graph.weights().keys().collect::<Vec<_>>(),
+        ["fc1.bias", "fc1.weight"]
+    );
+    assert_eq!(
+        read_tensors(&dir.path().join("w.safetensors"))
+            .unwrap()
+            .len(),
+        4
+    );
+}
+
+#[test]
+fn every_example_loads() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let Ok(dirs) = std::fs::read_dir(&root) else {
+        return;
+    };
+    let mut n = 0;
+    for d in dirs {
+        let path = d.unwrap().path().join("model.json");
+        if path.exists() {
+            if let Err(e) = load_model(&path) {
+                panic!("{e}");
+            }
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no examples under {}", root.display());
+}
