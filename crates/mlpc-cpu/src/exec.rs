@@ -1,0 +1,443 @@
+//! Compiling a plan (specs, weight packing, JIT) and running it: input checking, buffer
+//! allocation, and the split of every kernel's output into tiles run on the thread pool.
+
+use crate::llvm::{self, Jit, KernelFn};
+use crate::pack::{pack_b, AlignedF32};
+use crate::spec::{spec_of, Family, GemmSpec, Spec};
+use crate::{CpuBackend, CpuError, Tiling, Weights};
+use mlpc_ir::{bind_inputs, Bindings, BufferKind, Graph, HostTensor, MatLayout, Plan};
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One compiled kernel.
+pub(crate) struct Compiled {
+    pub name: String,
+    spec: Spec,
+    func: KernelFn,
+    /// Per operand slot: the B panels packed at compile time, for B operands that are weights.
+    packed: Vec<Option<Arc<AlignedF32>>>,
+}
+
+pub(crate) struct Executable {
+    plan: Plan,
+    /// A graph holding only the plan's inputs, so that inputs are checked by the one
+    /// [`bind_inputs`] every executor shares.
+    inputs: Graph,
+    /// Per buffer: the weight data, for weight buffers.
+    weights: Vec<Option<Arc<HostTensor>>>,
+    pub kernels: Vec<Compiled>,
+    tiling: Tiling,
+    pool: Option<rayon::ThreadPool>,
+    /// Declared last: the machine code goes after everything that points into it.
+    pub jit: Jit,
+}
+
+/// `[A-Za-z0-9_]` only, so a kernel name is a plain symbol.
+fn symbol(i: usize, name: &str) -> String {
+    let clean: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("mlpc_k{i}_{clean}")
+}
+
+pub(crate) fn compile(
+    backend: &CpuBackend,
+    plan: &Plan,
+    weights: &Weights,
+) -> Result<Executable, CpuError> {
+    plan.check().map_err(|errors| CpuError::InvalidPlan {
+        plan: plan.name.clone(),
+        errors,
+    })?;
+    let mut inputs = Graph::new(plan.name.clone());
+    let mut wdata = vec![None; plan.buffers.len()];
+    for (id, b) in plan.buffers.iter().enumerate() {
+        match b.kind {
+            BufferKind::Input => {
+                inputs.add_input(b.name.clone(), b.ty.clone());
+            }
+            BufferKind::Weight => {
+                let w = weights
+                    .get(&b.name)
+                    .ok_or_else(|| CpuError::MissingWeight {
+                        name: b.name.clone(),
+                    })?;
+                let declared = b.ty.concrete_shape(&Bindings::new());
+                if w.dtype() != b.ty.dtype || declared.as_deref() != Some(w.shape()) {
+                    return Err(CpuError::WeightMismatch {
+                        name: b.name.clone(),
+                        expected: b.ty.to_string(),
+                        actual_dtype: w.dtype(),
+                        actual_shape: w.shape().to_vec(),
+                    });
+                }
+                wdata[id] = Some(w.clone());
+            }
+            BufferKind::Intermediate | BufferKind::Output => {}
+        }
+    }
+    let tiling = backend.tiling;
+    let mut named = Vec::with_capacity(plan.kernels.len());
+    let mut packed_all = Vec::with_capacity(plan.kernels.len());
+    for (i, k) in plan.kernels.iter().enumerate() {
+        let spec = spec_of(plan, k)?;
+        let mut packed = vec![None; spec.args.len()];
+        if let Family::Gemm(g) = &spec.family {
+            for slot in g.b_slots() {
+                if let Some(w) = &wdata[spec.args[slot]] {
+                    let (kk, n) = b_dims(w.shape(), g.b);
+                    packed[slot] = Some(Arc::new(pack_b(
+                        w.bytes(),
+                        w.dtype(),
+                        g.b,
+                        kk,
+                        n,
+                        tiling.nr,
+                    )));
+                }
+            }
+        }
+        packed_all.push(packed);
+        named.push((symbol(i, &k.name), spec));
+    }
+    let (jit, fns) = llvm::compile(&named, &tiling, backend.keep_asm)?;
+    let kernels = plan
+        .kernels
+        .iter()
+        .zip(named)
+        .zip(fns)
+        .zip(packed_all)
+        .map(|(((k, (_, spec)), func), packed)| Compiled {
+            name: k.name.clone(),
+            spec,
+            func,
+            packed,
+        })
+        .collect();
+    let pool = match backend.threads {
+        Some(n) => Some(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .map_err(|e| CpuError::Threads {
+                    message: e.to_string(),
+                })?,
+        ),
+        None => None,
+    };
+    Ok(Executable {
+        plan: plan.clone(),
+        inputs,
+        weights: wdata,
+        kernels,
+        tiling,
+        pool,
+        jit,
+    })
+}
+
+/// `(K, N)` of a B operand stored with `shape` in `layout`.
+fn b_dims(shape: &[usize], layout: MatLayout) -> (usize, usize) {
+    let (r, c) = (shape[0], shape[1]);
+    match layout {
+        MatLayout::N => (r, c),
+        MatLayout::T => (c, r),
+    }
+}
+
+/// Where a buffer's bytes live during one run.
+enum Data<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+impl Data<'_> {
+    fn ptr(&mut self) -> *const u8 {
+        match self {
+            Data::Borrowed(b) => b.as_ptr(),
+            Data::Owned(v) => v.as_mut_ptr(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Data::Borrowed(b) => b,
+            Data::Owned(v) => v,
+        }
+    }
+}
+
+/// The pointers and sizes one kernel call reads.
+struct Call {
+    func: KernelFn,
+    bufs: Vec<*const u8>,
+    dims: Vec<i64>,
+}
+
+// SAFETY: the pointers stay valid for the whole parallel section (the run owns or borrows every
+// buffer until all kernels return) and concurrent calls write disjoint tiles of the output.
+unsafe impl Sync for Call {}
+
+impl Call {
+    fn tile(&self, r0: usize, r1: usize, c0: usize, c1: usize) {
+        // SAFETY: the generated function reads `bufs` and `dims` as laid out by `Executable::run`
+        // for its family, and touches only elements inside the buffers sized from the same dims.
+        unsafe {
+            (self.func)(
+                self.bufs.as_ptr(),
+                self.dims.as_ptr(),
+                r0 as i64,
+                r1 as i64,
+                c0 as i64,
+                c1 as i64,
+            )
+        }
+    }
+}
+
+impl Executable {
+    pub(crate) fn run(
+        &self,
+        inputs: &BTreeMap<String, HostTensor>,
+    ) -> Result<BTreeMap<String, HostTensor>, CpuError> {
+        let bindings = bind_inputs(&self.inputs, inputs.keys().map(|k| k.as_str()), |n| {
+            inputs.get(n).map(|t| (t.dtype(), t.shape().to_vec()))
+        })?;
+        let mut shapes = Vec::with_capacity(self.plan.buffers.len());
+        let mut data = Vec::with_capacity(self.plan.buffers.len());
+        for (id, b) in self.plan.buffers.iter().enumerate() {
+            let shape =
+                b.ty.concrete_shape(&bindings)
+                    .ok_or_else(|| CpuError::Unbound {
+                        buffer: b.name.clone(),
+                        bindings: bindings.to_string(),
+                    })?;
+            let bytes = shape
+                .iter()
+                .try_fold(b.ty.dtype.size_bytes() as u64, |a, &d| {
+                    a.checked_mul(d as u64)
+                })
+                .filter(|&n| n <= isize::MAX as u64 / 2);
+            let Some(bytes) = bytes else {
+                return Err(CpuError::TooLarge {
+                    buffer: b.name.clone(),
+                    elements: shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64)),
+                });
+            };
+            data.push(match b.kind {
+                // bind_inputs checked that every input is present with this shape.
+                BufferKind::Input => {
+                    Data::Borrowed(inputs.get(&b.name).map(|t| t.bytes()).unwrap_or(&[]))
+                }
+                BufferKind::Weight => {
+                    Data::Borrowed(self.weights[id].as_ref().map(|w| w.bytes()).unwrap_or(&[]))
+                }
+                BufferKind::Intermediate | BufferKind::Output => {
+                    Data::Owned(vec![0u8; bytes as usize])
+                }
+            });
+            shapes.push(shape);
+        }
+        let mut work = || -> Result<(), CpuError> {
+            for k in &self.kernels {
+                self.launch(k, &shapes, &mut data)?;
+            }
+            Ok(())
+        };
+        match &self.pool {
+            Some(p) => p.install(work)?,
+            None => work()?,
+        }
+        let mut out = BTreeMap::new();
+        for (name, id) in &self.plan.outputs {
+            let b = self.plan.buffer(*id);
+            let t =
+                HostTensor::from_bytes(b.ty.dtype, shapes[*id].clone(), data[*id].bytes().to_vec())
+                    .map_err(|e| CpuError::Unsupported {
+                        kernel: b.name.clone(),
+                        message: e.to_string(),
+                    })?;
+            out.insert(name.clone(), t);
+        }
+        Ok(out)
+    }
+
+    fn launch(
+        &self,
+        k: &Compiled,
+        shapes: &[Vec<usize>],
+        data: &mut [Data<'_>],
+    ) -> Result<(), CpuError> {
+        let threads = rayon::current_num_threads().max(1);
+        let spec = &k.spec;
+        let out_shape = &shapes[spec.out];
+        let rows_cols = |s: &[usize]| match s.split_last() {
+            Some((&c, lead)) => (lead.iter().product::<usize>(), c),
+            None => (1, 1),
+        };
+        match &spec.family {
+            Family::Gemm(g) => self.launch_gemm(k, g, shapes, data, threads),
+            Family::Elementwise(_) => {
+                let (rows, cols) = rows_cols(out_shape);
+                let mut bufs: Vec<*const u8> = spec.args.iter().map(|&a| data[a].ptr()).collect();
+                bufs.push(data[spec.out].ptr());
+                let call = Call {
+                    func: k.func,
+                    bufs,
+                    dims: vec![rows as i64, cols as i64],
+                };
+                split_rows(&call, rows, cols, threads);
+                Ok(())
+            }
+            Family::Transpose => {
+                let (lead, c) = rows_cols(out_shape);
+                let r = out_shape.len().checked_sub(2).map_or(1, |i| out_shape[i]);
+                let batch = lead.checked_div(r).unwrap_or(0);
+                let call = Call {
+                    func: k.func,
+                    bufs: vec![data[spec.args[0]].ptr(), data[spec.out].ptr()],
+                    dims: vec![batch as i64, r as i64, c as i64],
+                };
+                split_rows(&call, lead, c, threads);
+                Ok(())
+            }
+        }
+    }
+
+    fn launch_gemm(
+        &self,
+        k: &Compiled,
+        g: &GemmSpec,
+        shapes: &[Vec<usize>],
+        data: &mut [Data<'_>],
+        threads: usize,
+    ) -> Result<(), CpuError> {
+        let spec = &k.spec;
+        let sa = &shapes[spec.args[0]];
+        let (m, kk, sam, sak) = match g.a {
+            MatLayout::N => {
+                let (&kk, lead) = sa.split_last().unwrap_or((&1, &[]));
+                (lead.iter().product::<usize>(), kk, kk, 1)
+            }
+            MatLayout::T => (sa[1], sa[0], 1, sa[1]),
+        };
+        let (kb, n) = b_dims(&shapes[spec.args[1]], g.b);
+        if kb != kk || shapes[spec.out].iter().product::<usize>() != m * n {
+            return Err(CpuError::Unsupported {
+                kernel: k.name.clone(),
+                message: format!(
+                    "operand shapes {:?} do not multiply to the output {:?}",
+                    spec.args.iter().map(|&a| &shapes[a]).collect::<Vec<_>>(),
+                    shapes[spec.out]
+                ),
+            });
+        }
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let nr = self.tiling.nr;
+        // B operands that are not weights are packed now.
+        let mut fresh: Vec<Option<AlignedF32>> = Vec::new();
+        for slot in g.b_slots() {
+            fresh.push(match &k.packed[slot] {
+                Some(_) => None,
+                None => {
+                    let b = spec.args[slot];
+                    let dt = self.plan.buffer(b).ty.dtype;
+                    Some(pack_b(data[b].bytes(), dt, g.b, kk, n, nr))
+                }
+            });
+        }
+        let mut bufs: Vec<*const u8> = Vec::with_capacity(spec.args.len() + 1);
+        for (slot, &a) in spec.args.iter().enumerate() {
+            let p = if g.b_slots().contains(&slot) {
+                match (&k.packed[slot], &fresh[slot - 1]) {
+                    (Some(p), _) => p.as_ptr(),
+                    (None, Some(p)) => p.as_ptr(),
+                    (None, None) => unreachable!("every B slot is packed above"),
+                }
+            } else {
+                data[a].ptr()
+            };
+            bufs.push(p);
+        }
+        bufs.push(data[spec.out].ptr());
+        let call = Call {
+            func: k.func,
+            bufs,
+            dims: vec![m as i64, n as i64, kk as i64, sam as i64, sak as i64],
+        };
+        let mr = if g.dual {
+            self.tiling.mr_dual
+        } else {
+            self.tiling.mr
+        };
+        let b_sets = if g.dual { 2 } else { 1 };
+        let panels = n.div_ceil(nr);
+        let (mc, pc) = gemm_blocks(m, panels, kk * nr * 4 * b_sets, mr, threads);
+        let (rt, pt) = (m.div_ceil(mc), panels.div_ceil(pc));
+        (0..rt * pt).into_par_iter().for_each(|t| {
+            let (ri, pi) = (t / pt, t % pt);
+            let (r0, p0) = (ri * mc, pi * pc);
+            call.tile(r0, (r0 + mc).min(m), p0, (p0 + pc).min(panels));
+        });
+        Ok(())
+    }
+}
+
+/// Rows and panels per GEMM task: the B panels of a task fit in half of L2 so that they stay
+/// there while the task walks its rows, and there are enough tasks to keep every thread busy.
+fn gemm_blocks(
+    m: usize,
+    panels: usize,
+    panel_bytes: usize,
+    mr: usize,
+    threads: usize,
+) -> (usize, usize) {
+    const L2_SHARE: usize = 512 * 1024;
+    let mut pc = (L2_SHARE / panel_bytes.max(1)).clamp(1, panels);
+    let mut mc = (mr * 16).min(m.div_ceil(mr) * mr);
+    let tasks = |mc: usize, pc: usize| m.div_ceil(mc) * panels.div_ceil(pc);
+    while tasks(mc, pc) < 4 * threads {
+        if pc > 1 {
+            pc = pc.div_ceil(2);
+        } else if mc > mr {
+            mc = (mc / 2).div_ceil(mr) * mr;
+        } else {
+            break;
+        }
+    }
+    (mc, pc)
+}
+
+/// Splits `rows` rows of `cols` elements into tasks of at least 16 Ki elements.
+fn split_rows(call: &Call, rows: usize, cols: usize, threads: usize) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    let min_rows = (16 * 1024 / cols).max(1);
+    let chunk = rows.div_ceil(4 * threads).max(min_rows);
+    let tasks = rows.div_ceil(chunk);
+    (0..tasks).into_par_iter().for_each(|t| {
+        let r0 = t * chunk;
+        call.tile(r0, (r0 + chunk).min(rows), 0, 0);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemm_blocks_give_every_thread_work() {
+        // gpt2 fc1 at T = 512: 96 panels of K = 768.
+        let (mc, pc) = gemm_blocks(512, 96, 768 * 32 * 4, 12, 2);
+        assert_eq!(mc % 12, 0);
+        assert!(512usize.div_ceil(mc) * 96usize.div_ceil(pc) >= 8);
+        assert!(pc * 768 * 32 * 4 <= 512 * 1024);
+        // One row, few panels: split down to single panels.
+        assert_eq!(gemm_blocks(1, 3, 1 << 20, 12, 2), (12, 1));
+    }
+}

@@ -1,0 +1,347 @@
+//! LLVM IR for the kernels of a plan.
+//!
+//! Every kernel becomes one exported function with the same C signature
+//! `void k(i8** bufs, i64* dims, i64 r0, i64 r1, i64 c0, i64 c1)`: `bufs` holds one pointer per
+//! operand slot then the output, `dims` the run-time sizes, and `[r0, r1) x [c0, c1)` the part of
+//! the output this call computes, so that the caller decides how the work is split over threads.
+//!
+//! - GEMM: `c0..c1` are panels of `nr` output columns (B packed by [`crate::pack`]), `r0..r1` rows.
+//!   For each panel and each block of `mr` rows an unrolled micro-kernel keeps `mr x nr`
+//!   accumulators (two sets for a dual GEMM) in vector registers over the whole K loop: one
+//!   broadcast of `A[i, k]` per row, `nr / lanes` aligned loads of the panel, `llvm.fmuladd` per
+//!   accumulator. The epilogue chain runs on the accumulators, then one masked store per vector
+//!   converts to the output dtype. Row tails use micro-kernels of fewer rows; column tails are
+//!   zero-padded panels and masked loads and stores. `dims = [M, N, K, a_row_stride, a_k_stride]`.
+//! - Elementwise: rows `r0..r1` of the output seen as `[rows, cols]`, vectorised along the row
+//!   with a masked tail; `dims = [rows, cols]`.
+//! - Transpose: output rows `r0..r1` of `[batch * R, C]` gathered from `[batch, C, R]`;
+//!   `dims = [batch, R, C]`.
+//!
+//! Values are converted to f32 when loaded and rounded to nearest even when stored (bf16 and f16 by
+//! integer bit code, so no conversion routine from a runtime library is ever called).
+
+use super::{Cg, R};
+use crate::spec::{EwOp, EwSpec, Family, GemmSpec, Spec, Step};
+use crate::Tiling;
+use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue, VectorValue};
+use mlpc_ir::DType;
+
+/// The shared arguments of a kernel body.
+struct Frame<'ctx> {
+    bufs: PointerValue<'ctx>,
+    dims: PointerValue<'ctx>,
+}
+
+impl<'ctx> Cg<'ctx> {
+    /// Emits the exported function `name` for `spec`.
+    pub(crate) fn emit_kernel(
+        &self,
+        name: &str,
+        spec: &Spec,
+        t: &Tiling,
+    ) -> R<FunctionValue<'ctx>> {
+        match &spec.family {
+            Family::Gemm(g) => self.emit_gemm(name, spec, g, t),
+            Family::Elementwise(e) => self.emit_elementwise(name, spec, e),
+            Family::Transpose => self.emit_transpose(name, spec),
+        }
+    }
+
+    fn frame(&self, f: FunctionValue<'ctx>) -> Frame<'ctx> {
+        Frame {
+            bufs: f
+                .get_nth_param(0)
+                .map(|p| p.into_pointer_value())
+                .unwrap_or_else(|| {
+                    unreachable!("kernel functions are declared with their parameters")
+                }),
+            dims: f
+                .get_nth_param(1)
+                .map(|p| p.into_pointer_value())
+                .unwrap_or_else(|| {
+                    unreachable!("kernel functions are declared with their parameters")
+                }),
+        }
+    }
+
+    fn param(&self, f: FunctionValue<'ctx>, i: u32) -> IntValue<'ctx> {
+        f.get_nth_param(i)
+            .map(|p| p.into_int_value())
+            .unwrap_or_else(|| unreachable!("kernel functions are declared with their parameters"))
+    }
+
+    // ---------------------------------------------------------------- GEMM
+
+    fn emit_gemm(
+        &self,
+        name: &str,
+        spec: &Spec,
+        g: &GemmSpec,
+        t: &Tiling,
+    ) -> R<FunctionValue<'ctx>> {
+        let mr = if g.dual { t.mr_dual } else { t.mr };
+        let mks: Vec<FunctionValue<'ctx>> = (1..=mr)
+            .map(|rows| self.emit_micro_kernel(&format!("{name}.mk{rows}"), spec, g, t, rows))
+            .collect::<R<_>>()?;
+        let f = self.kernel_fn(name, 6, true);
+        self.enter(f, "entry");
+        let fr = self.frame(f);
+        let (r0, r1, p0, p1) = (
+            self.param(f, 2),
+            self.param(f, 3),
+            self.param(f, 4),
+            self.param(f, 5),
+        );
+        let mr_c = self.i64(mr as u64);
+        self.for_range(p0, p1, self.i64(1), "panel", |cg, p| {
+            cg.for_range(r0, r1, mr_c, "rows", |cg, r| {
+                let rem = cg.b.build_int_sub(r1, r, "rem")?;
+                let args = [fr.bufs.into(), fr.dims.into(), r.into(), p.into()];
+                let cont = cg.ctx.append_basic_block(f, "mk.cont");
+                let full = cg.ctx.append_basic_block(f, "mk.full");
+                let cases: Vec<_> = (1..mr)
+                    .map(|rows| {
+                        (
+                            cg.i64(rows as u64),
+                            cg.ctx.append_basic_block(f, &format!("mk.{rows}")),
+                        )
+                    })
+                    .collect();
+                cg.b.build_switch(rem, full, &cases)?;
+                cg.b.position_at_end(full);
+                cg.b.build_call(mks[mr - 1], &args, "")?;
+                cg.b.build_unconditional_branch(cont)?;
+                for (i, (_, bb)) in cases.iter().enumerate() {
+                    cg.b.position_at_end(*bb);
+                    cg.b.build_call(mks[i], &args, "")?;
+                    cg.b.build_unconditional_branch(cont)?;
+                }
+                cg.b.position_at_end(cont);
+                Ok(())
+            })
+        })?;
+        self.b.build_return(None)?;
+        Ok(f)
+    }
+
+    /// `mk(bufs, dims, row, panel)`: rows `row .. row + rows` of output panel `panel`.
+    fn emit_micro_kernel(
+        &self,
+        name: &str,
+        spec: &Spec,
+        g: &GemmSpec,
+        t: &Tiling,
+        rows: usize,
+    ) -> R<FunctionValue<'ctx>> {
+        let f = self.kernel_fn(name, 4, false);
+        self.enter(f, "entry");
+        let fr = self.frame(f);
+        let (row, panel) = (self.param(f, 2), self.param(f, 3));
+        let n = self.dim(fr.dims, 1)?;
+        let k = self.dim(fr.dims, 2)?;
+        let (sam, sak) = (self.dim(fr.dims, 3)?, self.dim(fr.dims, 4)?);
+        let a = self.buf(fr.bufs, 0)?;
+        let a_dt = spec.dtypes[0];
+        let nv = t.nr / self.lanes as usize;
+        let nr = self.i64(t.nr as u64);
+
+        // Panel bases as <lanes x float>*.
+        let panel_len = self.b.build_int_mul(k, nr, "panel.len")?;
+        let panel_off = self.b.build_int_mul(panel, panel_len, "panel.off")?;
+        let mut panels = Vec::new();
+        for slot in g.b_slots() {
+            let p = self.buf(fr.bufs, slot)?;
+            let p = self.elem_ptr(p, DType::F32, panel_off)?;
+            panels.push(p);
+        }
+        let a_rows: Vec<IntValue<'ctx>> = (0..rows)
+            .map(|i| {
+                let r = self.b.build_int_add(row, self.i64(i as u64), "a.row")?;
+                Ok(self.b.build_int_mul(r, sam, "a.off")?)
+            })
+            .collect::<R<_>>()?;
+
+        let zero: BasicValueEnum<'ctx> = self.vf.const_zero().into();
+        let nacc = panels.len() * rows * nv;
+        let accs = self.loop_carry(
+            self.i64(0),
+            k,
+            self.i64(1),
+            "k",
+            &vec![zero; nacc],
+            |cg, kk, acc| {
+                let mut bv = Vec::new();
+                let row_off = cg.b.build_int_mul(kk, nr, "b.row")?;
+                for p in &panels {
+                    for j in 0..nv {
+                        let off = cg.b.build_int_add(
+                            row_off,
+                            cg.i64((j * cg.lanes as usize) as u64),
+                            "b.off",
+                        )?;
+                        bv.push(cg.load_packed(*p, off)?);
+                    }
+                }
+                let a_k = cg.b.build_int_mul(kk, sak, "a.k")?;
+                let mut out = acc.to_vec();
+                for (i, a_row) in a_rows.iter().enumerate() {
+                    let off = cg.b.build_int_add(*a_row, a_k, "a.idx")?;
+                    let av = cg.load_splat(a, a_dt, off)?;
+                    for (pi, _) in panels.iter().enumerate() {
+                        for j in 0..nv {
+                            let idx = (pi * rows + i) * nv + j;
+                            let v = cg.fma(av, bv[pi * nv + j], acc[idx].into_vector_value())?;
+                            out[idx] = v.into();
+                        }
+                    }
+                }
+                Ok(out)
+            },
+        )?;
+
+        // Epilogue and store.
+        let out_slot = spec.dtypes.len() - 1;
+        let out = self.buf(fr.bufs, out_slot)?;
+        let out_dt = spec.dtypes[out_slot];
+        let col0 = self.b.build_int_mul(panel, nr, "col0")?;
+        for j in 0..nv {
+            let col =
+                self.b
+                    .build_int_add(col0, self.i64((j * self.lanes as usize) as u64), "col")?;
+            let mask = self.tail_mask(col, n)?;
+            for i in 0..rows {
+                let r = self.b.build_int_add(row, self.i64(i as u64), "row")?;
+                let rn = self.b.build_int_mul(r, n, "row.off")?;
+                let at = |pi: usize| accs[(pi * rows + i) * nv + j].into_vector_value();
+                let ctx = EpiCtx {
+                    fr: &fr,
+                    spec,
+                    col,
+                    row_off: rn,
+                    mask,
+                };
+                let mut v = at(0);
+                if g.dual {
+                    let gate = self.chain(&g.gate, v, &ctx)?;
+                    let up = self.chain(&g.up, at(1), &ctx)?;
+                    v = self.b.build_float_mul(gate, up, "glu")?;
+                }
+                v = self.chain(&g.epi, v, &ctx)?;
+                let off = self.b.build_int_add(rn, col, "out.off")?;
+                self.store_vec(v, out, out_dt, off, mask)?;
+            }
+        }
+        self.b.build_return(None)?;
+        Ok(f)
+    }
+
+    fn chain(
+        &self,
+        steps: &[Step],
+        mut v: VectorValue<'ctx>,
+        c: &EpiCtx<'_, 'ctx>,
+    ) -> R<VectorValue<'ctx>> {
+        for step in steps {
+            v = match *step {
+                Step::Act(a) => self.activation(a, v)?,
+                Step::Bias(s) => {
+                    let p = self.buf(c.fr.bufs, s)?;
+                    let x = self.load_vec(p, c.spec.dtypes[s], c.col, c.mask)?;
+                    self.b.build_float_add(v, x, "bias")?
+                }
+                Step::Add(s) | Step::Mul(s) => {
+                    let p = self.buf(c.fr.bufs, s)?;
+                    let off = self.b.build_int_add(c.row_off, c.col, "epi.off")?;
+                    let x = self.load_vec(p, c.spec.dtypes[s], off, c.mask)?;
+                    if matches!(step, Step::Add(_)) {
+                        self.b.build_float_add(v, x, "res")?
+                    } else {
+                        self.b.build_float_mul(v, x, "mul")?
+                    }
+                }
+            };
+        }
+        Ok(v)
+    }
+
+    // ---------------------------------------------------------------- elementwise
+
+    fn emit_elementwise(&self, name: &str, spec: &Spec, e: &EwSpec) -> R<FunctionValue<'ctx>> {
+        let f = self.kernel_fn(name, 6, true);
+        self.enter(f, "entry");
+        let fr = self.frame(f);
+        let (r0, r1) = (self.param(f, 2), self.param(f, 3));
+        let cols = self.dim(fr.dims, 1)?;
+        let nargs = e.row_broadcast.len();
+        let ptrs: Vec<PointerValue<'ctx>> = (0..=nargs)
+            .map(|s| self.buf(fr.bufs, s))
+            .collect::<R<_>>()?;
+        let w = self.i64(self.lanes as u64);
+        self.for_range(r0, r1, self.i64(1), "row", |cg, r| {
+            let row_off = cg.b.build_int_mul(r, cols, "row.off")?;
+            cg.for_range(cg.i64(0), cols, w, "col", |cg, c| {
+                let mask = cg.tail_mask(c, cols)?;
+                let off = cg.b.build_int_add(row_off, c, "off")?;
+                let mut vals = Vec::new();
+                for (s, &bcast) in e.row_broadcast.iter().enumerate() {
+                    let o = if bcast { c } else { off };
+                    vals.push(cg.load_vec(ptrs[s], spec.dtypes[s], o, mask)?);
+                }
+                let v = match e.op {
+                    EwOp::Add => cg.b.build_float_add(vals[0], vals[1], "add")?,
+                    EwOp::Mul => cg.b.build_float_mul(vals[0], vals[1], "mul")?,
+                    EwOp::Act(a) => cg.activation(a, vals[0])?,
+                };
+                cg.store_vec(v, ptrs[nargs], spec.dtypes[nargs], off, mask)
+            })
+        })?;
+        self.b.build_return(None)?;
+        Ok(f)
+    }
+
+    // ---------------------------------------------------------------- transpose
+
+    fn emit_transpose(&self, name: &str, spec: &Spec) -> R<FunctionValue<'ctx>> {
+        let f = self.kernel_fn(name, 6, true);
+        self.enter(f, "entry");
+        let fr = self.frame(f);
+        let (q0, q1) = (self.param(f, 2), self.param(f, 3));
+        let rr = self.dim(fr.dims, 1)?;
+        let cc = self.dim(fr.dims, 2)?;
+        let src = self.buf(fr.bufs, 0)?;
+        let dst = self.buf(fr.bufs, 1)?;
+        let (sdt, ddt) = (spec.dtypes[0], spec.dtypes[1]);
+        self.for_range(q0, q1, self.i64(1), "q", |cg, q| {
+            let b = cg.b.build_int_signed_div(q, rr, "b")?;
+            let br = cg.b.build_int_mul(b, rr, "b.r")?;
+            let i = cg.b.build_int_sub(q, br, "i")?;
+            let plane = cg.b.build_int_mul(br, cc, "plane")?;
+            let base = cg.b.build_int_add(plane, i, "base")?;
+            let out_row = cg.b.build_int_mul(q, cc, "out.row")?;
+            cg.for_range(cg.i64(0), cc, cg.i64(1), "j", |cg, j| {
+                let jr = cg.b.build_int_mul(j, rr, "j.r")?;
+                let si = cg.b.build_int_add(base, jr, "src.i")?;
+                let di = cg.b.build_int_add(out_row, j, "dst.i")?;
+                let v = cg.load_scalar_raw(src, sdt, si)?;
+                if sdt == ddt {
+                    cg.store_scalar_raw(v, dst, ddt, di)
+                } else {
+                    let x = cg.raw_scalar_to_f32(v, sdt)?;
+                    let y = cg.f32_scalar_to_raw(x, ddt)?;
+                    cg.store_scalar_raw(y, dst, ddt, di)
+                }
+            })
+        })?;
+        self.b.build_return(None)?;
+        Ok(f)
+    }
+}
+
+/// What an epilogue step needs to address its operand.
+struct EpiCtx<'a, 'ctx> {
+    fr: &'a Frame<'ctx>,
+    spec: &'a Spec,
+    col: IntValue<'ctx>,
+    row_off: IntValue<'ctx>,
+    mask: VectorValue<'ctx>,
+}

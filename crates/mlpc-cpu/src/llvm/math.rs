@@ -1,0 +1,298 @@
+//! Vector math in f32 lanes: the activations and the conversions between f32 and the 16-bit
+//! storage types, all as plain LLVM IR (no calls into a math library).
+//!
+//! Accuracy, relative unless the value is tiny: `exp` about 2 ulp (Cephes' polynomial after range
+//! reduction by ln 2); `tanh` below 1e-7 (odd Taylor polynomial under |x| < 0.4, then
+//! `1 - 2 / (exp(2|x|) + 1)`); `erf` below 3e-7 (odd Taylor polynomial under |x| < 0.5, then
+//! Abramowitz and Stegun 7.1.26). bf16 and f16 stores round to nearest even, NaN stays NaN.
+
+use super::{Cg, R};
+use inkwell::values::VectorValue;
+use inkwell::{FloatPredicate, IntPredicate};
+use mlpc_ir::{Activation, DType};
+
+impl<'ctx> Cg<'ctx> {
+    fn add(&self, a: VectorValue<'ctx>, b: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        Ok(self.b.build_float_add(a, b, "add")?)
+    }
+
+    fn mul(&self, a: VectorValue<'ctx>, b: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        Ok(self.b.build_float_mul(a, b, "mul")?)
+    }
+
+    /// `a * b + c` with constant `b` and `c`.
+    fn fma_c(&self, a: VectorValue<'ctx>, b: f32, c: f32) -> R<VectorValue<'ctx>> {
+        self.fma(a, self.splat_f(b), self.splat_f(c))
+    }
+
+    /// Horner evaluation of `c[0] + c[1] x + c[2] x^2 + ...`.
+    fn poly(&self, x: VectorValue<'ctx>, c: &[f32]) -> R<VectorValue<'ctx>> {
+        let mut acc = self.splat_f(c[c.len() - 1]);
+        for &k in c[..c.len() - 1].iter().rev() {
+            acc = self.fma(acc, x, self.splat_f(k))?;
+        }
+        Ok(acc)
+    }
+
+    fn select_lt(
+        &self,
+        a: VectorValue<'ctx>,
+        b: VectorValue<'ctx>,
+        t: VectorValue<'ctx>,
+        f: VectorValue<'ctx>,
+    ) -> R<VectorValue<'ctx>> {
+        let c = self
+            .b
+            .build_float_compare(FloatPredicate::OLT, a, b, "lt")?;
+        Ok(self.b.build_select(c, t, f, "sel")?.into_vector_value())
+    }
+
+    fn unary(&self, name: &str, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        let f = self.intrinsic(name, &[self.vf.into()])?;
+        Ok(self.call(f, &[x.into()])?.into_vector_value())
+    }
+
+    fn copysign(&self, mag: VectorValue<'ctx>, sign: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        let f = self.intrinsic("llvm.copysign", &[self.vf.into()])?;
+        Ok(self
+            .call(f, &[mag.into(), sign.into()])?
+            .into_vector_value())
+    }
+
+    fn bits(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        Ok(self
+            .b
+            .build_bit_cast(x, self.vi32, "bits")?
+            .into_vector_value())
+    }
+
+    fn as_float(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        Ok(self
+            .b
+            .build_bit_cast(x, self.vf, "float")?
+            .into_vector_value())
+    }
+
+    /// `e^x`; NaN stays NaN, the result saturates to 0 below -88.37 and to e^88.37 above it.
+    pub(crate) fn exp(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        const HI: f32 = 88.376_26;
+        let hi = self.splat_f(HI);
+        let lo = self.splat_f(-HI);
+        let x = self.select_lt(hi, x, hi, x)?;
+        let x = self.select_lt(x, lo, lo, x)?;
+        let n = self.unary("llvm.floor", self.fma_c(x, std::f32::consts::LOG2_E, 0.5)?)?;
+        let r = self.fma(n, self.splat_f(-0.693_359_4), x)?;
+        let r = self.fma(n, self.splat_f(2.121_944_4e-4), r)?;
+        let p = self.poly(
+            r,
+            &[
+                0.5,
+                1.666_666_5e-1,
+                4.166_579_6e-2,
+                8.333_452e-3,
+                1.398_2e-3,
+                1.987_569_1e-4,
+            ],
+        )?;
+        let r2 = self.mul(r, r)?;
+        let y = self.fma(p, r2, r)?;
+        let y = self.add(y, self.splat_f(1.0))?;
+        let ni = self.b.build_float_to_signed_int(n, self.vi32, "n")?;
+        let e = self.b.build_int_add(ni, self.splat_i32(127), "e")?;
+        let e = self.b.build_left_shift(e, self.splat_i32(23), "e.bits")?;
+        self.mul(y, self.as_float(e)?)
+    }
+
+    fn sigmoid(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        let neg = self.b.build_float_neg(x, "neg")?;
+        let e = self.exp(neg)?;
+        let d = self.add(e, self.splat_f(1.0))?;
+        Ok(self.b.build_float_div(self.splat_f(1.0), d, "sig")?)
+    }
+
+    fn tanh(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        let ax = self.unary("llvm.fabs", x)?;
+        // Small |x|: x + x^3 (c3 + c5 x^2 + ...), the Taylor series of tanh.
+        let x2 = self.mul(x, x)?;
+        let p = self.poly(
+            x2,
+            &[
+                -1.0 / 3.0,
+                2.0 / 15.0,
+                -17.0 / 315.0,
+                62.0 / 2835.0,
+                -1382.0 / 155_925.0,
+            ],
+        )?;
+        let x3 = self.mul(x2, x)?;
+        let small = self.fma(x3, p, x)?;
+        // Otherwise 1 - 2 / (e^{2|x|} + 1) with the sign of x.
+        let e = self.exp(self.add(ax, ax)?)?;
+        let d = self.add(e, self.splat_f(1.0))?;
+        let q = self.b.build_float_div(self.splat_f(2.0), d, "q")?;
+        let big = self.b.build_float_sub(self.splat_f(1.0), q, "t")?;
+        let big = self.copysign(big, x)?;
+        self.select_lt(ax, self.splat_f(0.4), small, big)
+    }
+
+    fn erf(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        let ax = self.unary("llvm.fabs", x)?;
+        let x2 = self.mul(x, x)?;
+        // Small |x|: 2/sqrt(pi) (x - x^3/3 + x^5/10 - x^7/42 + x^9/216 - x^11/1320).
+        let c = std::f32::consts::FRAC_2_SQRT_PI;
+        let p = self.poly(
+            x2,
+            &[c, -c / 3.0, c / 10.0, -c / 42.0, c / 216.0, -c / 1320.0],
+        )?;
+        let small = self.mul(x, p)?;
+        // Abramowitz & Stegun 7.1.26: 1 - t (a1 + a2 t + ... + a5 t^4) e^{-x^2}, t = 1/(1 + p|x|).
+        let d = self.fma_c(ax, 0.327_591_1, 1.0)?;
+        let t = self.b.build_float_div(self.splat_f(1.0), d, "t")?;
+        let q = self.poly(
+            t,
+            &[
+                0.254_829_6,
+                -0.284_496_74,
+                1.421_413_8,
+                -1.453_152_1,
+                1.061_405_4,
+            ],
+        )?;
+        let q = self.mul(q, t)?;
+        let e = self.exp(self.b.build_float_neg(x2, "nx2")?)?;
+        let big = self
+            .b
+            .build_float_sub(self.splat_f(1.0), self.mul(q, e)?, "erf")?;
+        let big = self.copysign(big, x)?;
+        self.select_lt(ax, self.splat_f(0.5), small, big)
+    }
+
+    /// `act(x)` in f32 lanes, as [`Activation::eval`] defines it.
+    pub(crate) fn activation(&self, a: Activation, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        let half = self.splat_f(0.5);
+        match a {
+            Activation::Relu => {
+                // NaN gives 0, as `f64::max(x, 0)` does.
+                let zero = self.splat_f(0.0);
+                let pos = self
+                    .b
+                    .build_float_compare(FloatPredicate::OGT, x, zero, "pos")?;
+                Ok(self
+                    .b
+                    .build_select(pos, x, zero, "relu")?
+                    .into_vector_value())
+            }
+            Activation::Sigmoid => self.sigmoid(x),
+            Activation::Silu => self.mul(x, self.sigmoid(x)?),
+            Activation::Tanh => self.tanh(x),
+            Activation::GeluTanh => {
+                let c = (2.0 / std::f64::consts::PI).sqrt() as f32;
+                let x2 = self.mul(x, x)?;
+                let inner = self.fma_c(x2, 0.044_715 * c, c)?;
+                let th = self.tanh(self.mul(x, inner)?)?;
+                let hx = self.mul(half, x)?;
+                self.fma(hx, th, hx)
+            }
+            Activation::Gelu => {
+                let e = self.erf(self.mul(x, self.splat_f(std::f32::consts::FRAC_1_SQRT_2))?)?;
+                let hx = self.mul(half, x)?;
+                self.fma(hx, e, hx)
+            }
+        }
+    }
+
+    /// Widens `<lanes x i16>` bf16/f16 bits (or passes f32 through) to f32 lanes.
+    pub(crate) fn raw_to_f32(&self, raw: VectorValue<'ctx>, dt: DType) -> R<VectorValue<'ctx>> {
+        let b = &self.b;
+        match dt {
+            DType::F32 => Ok(raw),
+            DType::Bf16 => {
+                let w = b.build_int_z_extend(raw, self.vi32, "w")?;
+                let s = b.build_left_shift(w, self.splat_i32(16), "s")?;
+                self.as_float(s)
+            }
+            DType::F16 => {
+                // Exponent and mantissa shifted into f32 position, rescaled by 2^112 (which
+                // handles subnormals too); Inf and NaN get the all-ones exponent back.
+                let w = b.build_int_z_extend(raw, self.vi32, "w")?;
+                let em = b.build_and(w, self.splat_i32(0x7fff), "em")?;
+                let sign = b.build_and(w, self.splat_i32(0x8000), "sign")?;
+                let sign = b.build_left_shift(sign, self.splat_i32(16), "sign32")?;
+                let sh = b.build_left_shift(em, self.splat_i32(13), "sh")?;
+                let f = self.mul(
+                    self.as_float(sh)?,
+                    self.as_float(self.splat_i32(0x7780_0000))?,
+                )?;
+                let fb = self.bits(f)?;
+                let inf =
+                    b.build_int_compare(IntPredicate::UGE, em, self.splat_i32(0x7c00), "inf")?;
+                let fixed = b.build_or(fb, self.splat_i32(0x7f80_0000), "infnan")?;
+                let fb = b.build_select(inf, fixed, fb, "fb")?.into_vector_value();
+                let out = b.build_or(fb, sign, "signed")?;
+                self.as_float(out)
+            }
+        }
+    }
+
+    /// Rounds f32 lanes to `dt` (nearest even) and returns its storage lanes.
+    pub(crate) fn f32_to_raw(&self, v: VectorValue<'ctx>, dt: DType) -> R<VectorValue<'ctx>> {
+        let b = &self.b;
+        match dt {
+            DType::F32 => Ok(v),
+            DType::Bf16 => {
+                let u = self.bits(v)?;
+                let hi = b.build_right_shift(u, self.splat_i32(16), false, "hi")?;
+                let lsb = b.build_and(hi, self.splat_i32(1), "lsb")?;
+                let bias = b.build_int_add(lsb, self.splat_i32(0x7fff), "bias")?;
+                let r = b.build_int_add(u, bias, "r")?;
+                let r = b.build_right_shift(r, self.splat_i32(16), false, "rne")?;
+                let qnan = b.build_or(hi, self.splat_i32(0x40), "qnan")?;
+                let nan = b.build_float_compare(FloatPredicate::UNO, v, v, "nan")?;
+                let r = b.build_select(nan, qnan, r, "bf")?.into_vector_value();
+                Ok(b.build_int_truncate(r, self.vi16, "bf16")?)
+            }
+            DType::F16 => {
+                let u = self.bits(v)?;
+                let sign = b.build_and(u, self.splat_i32(0x8000_0000), "sign")?;
+                let a = b.build_xor(u, sign, "abs")?;
+                // Overflow: Inf, or a quiet NaN for NaN.
+                let is_nan = b.build_int_compare(
+                    IntPredicate::UGT,
+                    a,
+                    self.splat_i32(0x7f80_0000),
+                    "isnan",
+                )?;
+                let special = b
+                    .build_select(
+                        is_nan,
+                        self.splat_i32(0x7e00),
+                        self.splat_i32(0x7c00),
+                        "special",
+                    )?
+                    .into_vector_value();
+                let too_big =
+                    b.build_int_compare(IntPredicate::UGE, a, self.splat_i32(143 << 23), "big")?;
+                // Subnormal results: let the FPU round by adding a magic number.
+                let magic = self.splat_i32(126 << 23);
+                let sub = self.add(self.as_float(a)?, self.as_float(magic)?)?;
+                let sub = b.build_int_sub(self.bits(sub)?, magic, "sub")?;
+                let tiny =
+                    b.build_int_compare(IntPredicate::ULT, a, self.splat_i32(113 << 23), "tiny")?;
+                // Normal results: rebias the exponent and round the 13 dropped bits to even.
+                let odd = b.build_right_shift(a, self.splat_i32(13), false, "m")?;
+                let odd = b.build_and(odd, self.splat_i32(1), "odd")?;
+                let rebias = self.splat_i32(((15i32 - 127) << 23) as u32 + 0xfff);
+                let n = b.build_int_add(a, rebias, "n")?;
+                let n = b.build_int_add(n, odd, "n.odd")?;
+                let n = b.build_right_shift(n, self.splat_i32(13), false, "n.sh")?;
+                let r = b.build_select(tiny, sub, n, "r")?.into_vector_value();
+                let r = b
+                    .build_select(too_big, special, r, "r2")?
+                    .into_vector_value();
+                let s16 = b.build_right_shift(sign, self.splat_i32(16), false, "s16")?;
+                let r = b.build_or(r, s16, "h")?;
+                Ok(b.build_int_truncate(r, self.vi16, "f16")?)
+            }
+        }
+    }
+}

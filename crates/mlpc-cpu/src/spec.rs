@@ -1,0 +1,222 @@
+//! What each plan kernel asks of the code generator, decided once at compile time and independent
+//! of LLVM: the kernel family (GEMM, elementwise, transpose), the role and element type of each
+//! operand slot, and the epilogue steps. Run-time sizes are not part of a spec; they come from the
+//! buffer shapes under the symbol bindings of each run.
+//!
+//! Memory model: every buffer of a plan is dense and row-major in its own shape (inputs and weights
+//! arrive as [`mlpc_ir::HostTensor`]s, which are). Views exist only as GEMM operand layouts and as
+//! `transpose` kernels that materialise them.
+
+use crate::CpuError;
+use mlpc_ir::{Activation, BufferId, DType, Epilogue, Gemm, Kernel, MatLayout, Op, Plan};
+
+/// One step of a fused epilogue, with the operand slot it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// `acc + v[n]`.
+    Bias(usize),
+    /// `acc + v[m, n]`.
+    Add(usize),
+    /// `acc * v[m, n]`.
+    Mul(usize),
+    Act(Activation),
+}
+
+impl Step {
+    fn of(e: &Epilogue) -> Step {
+        match *e {
+            Epilogue::Bias { operand } => Step::Bias(operand),
+            Epilogue::Add { operand } => Step::Add(operand),
+            Epilogue::Mul { operand } => Step::Mul(operand),
+            Epilogue::Act(a) => Step::Act(a),
+        }
+    }
+}
+
+/// `epi(A @ B)`, or `epi(gate(A @ Bg) * up(A @ Bu))` when `dual`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct GemmSpec {
+    pub a: MatLayout,
+    pub b: MatLayout,
+    pub dual: bool,
+    pub gate: Vec<Step>,
+    pub up: Vec<Step>,
+    pub epi: Vec<Step>,
+}
+
+impl GemmSpec {
+    /// Slots of the B operands: `[1]` or `[1, 2]`.
+    pub fn b_slots(&self) -> std::ops::Range<usize> {
+        1..if self.dual { 3 } else { 2 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EwOp {
+    Add,
+    Mul,
+    Act(Activation),
+}
+
+/// An elementwise kernel over the output viewed as `[rows, cols]` (cols = the last dim).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct EwSpec {
+    pub op: EwOp,
+    /// Per operand: whether it is a `[cols]` row vector broadcast over the rows.
+    pub row_broadcast: Vec<bool>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Family {
+    Gemm(GemmSpec),
+    Elementwise(EwSpec),
+    /// `out[b, i, j] = in[b, j, i]` over the last two dims.
+    Transpose,
+}
+
+/// A plan kernel ready for code generation.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Spec {
+    pub family: Family,
+    /// Element type of each operand slot, then of the output (the last entry).
+    pub dtypes: Vec<DType>,
+    pub args: Vec<BufferId>,
+    pub out: BufferId,
+}
+
+fn unsupported(k: &Kernel, message: impl Into<String>) -> CpuError {
+    CpuError::Unsupported {
+        kernel: k.name.clone(),
+        message: message.into(),
+    }
+}
+
+/// Decides the family and operand roles of `k`; refuses shapes the kernels do not handle.
+pub(crate) fn spec_of(plan: &Plan, k: &Kernel) -> Result<Spec, CpuError> {
+    let mut dtypes: Vec<DType> = k.args.iter().map(|&a| plan.buffer(a).ty.dtype).collect();
+    let out_ty = &plan.buffer(k.out).ty;
+    dtypes.push(out_ty.dtype);
+    let arity = k.op.arity();
+    if k.args.len() != arity {
+        return Err(unsupported(
+            k,
+            format!(
+                "{} takes {arity} operand(s), the kernel lists {}",
+                k.op.mnemonic(),
+                k.args.len()
+            ),
+        ));
+    }
+    let family = match &k.op {
+        Op::Input | Op::Weight => {
+            return Err(unsupported(
+                k,
+                "inputs and weights are buffers, not kernels",
+            ))
+        }
+        Op::Transpose => {
+            let src = &plan.buffer(k.args[0]).ty;
+            let r = src.rank();
+            let mut want = src.shape.clone();
+            if r >= 2 {
+                want.swap(r - 2, r - 1);
+            }
+            if r < 2 || want != out_ty.shape {
+                return Err(unsupported(
+                    k,
+                    format!("transpose of {src} cannot produce {out_ty}"),
+                ));
+            }
+            Family::Transpose
+        }
+        Op::MatMul => Family::Gemm(GemmSpec {
+            a: MatLayout::N,
+            b: MatLayout::N,
+            dual: false,
+            gate: Vec::new(),
+            up: Vec::new(),
+            epi: Vec::new(),
+        }),
+        Op::Gemm(g) => Family::Gemm(gemm_spec(plan, k, g)?),
+        Op::Add | Op::Mul | Op::Act(_) => {
+            let op = match k.op {
+                Op::Add => EwOp::Add,
+                Op::Mul => EwOp::Mul,
+                Op::Act(a) => EwOp::Act(a),
+                _ => unreachable!("matched above"),
+            };
+            let mut row_broadcast = Vec::new();
+            for &a in &k.args {
+                let t = &plan.buffer(a).ty;
+                if t.shape == out_ty.shape {
+                    row_broadcast.push(false);
+                } else if t.rank() == 1 && out_ty.shape.last() == t.shape.first() {
+                    row_broadcast.push(true);
+                } else {
+                    return Err(unsupported(
+                        k,
+                        format!("operand {t} neither matches nor row-broadcasts to {out_ty}"),
+                    ));
+                }
+            }
+            Family::Elementwise(EwSpec { op, row_broadcast })
+        }
+    };
+    Ok(Spec {
+        family,
+        dtypes,
+        args: k.args.clone(),
+        out: k.out,
+    })
+}
+
+fn gemm_spec(plan: &Plan, k: &Kernel, g: &Gemm) -> Result<GemmSpec, CpuError> {
+    let out_ty = &plan.buffer(k.out).ty;
+    if g.a == MatLayout::T && plan.buffer(k.args[0]).ty.rank() != 2 {
+        return Err(unsupported(k, "a transposed A operand must be a matrix"));
+    }
+    let spec = GemmSpec {
+        a: g.a,
+        b: g.b,
+        dual: g.dual.is_some(),
+        gate: g
+            .dual
+            .iter()
+            .flat_map(|d| d.gate.iter())
+            .map(Step::of)
+            .collect(),
+        up: g
+            .dual
+            .iter()
+            .flat_map(|d| d.up.iter())
+            .map(Step::of)
+            .collect(),
+        epi: g.epilogue.iter().map(Step::of).collect(),
+    };
+    for step in spec.gate.iter().chain(&spec.up).chain(&spec.epi) {
+        let (slot, want_row) = match *step {
+            Step::Bias(s) => (s, true),
+            Step::Add(s) | Step::Mul(s) => (s, false),
+            Step::Act(_) => continue,
+        };
+        let Some(&buf) = k.args.get(slot).filter(|_| slot >= g.matrix_operands()) else {
+            return Err(unsupported(
+                k,
+                format!("epilogue operand {slot} is not an epilogue slot"),
+            ));
+        };
+        let t = &plan.buffer(buf).ty;
+        let ok = if want_row {
+            t.rank() == 1 && out_ty.shape.last() == t.shape.first()
+        } else {
+            t.shape == out_ty.shape
+        };
+        if !ok {
+            return Err(unsupported(
+                k,
+                format!("epilogue operand {slot} is {t}, which does not fit the output {out_ty}"),
+            ));
+        }
+    }
+    Ok(spec)
+}

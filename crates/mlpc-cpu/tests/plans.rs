@@ -1,0 +1,373 @@
+//! Hand-built fused plans against the reference interpreter: every epilogue, every activation,
+//! dual GEMMs, both operand layouts, every dtype, and sizes that are not multiples of any tile.
+
+mod common;
+
+use common::{check, compile, dims, fixed, plan_of, random};
+use mlpc_cpu::{CpuBackend, CpuError};
+use mlpc_ir::{
+    Activation, DType, Dim, Dual, Epilogue, Gemm, Graph, HostTensor, MatLayout, Op, TensorType,
+};
+use smallvec::smallvec;
+use std::collections::BTreeMap;
+
+fn inputs(pairs: Vec<(&str, HostTensor)>) -> BTreeMap<String, HostTensor> {
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// `y = epi(x W^T)` with `x: [T, k]`, symbolic `T`, weights `w: [n, k]`, `b: [n]` when asked,
+/// a residual `r: [T, n]` input when asked.
+fn linear(
+    dt: DType,
+    k: usize,
+    n: usize,
+    bias: bool,
+    act: Option<Activation>,
+    residual: bool,
+) -> Graph {
+    let mut g = Graph::new(format!("linear_{dt}_{k}x{n}"));
+    let x = g.add_input(
+        "x",
+        TensorType::contiguous(dt, dims(&[Dim::sym("T"), Dim::Fixed(k as u64)])),
+    );
+    let w = g.add_weight("w", random(dt, &[n, k], 1)).unwrap();
+    let mut operands = vec![x, w];
+    let mut epilogue = smallvec![];
+    if bias {
+        operands.push(g.add_weight("b", random(dt, &[n], 2)).unwrap());
+        epilogue.push(Epilogue::Bias {
+            operand: operands.len() - 1,
+        });
+    }
+    if let Some(a) = act {
+        epilogue.push(Epilogue::Act(a));
+    }
+    if residual {
+        operands.push(g.add_input(
+            "r",
+            TensorType::contiguous(dt, dims(&[Dim::sym("T"), Dim::Fixed(n as u64)])),
+        ));
+        epilogue.push(Epilogue::Add {
+            operand: operands.len() - 1,
+        });
+    }
+    let gemm = Gemm {
+        a: MatLayout::N,
+        b: MatLayout::T,
+        dual: None,
+        epilogue,
+    };
+    let y = g.add("y", Op::Gemm(gemm), &operands).unwrap();
+    g.add_output("y", y);
+    g
+}
+
+fn run_linear(
+    dt: DType,
+    m: usize,
+    k: usize,
+    n: usize,
+    bias: bool,
+    act: Option<Activation>,
+    residual: bool,
+) -> f64 {
+    let g = linear(dt, k, n, bias, act, residual);
+    let mut ins = vec![("x", random(dt, &[m, k], 10 + m as u64))];
+    if residual {
+        ins.push(("r", random(dt, &[m, n], 20)));
+    }
+    check(&g, &inputs(ins))
+}
+
+#[test]
+fn linear_bias_f32_odd_sizes() {
+    for (m, k, n) in [
+        (1, 1, 1),
+        (7, 13, 3),
+        (13, 300, 31),
+        (25, 64, 257),
+        (1, 300, 64),
+        (12, 32, 32),
+        (100, 17, 65),
+    ] {
+        run_linear(DType::F32, m, k, n, true, None, false);
+    }
+}
+
+#[test]
+fn linear_without_bias() {
+    run_linear(DType::F32, 9, 40, 33, false, None, false);
+}
+
+#[test]
+fn every_activation_in_the_epilogue() {
+    for a in Activation::ALL {
+        for dt in DType::ALL {
+            run_linear(dt, 7, 48, 37, true, Some(a), false);
+        }
+    }
+}
+
+#[test]
+fn activations_over_a_wide_input_range() {
+    // Large |x| exercises exp saturation and the tanh/erf branches.
+    for a in Activation::ALL {
+        let mut g = Graph::new(format!("wide_{a}"));
+        let x = g.add_input("x", TensorType::contiguous(DType::F32, fixed(&[4, 101])));
+        let y = g.add("y", Op::Act(a), &[x]).unwrap();
+        g.add_output("y", y);
+        let v: Vec<f64> = (0..404).map(|i| (i as f64 - 202.0) * 0.25).collect();
+        let xs = HostTensor::from_f64(DType::F32, vec![4, 101], &v).unwrap();
+        check(&g, &inputs(vec![("x", xs)]));
+    }
+}
+
+#[test]
+fn gelu_tanh_mlp_layer_all_dtypes() {
+    for dt in DType::ALL {
+        run_linear(dt, 33, 96, 130, true, Some(Activation::GeluTanh), false);
+    }
+}
+
+#[test]
+fn residual_add_after_activation() {
+    for dt in DType::ALL {
+        run_linear(dt, 14, 29, 45, true, Some(Activation::Relu), true);
+    }
+}
+
+fn dual(dt: DType, k: usize, n: usize, act: Activation, biases: bool) -> Graph {
+    let mut g = Graph::new(format!("glu_{dt}_{act}"));
+    let x = g.add_input(
+        "x",
+        TensorType::contiguous(dt, dims(&[Dim::sym("T"), Dim::Fixed(k as u64)])),
+    );
+    let wg = g.add_weight("wg", random(dt, &[n, k], 3)).unwrap();
+    let wu = g.add_weight("wu", random(dt, &[n, k], 4)).unwrap();
+    let mut operands = vec![x, wg, wu];
+    let (mut gate, mut up) = (smallvec![], smallvec![]);
+    if biases {
+        operands.push(g.add_weight("bg", random(dt, &[n], 5)).unwrap());
+        gate.push(Epilogue::Bias { operand: 3 });
+        operands.push(g.add_weight("bu", random(dt, &[n], 6)).unwrap());
+        up.push(Epilogue::Bias { operand: 4 });
+    }
+    gate.push(Epilogue::Act(act));
+    let gemm = Gemm {
+        a: MatLayout::N,
+        b: MatLayout::T,
+        dual: Some(Dual { gate, up }),
+        epilogue: smallvec![],
+    };
+    let h = g.add("h", Op::Gemm(gemm), &operands).unwrap();
+    g.add_output("h", h);
+    g
+}
+
+#[test]
+fn dual_gemm_gating() {
+    for dt in DType::ALL {
+        for (m, k, n, act, biases) in [
+            (1, 13, 31, Activation::Silu, false),
+            (7, 64, 100, Activation::GeluTanh, true),
+            (19, 300, 33, Activation::Silu, true),
+        ] {
+            let g = dual(dt, k, n, act, biases);
+            check(&g, &inputs(vec![("x", random(dt, &[m, k], 7))]));
+        }
+    }
+}
+
+#[test]
+fn seed_geglu_mlp_two_kernels() {
+    // down(gelu_tanh(x Wg^T) * (x Wu^T)) + x, as the fusion passes produce it.
+    let (k, n) = (48, 136);
+    let dt = DType::Bf16;
+    let mut g = dual(dt, k, n, Activation::GeluTanh, false);
+    g.name = "geglu".into();
+    let h = g.find("h").unwrap();
+    let x = g.find("x").unwrap();
+    let wd = g.add_weight("wd", random(dt, &[k, n], 8)).unwrap();
+    let down = Gemm {
+        a: MatLayout::N,
+        b: MatLayout::T,
+        dual: None,
+        epilogue: smallvec![Epilogue::Add { operand: 2 }],
+    };
+    let y = g.add("y", Op::Gemm(down), &[h, wd, x]).unwrap();
+    g.add_output("y", y);
+    let exe = compile(&g);
+    assert_eq!(exe.kernel_names().len(), 2);
+    common::check_exe(&exe, &g, &inputs(vec![("x", random(dt, &[21, k], 9))]));
+}
+
+#[test]
+fn operand_layouts_and_runtime_b() {
+    // A and B both model inputs (B packed at run time), every layout combination.
+    for al in [MatLayout::N, MatLayout::T] {
+        for bl in [MatLayout::N, MatLayout::T] {
+            let (m, k, n) = (15, 23, 41);
+            let mut g = Graph::new(format!("layouts_{}{}", al.letter(), bl.letter()));
+            let a_shape = if al == MatLayout::N { [m, k] } else { [k, m] };
+            let b_shape = if bl == MatLayout::N { [k, n] } else { [n, k] };
+            let a = g.add_input("a", TensorType::contiguous(DType::F32, fixed(&a_shape)));
+            let b = g.add_input("b", TensorType::contiguous(DType::F32, fixed(&b_shape)));
+            let gemm = Gemm {
+                a: al,
+                b: bl,
+                dual: None,
+                epilogue: smallvec![Epilogue::Act(Activation::Tanh)],
+            };
+            let y = g.add("y", Op::Gemm(gemm), &[a, b]).unwrap();
+            g.add_output("y", y);
+            check(
+                &g,
+                &inputs(vec![
+                    ("a", random(DType::F32, &a_shape, 11)),
+                    ("b", random(DType::F32, &b_shape, 12)),
+                ]),
+            );
+        }
+    }
+}
+
+#[test]
+fn unfused_graph_one_kernel_per_node() {
+    // matmul, add with a row vector on either side, transpose materialised, mul, activation.
+    for dt in DType::ALL {
+        let mut g = Graph::new(format!("unfused_{dt}"));
+        let x = g.add_input(
+            "x",
+            TensorType::contiguous(dt, dims(&[Dim::sym("T"), Dim::Fixed(20)])),
+        );
+        let w = g.add_weight("w", random(dt, &[35, 20], 13)).unwrap();
+        let b = g.add_weight("b", random(dt, &[35], 14)).unwrap();
+        let wt = g.add("wt", Op::Transpose, &[w]).unwrap();
+        let h = g.add("h", Op::MatMul, &[x, wt]).unwrap();
+        let hb = g.add("hb", Op::Add, &[b, h]).unwrap();
+        let a = g.add("a", Op::Act(Activation::Gelu), &[hb]).unwrap();
+        let m = g.add("m", Op::Mul, &[a, hb]).unwrap();
+        let r = g.add("r", Op::Add, &[m, b]).unwrap();
+        let t = g.add("t", Op::Transpose, &[r]).unwrap();
+        g.add_output("y", r);
+        g.add_output("yt", t);
+        check(&g, &inputs(vec![("x", random(dt, &[9, 20], 15))]));
+    }
+}
+
+#[test]
+fn batched_activation_flattens_into_rows() {
+    let mut g = Graph::new("batched");
+    let x = g.add_input(
+        "x",
+        TensorType::contiguous(
+            DType::F32,
+            dims(&[Dim::sym("B"), Dim::sym("T"), Dim::Fixed(24)]),
+        ),
+    );
+    let w = g
+        .add_weight("w", random(DType::F32, &[50, 24], 16))
+        .unwrap();
+    let gemm = Gemm {
+        a: MatLayout::N,
+        b: MatLayout::T,
+        dual: None,
+        epilogue: smallvec![Epilogue::Act(Activation::Silu)],
+    };
+    let y = g.add("y", Op::Gemm(gemm), &[x, w]).unwrap();
+    g.add_output("y", y);
+    check(
+        &g,
+        &inputs(vec![("x", random(DType::F32, &[3, 5, 24], 17))]),
+    );
+}
+
+#[test]
+fn large_gemm_spans_many_tiles_and_threads() {
+    run_linear(
+        DType::F32,
+        200,
+        300,
+        515,
+        true,
+        Some(Activation::GeluTanh),
+        true,
+    );
+}
+
+#[test]
+fn one_executable_runs_many_token_counts() {
+    let g = linear(DType::F32, 40, 70, true, Some(Activation::Gelu), false);
+    let exe = compile(&g);
+    for m in [1, 2, 11, 12, 13, 64, 97] {
+        common::check_exe(
+            &exe,
+            &g,
+            &inputs(vec![("x", random(DType::F32, &[m, 40], m as u64))]),
+        );
+    }
+}
+
+#[test]
+fn wrong_inputs_get_the_interpreters_messages() {
+    let g = linear(DType::F32, 8, 4, true, None, false);
+    let exe = compile(&g);
+    let cases = [
+        inputs(vec![]),
+        inputs(vec![("x", random(DType::F32, &[2, 9], 1))]),
+        inputs(vec![("x", random(DType::Bf16, &[2, 8], 1))]),
+        inputs(vec![
+            ("x", random(DType::F32, &[2, 8], 1)),
+            ("z", random(DType::F32, &[1], 1)),
+        ]),
+    ];
+    for ins in cases {
+        let want = mlpc_ir::interpret(&g, &ins).unwrap_err().to_string();
+        let got = exe.run(&ins).unwrap_err();
+        assert!(matches!(got, CpuError::Input(_)));
+        assert_eq!(got.to_string(), want);
+    }
+}
+
+#[test]
+fn weights_must_match_the_plan() {
+    let g = linear(DType::F32, 8, 4, true, None, false);
+    let plan = plan_of(&g);
+    let backend = CpuBackend::new().unwrap();
+    let mut w = g.weights().clone();
+    w.remove("b");
+    let err = backend.compile(&plan, &w).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        "weight `b` is missing from the weights table"
+    );
+    let mut w = g.weights().clone();
+    w.insert("b".into(), std::sync::Arc::new(random(DType::F32, &[5], 1)));
+    let err = backend.compile(&plan, &w).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        "weight `b` is f32[5], but the plan declares f32[4]"
+    );
+}
+
+#[test]
+fn gemm_uses_the_hosts_widest_vectors() {
+    let g = linear(DType::F32, 64, 64, true, Some(Activation::GeluTanh), false);
+    let backend = CpuBackend::new().unwrap().keep_assembly(true);
+    let exe = backend.compile(&plan_of(&g), g.weights()).unwrap();
+    let asm = exe.assembly().unwrap();
+    let reg = match backend.tiling().lanes {
+        16 => "zmm",
+        8 => "ymm",
+        _ => "xmm",
+    };
+    let fmas = asm
+        .lines()
+        .filter(|l| l.contains("vfmadd") && l.contains(reg))
+        .count();
+    assert!(
+        fmas >= backend.tiling().mr * 2,
+        "expected an unrolled {reg} FMA micro-kernel, found {fmas} FMAs"
+    );
+    assert!(!asm.contains("call"), "the kernels call out of line code");
+}
