@@ -30,7 +30,9 @@ mod error;
 mod exec;
 #[cfg(feature = "llvm")]
 mod llvm;
+#[cfg(feature = "llvm")]
 mod pack;
+#[cfg(feature = "llvm")]
 mod spec;
 
 pub use error::CpuError;

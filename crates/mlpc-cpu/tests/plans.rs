@@ -1,6 +1,8 @@
 //! Hand-built fused plans against the reference interpreter: every epilogue, every activation,
 //! dual GEMMs, both operand layouts, every dtype, and sizes that are not multiples of any tile.
 
+#![cfg(feature = "llvm")]
+
 mod common;
 
 use common::{check, compile, dims, fixed, plan_of, random};
