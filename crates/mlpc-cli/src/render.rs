@@ -1,0 +1,162 @@
+//! Everything the binary prints: summaries on stdout, errors with their chain of causes on stderr.
+
+use mlpc::{Backend, Summary, Tensors};
+use std::error::Error;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+/// `error: <message>` followed by one `caused by:` line per source not already in the message.
+pub fn error_chain(e: &dyn Error) -> String {
+    let mut out = format!("error: {e}");
+    let mut shown = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !shown.contains(&text) {
+            let _ = write!(out, "\n  caused by: {text}");
+            shown.push('\n');
+            shown.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
+
+/// A line that tells how to fix an error caused by the command's arguments, if there is one.
+pub fn hint(e: &mlpc::Error) -> Option<String> {
+    use mlpc::frontend::{FrontendError, RandomInputError};
+    match e {
+        mlpc::Error::Frontend(FrontendError::RandomInput {
+            error: RandomInputError::Unbound { symbol, .. },
+            ..
+        }) => Some(format!(
+            "hint: give every symbolic dimension a size, e.g. `--bind {symbol}=8`"
+        )),
+        _ => None,
+    }
+}
+
+pub fn compile_summary(s: &Summary, dir: &Path, written: &[PathBuf]) -> String {
+    let mut out = String::new();
+    let dtypes: Vec<&str> = s.dtypes.iter().map(|d| d.name()).collect();
+    let _ = writeln!(out, "compiled `{}` ({})", s.name, dtypes.join(", "));
+    for (name, ty) in &s.inputs {
+        let _ = writeln!(out, "  input   {name}: {ty}");
+    }
+    for (name, ty) in &s.outputs {
+        let _ = writeln!(out, "  output  {name}: {ty}");
+    }
+    let _ = writeln!(
+        out,
+        "  graph   {}: {}, {}, {}",
+        count(s.nodes, "node"),
+        count(s.inputs.len(), "input"),
+        count(s.weights, "weight"),
+        count(s.ops, "op")
+    );
+    let _ = writeln!(
+        out,
+        "  weights {}, {}",
+        count(s.weights, "tensor"),
+        bytes(s.weight_bytes)
+    );
+    if s.sparse_weights > 0 {
+        let _ = writeln!(
+            out,
+            "  sparse  {}",
+            count(s.sparse_weights, "block-sparse weight")
+        );
+    }
+    let _ = writeln!(out, "wrote {}", dir.display());
+    for p in written {
+        let _ = writeln!(out, "  {}", p.display());
+    }
+    out
+}
+
+pub fn run_summary(name: &str, backend: Backend, outputs: &Tensors, path: &Path) -> String {
+    let mut out = format!("ran `{name}` on {backend}\n");
+    out.push_str(&tensors_written(outputs, path));
+    out
+}
+
+pub fn tensors_written(tensors: &Tensors, path: &Path) -> String {
+    let mut out = format!("wrote {}\n", path.display());
+    for (name, t) in tensors {
+        let _ = writeln!(out, "  {name}: {}{:?}", t.dtype(), t.shape());
+    }
+    out
+}
+
+/// `1 node`, `2 nodes`.
+fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// `12.0 MiB (12582912 bytes)`.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} bytes");
+    }
+    let mut v = n as f64;
+    let mut unit = "bytes";
+    for u in UNITS {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    format!("{v:.1} {unit} ({n} bytes)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl Error for Layer {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            self.1.as_deref().map(|l| l as &(dyn Error + 'static))
+        }
+    }
+
+    #[test]
+    fn chains_show_each_new_cause_once() {
+        let e = Layer(
+            "cannot write `out/x`",
+            Some(Box::new(Layer(
+                "Permission denied",
+                Some(Box::new(Layer("denied", None))),
+            ))),
+        );
+        assert_eq!(
+            error_chain(&e),
+            "error: cannot write `out/x`\n  caused by: Permission denied"
+        );
+    }
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(bytes(0), "0 bytes");
+        assert_eq!(bytes(1023), "1023 bytes");
+        assert_eq!(bytes(1024), "1.0 KiB (1024 bytes)");
+        assert_eq!(
+            bytes(9 * 1024 * 1024 + 512 * 1024),
+            "9.5 MiB (9961472 bytes)"
+        );
+    }
+}

@@ -1,0 +1,513 @@
+//! End-to-end tests of the `mlpc` binary: every example compiles and its IR text is snapshotted;
+//! runs agree with the reference interpreter called directly; malformed models, inputs and
+//! arguments each fail with one clear message, exit status 1, and leave no file behind.
+//!
+//! Each command runs in a fresh temporary directory with relative paths, so the transcripts
+//! (snapshots of exit status, stdout and stderr) do not depend on the machine.
+
+use mlpc_ir::{DType, HostTensor};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+type Tensors = BTreeMap<String, HostTensor>;
+
+struct Outcome {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Outcome {
+    /// The snapshot text: the command, its exit status and what it printed.
+    fn transcript(&self, args: &[&str]) -> String {
+        let mut s = format!("$ mlpc {}\nexit: {}\n", args.join(" "), self.code);
+        if !self.stdout.is_empty() {
+            s.push_str("--- stdout\n");
+            s.push_str(&self.stdout);
+        }
+        if !self.stderr.is_empty() {
+            s.push_str("--- stderr\n");
+            s.push_str(&self.stderr);
+        }
+        s
+    }
+}
+
+fn mlpc(dir: &Path, args: &[&str]) -> Outcome {
+    let out = Command::new(env!("CARGO_BIN_EXE_mlpc"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    Outcome {
+        // A signal (a crash) has no code: make it fail every assertion below.
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn cases() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cases")
+}
+
+/// Every file under `dir`, relative, sorted.
+fn listing(dir: &Path) -> Vec<PathBuf> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(root).unwrap().to_path_buf());
+            if p.is_dir() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// Runs a command that must fail: exit status 1, a single `error:` message, no panic, and no
+/// file created or removed in the working directory. Returns the transcript.
+fn fails(dir: &Path, args: &[&str]) -> String {
+    let t = fails_raw(dir, args);
+    // An I/O error may name a temporary file (random name, machine's temp dir).
+    t.lines()
+        .map(|l| match l.find(" at path \"") {
+            Some(i) => format!("{} at path \"[temporary file]\"", &l[..i]),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+fn fails_raw(dir: &Path, args: &[&str]) -> String {
+    let before = listing(dir);
+    let o = mlpc(dir, args);
+    assert_eq!(o.code, 1, "{}", o.transcript(args));
+    assert!(o.stderr.starts_with("error: "), "{}", o.transcript(args));
+    assert!(!o.stderr.contains("panicked"), "{}", o.transcript(args));
+    assert!(o.stdout.is_empty(), "{}", o.transcript(args));
+    assert_eq!(
+        listing(dir),
+        before,
+        "files changed: {}",
+        o.transcript(args)
+    );
+    o.transcript(args)
+}
+
+fn succeeds(dir: &Path, args: &[&str]) -> Outcome {
+    let o = mlpc(dir, args);
+    assert_eq!(o.code, 0, "{}", o.transcript(args));
+    assert!(o.stderr.is_empty(), "{}", o.transcript(args));
+    o
+}
+
+fn examples() -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(repo().join("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| repo().join("examples").join(n).join("model.json").is_file())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A scratch directory holding `files` copied from the test cases.
+fn scratch(files: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in files {
+        let name = Path::new(f).file_name().unwrap();
+        fs::copy(cases().join(f), dir.path().join(name)).unwrap();
+    }
+    dir
+}
+
+fn tensors(entries: &[(&str, DType, &[usize], f64)]) -> Tensors {
+    entries
+        .iter()
+        .map(|&(name, dtype, shape, fill)| {
+            let n: usize = shape.iter().product();
+            let values: Vec<f64> = (0..n).map(|i| fill + i as f64 / 16.0).collect();
+            let t = HostTensor::from_f64(dtype, shape.to_vec(), &values).unwrap();
+            (name.to_string(), t)
+        })
+        .collect()
+}
+
+#[test]
+fn every_example_compiles_and_its_ir_is_stable() {
+    let names = examples();
+    assert!(names.len() >= 7, "examples: {names:?}");
+    for name in names {
+        let dir = tempfile::tempdir().unwrap();
+        let model = repo().join("examples").join(&name).join("model.json");
+        let model = model.to_str().unwrap();
+        let o = succeeds(dir.path(), &["compile", model]);
+        // The default output directory is out/<model name>.
+        let graph = fs::read_to_string(dir.path().join("out").join(&name).join("graph.txt"))
+            .unwrap_or_else(|e| panic!("{name}: no out/{name}/graph.txt: {e}\n{}", o.stdout));
+        assert_eq!(listing(dir.path()).len(), 3, "{name}: stray files");
+        insta::assert_snapshot!(format!("example-{name}"), format!("{}\n{graph}", o.stdout));
+    }
+}
+
+#[test]
+fn compile_replaces_its_own_output_and_nothing_else() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    succeeds(d, &["compile", "residual.json", "-o", "build/r"]);
+    fs::write(d.join("build/r/stale.txt"), "from an earlier compile").unwrap();
+    succeeds(d, &["compile", "residual.json", "-o", "build/r"]);
+    assert!(d.join("build/r/graph.txt").is_file());
+    assert!(!d.join("build/r/stale.txt").exists());
+    assert_eq!(
+        listing(&d.join("build")),
+        vec![PathBuf::from("r"), "r/graph.txt".into()]
+    );
+
+    fs::create_dir(d.join("mine")).unwrap();
+    fs::write(d.join("mine/notes.txt"), "keep").unwrap();
+    fs::write(d.join("a-file"), "keep").unwrap();
+    let t1 = fails(d, &["compile", "residual.json", "-o", "mine"]);
+    let t2 = fails(d, &["compile", "residual.json", "-o", "a-file"]);
+    insta::assert_snapshot!("compile-into-foreign-directory", format!("{t1}\n{t2}"));
+}
+
+#[test]
+fn malformed_models_fail_with_one_message_each() {
+    let mut names: Vec<String> = fs::read_dir(cases().join("bad-models"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 15, "{names:?}");
+    for name in &names {
+        let dir = scratch(&[&format!("bad-models/{name}")]);
+        for cmd in ["compile", "gen-inputs"] {
+            let args: &[&str] = if cmd == "compile" {
+                &["compile", name, "-o", "out"]
+            } else {
+                &["gen-inputs", name, "--bind", "T=2", "-o", "in.safetensors"]
+            };
+            let t = fails(dir.path(), args);
+            if cmd == "compile" {
+                let stem = name.trim_end_matches(".json");
+                insta::assert_snapshot!(format!("bad-model-{stem}"), t);
+            }
+        }
+    }
+}
+
+#[test]
+fn missing_model_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = fails(dir.path(), &["compile", "nowhere/model.json"]);
+    insta::assert_snapshot!("missing-model-file", t);
+}
+
+/// The residual model (inputs `x` and `r`, both `f32[T,8]`), with the given inputs file.
+fn run_residual(inputs: Option<Tensors>, extra: &[&str]) -> String {
+    let dir = scratch(&["models/residual.json"]);
+    if let Some(inputs) = inputs {
+        mlpc_frontend::write_tensors(&dir.path().join("in.safetensors"), &inputs).unwrap();
+    }
+    let mut args = vec![
+        "run",
+        "residual.json",
+        "--input",
+        "in.safetensors",
+        "--output",
+        "out.safetensors",
+    ];
+    args.extend_from_slice(extra);
+    fails(dir.path(), &args)
+}
+
+#[test]
+fn bad_inputs_fail_with_one_message_each() {
+    use DType::{Bf16, F32};
+    let cases: Vec<(&str, Option<Tensors>, &[&str])> = vec![
+        ("missing-input-file", None, &[]),
+        (
+            "wrong-input-name",
+            Some(tensors(&[
+                ("x", F32, &[2, 8], 0.0),
+                ("res", F32, &[2, 8], 0.0),
+            ])),
+            &[],
+        ),
+        (
+            "missing-input",
+            Some(tensors(&[("x", F32, &[2, 8], 0.0)])),
+            &[],
+        ),
+        (
+            "wrong-input-dtype",
+            Some(tensors(&[
+                ("x", Bf16, &[2, 8], 0.0),
+                ("r", F32, &[2, 8], 0.0),
+            ])),
+            &[],
+        ),
+        (
+            "wrong-input-shape",
+            Some(tensors(&[
+                ("x", F32, &[2, 9], 0.0),
+                ("r", F32, &[2, 8], 0.0),
+            ])),
+            &[],
+        ),
+        (
+            "wrong-input-rank",
+            Some(tensors(&[
+                ("x", F32, &[2, 2, 8], 0.0),
+                ("r", F32, &[2, 8], 0.0),
+            ])),
+            &[],
+        ),
+        (
+            "conflicting-symbol",
+            Some(tensors(&[
+                ("x", F32, &[2, 8], 0.0),
+                ("r", F32, &[3, 8], 0.0),
+            ])),
+            &[],
+        ),
+        (
+            "backend-cuda",
+            Some(tensors(&[
+                ("x", F32, &[2, 8], 0.0),
+                ("r", F32, &[2, 8], 0.0),
+            ])),
+            &["--backend", "cuda"],
+        ),
+        (
+            "backend-cpu",
+            Some(tensors(&[
+                ("x", F32, &[2, 8], 0.0),
+                ("r", F32, &[2, 8], 0.0),
+            ])),
+            &["--backend", "cpu"],
+        ),
+        (
+            "unknown-backend",
+            Some(tensors(&[
+                ("x", F32, &[2, 8], 0.0),
+                ("r", F32, &[2, 8], 0.0),
+            ])),
+            &["--backend", "gpu"],
+        ),
+    ];
+    for (name, inputs, extra) in cases {
+        insta::assert_snapshot!(format!("bad-input-{name}"), run_residual(inputs, extra));
+    }
+}
+
+#[test]
+fn unreadable_inputs_file() {
+    let dir = scratch(&["models/residual.json"]);
+    fs::write(
+        dir.path().join("in.safetensors"),
+        b"this is not a safetensors file",
+    )
+    .unwrap();
+    let t = fails(
+        dir.path(),
+        &[
+            "run",
+            "residual.json",
+            "--input",
+            "in.safetensors",
+            "--output",
+            "o.safetensors",
+        ],
+    );
+    insta::assert_snapshot!("bad-input-not-safetensors", t);
+}
+
+#[test]
+fn unwritable_output() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    succeeds(
+        d,
+        &[
+            "gen-inputs",
+            "residual.json",
+            "--bind",
+            "T=2",
+            "-o",
+            "in.safetensors",
+        ],
+    );
+    let t = fails(
+        d,
+        &[
+            "run",
+            "residual.json",
+            "--input",
+            "in.safetensors",
+            "--output",
+            "no/such/dir/o.safetensors",
+        ],
+    );
+    insta::assert_snapshot!("unwritable-output", t);
+}
+
+#[test]
+fn bad_arguments() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    let unbound = fails(d, &["gen-inputs", "residual.json", "-o", "in.safetensors"]);
+    let malformed = fails(
+        d,
+        &[
+            "gen-inputs",
+            "residual.json",
+            "--bind",
+            "T",
+            "-o",
+            "in.safetensors",
+        ],
+    );
+    let no_command = fails(d, &["compile"]);
+    insta::assert_snapshot!(
+        "bad-arguments",
+        format!("{unbound}\n{malformed}\n{no_command}")
+    );
+}
+
+#[test]
+fn help_and_version_succeed() {
+    let d = tempfile::tempdir().unwrap();
+    let help = succeeds(d.path(), &["--help"]);
+    for cmd in ["compile", "run", "gen-inputs"] {
+        assert!(help.stdout.contains(cmd), "{}", help.stdout);
+    }
+    let v = succeeds(d.path(), &["--version"]);
+    assert_eq!(
+        v.stdout.trim(),
+        format!("mlpc {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// `gen-inputs` then `run` gives what the reference interpreter gives on the same graph and
+/// inputs, for the examples small enough to interpret quickly.
+#[test]
+fn runs_equal_the_interpreter() {
+    for (model, t) in [
+        (repo().join("examples/tiny-mlp/model.json"), 5),
+        (repo().join("examples/gpt2-mlp/model.json"), 2),
+        (repo().join("examples/seed-geglu/model.json"), 3),
+        (cases().join("models/residual.json"), 7),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let m = model.to_str().unwrap();
+        let bind = format!("T={t}");
+        succeeds(
+            d,
+            &[
+                "gen-inputs",
+                m,
+                "--bind",
+                &bind,
+                "--seed",
+                "11",
+                "-o",
+                "in.safetensors",
+            ],
+        );
+        let o = succeeds(
+            d,
+            &[
+                "run",
+                m,
+                "--input",
+                "in.safetensors",
+                "--output",
+                "out.safetensors",
+            ],
+        );
+        assert!(o.stdout.contains("on reference"), "{}", o.stdout);
+
+        let inputs = mlpc_frontend::read_tensors(&d.join("in.safetensors")).unwrap();
+        for t_in in inputs.values() {
+            assert_eq!(t_in.shape()[0], t, "{}", model.display());
+        }
+        let graph = mlpc_frontend::load_model(&model).unwrap().graph;
+        let expected = mlpc_ir::interpret(&graph, &inputs).unwrap();
+        let actual = mlpc_frontend::read_tensors(&d.join("out.safetensors")).unwrap();
+        assert_eq!(actual, expected, "{}", model.display());
+        assert!(actual
+            .values()
+            .all(|t| t.to_f64().iter().any(|&v| v != 0.0)));
+    }
+}
+
+#[test]
+fn same_seed_same_inputs_other_seed_other_inputs() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    for (seed, file) in [("1", "a"), ("1", "b"), ("2", "c")] {
+        succeeds(
+            d,
+            &[
+                "gen-inputs",
+                "residual.json",
+                "--bind",
+                "T=4",
+                "--seed",
+                seed,
+                "-o",
+                file,
+            ],
+        );
+    }
+    let read = |f: &str| mlpc_frontend::read_tensors(&d.join(f)).unwrap();
+    assert_eq!(read("a"), read("b"));
+    assert_ne!(read("a"), read("c"));
+}
+
+#[test]
+fn nan_inputs_are_data() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    let mut inputs = tensors(&[
+        ("x", DType::F32, &[2, 8], 0.5),
+        ("r", DType::F32, &[2, 8], 0.0),
+    ]);
+    let mut x = inputs["x"].to_f64();
+    x[3] = f64::NAN;
+    inputs.insert(
+        "x".into(),
+        HostTensor::from_f64(DType::F32, vec![2, 8], &x).unwrap(),
+    );
+    mlpc_frontend::write_tensors(&d.join("in.safetensors"), &inputs).unwrap();
+    succeeds(
+        d,
+        &[
+            "run",
+            "residual.json",
+            "--input",
+            "in.safetensors",
+            "--output",
+            "out.safetensors",
+        ],
+    );
+    let y = mlpc_frontend::read_tensors(&d.join("out.safetensors")).unwrap()["y"].to_f64();
+    // Row 0 saw the NaN through the matmul; row 1 did not.
+    assert!(y[..8].iter().all(|v| v.is_nan()), "{y:?}");
+    assert!(y[8..].iter().all(|v| v.is_finite()), "{y:?}");
+}

@@ -1,0 +1,211 @@
+//! The files a compilation produces, and writing them into a directory all at once: they are
+//! written into a fresh temporary directory beside the target, which then takes the target's
+//! place by a rename. A failed compilation leaves the previous directory untouched.
+
+use crate::error::Error;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The files of one compilation, by path relative to the output directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Artifacts {
+    files: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl Artifacts {
+    /// Every output directory holds this file; a directory with it is one mlpc may replace.
+    pub const MARKER: &'static str = "graph.txt";
+
+    pub fn new() -> Artifacts {
+        Artifacts::default()
+    }
+
+    /// Adds (or replaces) the file at `path`, relative to the output directory.
+    pub fn add(&mut self, path: impl Into<PathBuf>, contents: impl Into<Vec<u8>>) {
+        let path = path.into();
+        let contents = contents.into();
+        match self.files.iter_mut().find(|(p, _)| *p == path) {
+            Some(f) => f.1 = contents,
+            None => self.files.push((path, contents)),
+        }
+    }
+
+    /// The files in the order they were added.
+    pub fn files(&self) -> impl Iterator<Item = (&Path, &[u8])> {
+        self.files.iter().map(|(p, c)| (p.as_path(), c.as_slice()))
+    }
+
+    pub fn get(&self, path: &str) -> Option<&[u8]> {
+        self.files
+            .iter()
+            .find(|(p, _)| p == Path::new(path))
+            .map(|(_, c)| c.as_slice())
+    }
+
+    /// Writes every file under `dir`, replacing a previous output directory there. Returns the
+    /// paths written. `dir` may not exist yet; if it exists it must be empty or hold
+    /// [`Artifacts::MARKER`], so that a mistyped `-o` never deletes a user's files.
+    pub fn write_to(&self, dir: &Path) -> Result<Vec<PathBuf>, Error> {
+        let bad = |reason| Error::OutputDir {
+            path: dir.to_path_buf(),
+            reason,
+        };
+        let name = dir
+            .file_name()
+            .ok_or_else(|| bad("it does not end in a directory name"))?;
+        let parent = match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let exists = match fs::symlink_metadata(dir) {
+            Ok(m) if m.is_dir() => {
+                if !is_replaceable(dir).map_err(Error::io("read directory", dir))? {
+                    return Err(bad(
+                        "it exists, is not empty and holds no graph.txt (it is not an mlpc output)",
+                    ));
+                }
+                true
+            }
+            Ok(_) => return Err(bad("it exists and is not a directory")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => return Err(Error::io("inspect", dir)(e)),
+        };
+        fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
+        let prefix = format!(".{}.", name.to_string_lossy());
+        let staging = tempfile::Builder::new()
+            .prefix(&prefix)
+            .suffix(".new")
+            .tempdir_in(&parent)
+            .map_err(Error::io("create a directory in", &parent))?;
+        let mut written = Vec::with_capacity(self.files.len());
+        for (rel, contents) in &self.files {
+            let path = staging.path().join(rel);
+            if let Some(p) = path.parent() {
+                fs::create_dir_all(p).map_err(Error::io("create directory", dir.join(rel)))?;
+            }
+            fs::write(&path, contents).map_err(Error::io("write", dir.join(rel)))?;
+            written.push(dir.join(rel));
+        }
+        set_public(staging.path()).map_err(Error::io("set permissions of", dir))?;
+
+        // Move the previous directory aside (into an empty temporary directory, which takes it
+        // away when dropped), then move the new one in; put the old one back if that fails.
+        let old = if exists {
+            let old = tempfile::Builder::new()
+                .prefix(&prefix)
+                .suffix(".old")
+                .tempdir_in(&parent)
+                .map_err(Error::io("create a directory in", &parent))?;
+            fs::rename(dir, old.path()).map_err(Error::io("replace", dir))?;
+            Some(old)
+        } else {
+            None
+        };
+        let staged = staging.keep();
+        if let Err(e) = fs::rename(&staged, dir) {
+            if let Some(old) = &old {
+                // Best effort: the error below is what the user needs to see.
+                let _ = fs::rename(old.path(), dir);
+            }
+            let _ = fs::remove_dir_all(&staged);
+            return Err(Error::io("write", dir)(e));
+        }
+        drop(old);
+        Ok(written)
+    }
+}
+
+/// Whether `dir` is empty or holds [`Artifacts::MARKER`].
+fn is_replaceable(dir: &Path) -> io::Result<bool> {
+    if dir.join(Artifacts::MARKER).is_file() {
+        return Ok(true);
+    }
+    Ok(fs::read_dir(dir)?.next().is_none())
+}
+
+/// Temporary directories are private (0700); an output directory is as readable as any other.
+#[cfg(unix)]
+fn set_public(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
+}
+
+#[cfg(not(unix))]
+fn set_public(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Artifacts {
+        let mut a = Artifacts::new();
+        a.add("graph.txt", "graph\n");
+        a.add("kernels/k0.cu", "// k0\n");
+        a
+    }
+
+    #[test]
+    fn writes_a_new_directory_and_its_subdirectories() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("out/model");
+        let written = sample().write_to(&dir).unwrap();
+        assert_eq!(
+            written,
+            vec![dir.join("graph.txt"), dir.join("kernels/k0.cu")]
+        );
+        assert_eq!(
+            fs::read_to_string(dir.join("kernels/k0.cu")).unwrap(),
+            "// k0\n"
+        );
+        // Nothing is left beside it.
+        let siblings: Vec<_> = fs::read_dir(tmp.path().join("out")).unwrap().collect();
+        assert_eq!(siblings.len(), 1);
+    }
+
+    #[test]
+    fn replaces_a_previous_output_entirely() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("m");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("graph.txt"), "old").unwrap();
+        fs::write(dir.join("stale.ptx"), "old").unwrap();
+        let mut a = Artifacts::new();
+        a.add("graph.txt", "new");
+        a.write_to(&dir).unwrap();
+        assert_eq!(fs::read_to_string(dir.join("graph.txt")).unwrap(), "new");
+        assert!(!dir.join("stale.ptx").exists());
+        assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn refuses_to_replace_foreign_directories_and_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("home");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("notes.txt"), "keep me").unwrap();
+        let err = sample().write_to(&dir).unwrap_err();
+        assert!(matches!(err, Error::OutputDir { .. }), "{err}");
+        assert_eq!(
+            fs::read_to_string(dir.join("notes.txt")).unwrap(),
+            "keep me"
+        );
+
+        let file = tmp.path().join("file");
+        fs::write(&file, "x").unwrap();
+        let err = sample().write_to(&file).unwrap_err();
+        assert!(err.to_string().contains("not a directory"), "{err}");
+        // No staging directories were left behind.
+        assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn later_files_replace_earlier_ones_of_the_same_path() {
+        let mut a = sample();
+        a.add("graph.txt", "again");
+        assert_eq!(a.get("graph.txt"), Some(&b"again"[..]));
+        assert_eq!(a.files().count(), 2);
+    }
+}

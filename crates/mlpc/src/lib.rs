@@ -1,0 +1,52 @@
+//! mlpc as a library: the API that Rust frameworks embed and that the `mlpc` binary is built on.
+//!
+//! ```no_run
+//! use std::path::Path;
+//!
+//! let compiled = mlpc::Compiler::new().compile_file(Path::new("examples/tiny-mlp/model.json"))?;
+//! let inputs = compiled.random_inputs(&[("T", 8)], 0)?;
+//! let outputs = compiled.run(mlpc::Backend::Reference, &inputs)?;
+//! println!("{:?}", outputs["y"]);
+//! # Ok::<(), mlpc::Error>(())
+//! ```
+//!
+//! A [`Compiler`] turns a model (a `model.json` file, or a [`Model`] built in memory) into a
+//! [`Compiled`] model: the verified graph today, and the optimised graph, kernel plan and kernels as
+//! the pipeline grows. A [`Compiled`] model runs on a [`Backend`] and writes its artifacts (the IR
+//! text form, later the plan and kernels) to a directory, all at once or not at all.
+//!
+//! **Architecture invariant:** this crate composes the other mlpc crates and owns no algorithm of
+//! its own. Parsing lives in `mlpc-frontend`, meaning in `mlpc-ir`, optimisation in `mlpc-passes`,
+//! code generation and execution in the backend crates. What is left here is the order in which
+//! they are called, the choice of backend and the files a compilation produces.
+
+mod artifacts;
+mod backend;
+mod compiler;
+mod error;
+
+pub use artifacts::Artifacts;
+pub use backend::{Backend, UnknownBackend};
+pub use compiler::{Compiled, Compiler, Summary};
+pub use error::Error;
+
+pub use mlpc_frontend::{FrontendError, Model};
+pub use mlpc_ir::{DType, Graph, HostTensor, TensorType};
+/// The crates mlpc is made of, for callers that need more than this facade.
+pub use {mlpc_frontend as frontend, mlpc_ir as ir};
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Named tensors, as read from and written to a safetensors file.
+pub type Tensors = BTreeMap<String, HostTensor>;
+
+/// Reads every tensor of a safetensors file, by name.
+pub fn read_tensors(path: &Path) -> Result<Tensors, Error> {
+    Ok(mlpc_frontend::read_tensors(path)?)
+}
+
+/// Writes tensors to a safetensors file by name. The file appears complete or not at all.
+pub fn write_tensors(path: &Path, tensors: &Tensors) -> Result<(), Error> {
+    Ok(mlpc_frontend::write_tensors(path, tensors)?)
+}
