@@ -47,6 +47,15 @@ pub enum PrintAfter {
 }
 
 impl PrintAfter {
+    /// The CLI form: `all`, or pass names separated by commas (checked when the pipeline runs).
+    pub fn parse(s: &str) -> PrintAfter {
+        match s.trim() {
+            "all" => PrintAfter::All,
+            "" => PrintAfter::Nothing,
+            names => PrintAfter::Passes(names.split(',').map(|n| n.trim().to_string()).collect()),
+        }
+    }
+
     fn wants(&self, pass: &str) -> bool {
         match self {
             PrintAfter::Nothing => false,
@@ -90,6 +99,24 @@ pub struct PassReport {
 pub struct PipelineReport {
     pub passes: Vec<PassReport>,
     pub provenance: Provenance,
+}
+
+impl PipelineReport {
+    /// One line per pass: name, whether it changed the graph, wall time. For `--verbose` output;
+    /// not deterministic (times), so never part of a snapshot.
+    pub fn timings(&self) -> String {
+        let width = self.passes.iter().map(|p| p.name.len()).max().unwrap_or(0);
+        let mut s = String::new();
+        for p in &self.passes {
+            s.push_str(&format!(
+                "{:<width$}  {:<9}  {:>10.3} ms\n",
+                p.name,
+                if p.changed { "changed" } else { "unchanged" },
+                p.time.as_secs_f64() * 1e3,
+            ));
+        }
+        s
+    }
 }
 
 impl Pipeline {

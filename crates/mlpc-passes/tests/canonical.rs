@@ -152,6 +152,18 @@ fn print_after_one_pass_only() {
         .map(|p| p.name)
         .collect();
     assert_eq!(printed, ["cse"]);
+    let timings = report.timings();
+    assert_eq!(timings.lines().count(), 4);
+    assert!(
+        timings.starts_with("dce             unchanged"),
+        "{timings}"
+    );
+    assert!(timings.contains("fuse-epilogue   changed"), "{timings}");
+    assert_eq!(PrintAfter::parse("all"), PrintAfter::All);
+    assert_eq!(
+        PrintAfter::parse("cse,dce"),
+        PrintAfter::Passes(vec!["cse".into(), "dce".into()])
+    );
     assert_eq!(
         report.passes.iter().map(|p| p.name).collect::<Vec<_>>(),
         ["dce", "fold-transpose", "cse", "fuse-epilogue"]
