@@ -9,7 +9,9 @@
 //! description.
 
 pub mod device;
+pub mod executable;
 pub mod guard;
 
 pub use device::{driver_present, Device, DeviceError, DeviceTensor};
+pub use executable::{Executable, KernelImage, RunOptions, RuntimeError};
 pub use guard::{check_guards, GuardError, TensorMeta};

@@ -1,0 +1,344 @@
+//! A plan loaded on a device: modules loaded, weights uploaded, ready to run.
+
+use crate::device::{driver, Device, DeviceError, DeviceTensor};
+use crate::guard::{check_guards, GuardError, TensorMeta};
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use mlpc_codegen::{CudaKernel, LaunchError, Param};
+use mlpc_ir::{Bindings, BufferKind, HostTensor, Plan};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    Guard(#[from] GuardError),
+    #[error("kernel `{kernel}`: {source}")]
+    Launch {
+        kernel: String,
+        #[source]
+        source: LaunchError,
+    },
+    #[error("the plan and its kernels disagree: {0}")]
+    Mismatch(String),
+    #[error("weight `{0}` has no data")]
+    MissingWeight(String),
+    #[error("buffer `{name}`: shape {shape} is not bound by the inputs ({bindings})")]
+    Unbound {
+        name: String,
+        shape: String,
+        bindings: String,
+    },
+}
+
+/// A compiled kernel as the runtime needs it: the launch description and the CUBIN image.
+#[derive(Clone, Debug)]
+pub struct KernelImage {
+    pub kernel: CudaKernel,
+    pub cubin: Vec<u8>,
+}
+
+struct Loaded {
+    kernel: CudaKernel,
+    function: CudaFunction,
+}
+
+/// What the last run allocated for intermediates, reused while the bindings stay the same.
+struct Scratch {
+    bindings: Bindings,
+    buffers: BTreeMap<usize, CudaSlice<u8>>,
+}
+
+/// A plan ready to run on one device.
+pub struct Executable {
+    device: Device,
+    plan: Plan,
+    kernels: Vec<Loaded>,
+    weights: BTreeMap<usize, DeviceTensor>,
+    scratch: Mutex<Option<Scratch>>,
+}
+
+/// Options of one run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunOptions {
+    /// Fill outputs and intermediates with NaN (all bits set) before launching, so that an element
+    /// a kernel forgets to write can never pass a comparison.
+    pub poison: bool,
+}
+
+impl Executable {
+    /// Loads every kernel image and uploads every weight of `plan`.
+    pub fn load(
+        device: &Device,
+        plan: &Plan,
+        images: &[KernelImage],
+        weights: &dyn Fn(&str) -> Option<Arc<HostTensor>>,
+    ) -> Result<Executable, RuntimeError> {
+        if images.len() != plan.kernels.len() {
+            return Err(RuntimeError::Mismatch(format!(
+                "{} kernels in the plan, {} images",
+                plan.kernels.len(),
+                images.len()
+            )));
+        }
+        let mut kernels = Vec::with_capacity(images.len());
+        for (k, img) in plan.kernels.iter().zip(images) {
+            if img.kernel.name != k.name {
+                return Err(RuntimeError::Mismatch(format!(
+                    "plan kernel `{}` got image `{}`",
+                    k.name, img.kernel.name
+                )));
+            }
+            let module = device
+                .context()
+                .load_module(Ptx::from_binary(img.cubin.clone()))
+                .map_err(driver(format!("loading the CUBIN of kernel `{}`", k.name)))?;
+            let function = module
+                .load_function(&img.kernel.entry)
+                .map_err(driver(format!(
+                    "finding entry `{}` of kernel `{}`",
+                    img.kernel.entry, k.name
+                )))?;
+            if img.kernel.launch.smem_bytes > 48 * 1024 {
+                function
+                    .set_attribute(
+                        CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        img.kernel.launch.smem_bytes as i32,
+                    )
+                    .map_err(driver(format!(
+                        "raising the shared memory limit of kernel `{}`",
+                        k.name
+                    )))?;
+            }
+            kernels.push(Loaded {
+                kernel: img.kernel.clone(),
+                function,
+            });
+        }
+        let mut uploaded = BTreeMap::new();
+        for (id, b) in plan.buffers.iter().enumerate() {
+            if b.kind == BufferKind::Weight {
+                let data =
+                    weights(&b.name).ok_or_else(|| RuntimeError::MissingWeight(b.name.clone()))?;
+                uploaded.insert(id, device.upload(&data)?);
+            }
+        }
+        Ok(Executable {
+            device: device.clone(),
+            plan: plan.clone(),
+            kernels,
+            weights: uploaded,
+            scratch: Mutex::new(None),
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Checks the inputs against the guards; returns the bindings of the symbolic dims.
+    pub fn check(&self, inputs: &BTreeMap<String, DeviceTensor>) -> Result<Bindings, GuardError> {
+        let stream = self.device.stream();
+        let metas: Vec<(String, TensorMeta)> = inputs
+            .iter()
+            .map(|(n, t)| (n.clone(), t.meta(stream)))
+            .collect();
+        check_guards(
+            &self.plan,
+            self.device.ordinal(),
+            metas.iter().map(|(n, m)| (n.as_str(), m)),
+        )
+    }
+
+    fn shape_of(&self, id: usize, b: &Bindings) -> Result<Vec<usize>, RuntimeError> {
+        let buf = &self.plan.buffers[id];
+        buf.ty
+            .concrete_shape(b)
+            .ok_or_else(|| RuntimeError::Unbound {
+                name: buf.name.clone(),
+                shape: buf.ty.to_string(),
+                bindings: b.to_string(),
+            })
+    }
+
+    /// Runs the plan on `inputs` (device tensors by input name), enqueued on the device's stream.
+    /// Returns the outputs by name; they are ready once the stream is synchronised.
+    pub fn run(
+        &self,
+        inputs: &BTreeMap<String, DeviceTensor>,
+        opts: RunOptions,
+    ) -> Result<BTreeMap<String, DeviceTensor>, RuntimeError> {
+        let bindings = self.check(inputs)?;
+        let stream = self.device.stream().clone();
+        let mut scratch_guard = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if scratch_guard
+            .as_ref()
+            .is_none_or(|s| s.bindings != bindings)
+        {
+            let mut buffers = BTreeMap::new();
+            for (id, b) in self.plan.buffers.iter().enumerate() {
+                if b.kind == BufferKind::Intermediate {
+                    let n = self.shape_of(id, &bindings)?.iter().product::<usize>()
+                        * b.ty.dtype.size_bytes();
+                    buffers.insert(
+                        id,
+                        stream
+                            .alloc_zeros::<u8>(n.max(1))
+                            .map_err(driver("allocating intermediates"))?,
+                    );
+                }
+            }
+            *scratch_guard = Some(Scratch {
+                bindings: bindings.clone(),
+                buffers,
+            });
+        }
+        let scratch = scratch_guard
+            .as_ref()
+            .ok_or_else(|| RuntimeError::Mismatch("no scratch".into()))?;
+
+        let mut outputs: BTreeMap<usize, DeviceTensor> = BTreeMap::new();
+        for (id, b) in self.plan.buffers.iter().enumerate() {
+            if b.kind == BufferKind::Output {
+                let shape = self.shape_of(id, &bindings)?;
+                outputs.insert(id, self.device.zeros(b.ty.dtype, &shape)?);
+            }
+        }
+        // Device addresses of every buffer.
+        let mut addr: BTreeMap<usize, (u64, usize)> = BTreeMap::new();
+        for (id, b) in self.plan.buffers.iter().enumerate() {
+            let (slice, len): (&CudaSlice<u8>, usize) = match b.kind {
+                BufferKind::Input => {
+                    let t = inputs.get(&b.name).ok_or_else(|| GuardError::Missing {
+                        tensor: b.name.clone(),
+                        expected: b.ty.to_string(),
+                    })?;
+                    (&t.data, t.data.len())
+                }
+                BufferKind::Weight => {
+                    let t = &self.weights[&id];
+                    (&t.data, t.data.len())
+                }
+                BufferKind::Intermediate => (&scratch.buffers[&id], scratch.buffers[&id].len()),
+                BufferKind::Output => (&outputs[&id].data, outputs[&id].data.len()),
+            };
+            let (ptr, _sync) = slice.device_ptr(&stream);
+            addr.insert(id, (ptr, len));
+        }
+        if opts.poison {
+            for (id, b) in self.plan.buffers.iter().enumerate() {
+                if matches!(b.kind, BufferKind::Intermediate | BufferKind::Output) {
+                    let (ptr, len) = addr[&id];
+                    // SAFETY: `ptr` points at `len` bytes allocated on this stream's context above.
+                    unsafe {
+                        cudarc::driver::result::memset_d8_async(ptr, 0xFF, len, stream.cu_stream())
+                    }
+                    .map_err(driver("poisoning outputs"))?;
+                }
+            }
+        }
+
+        for (k, loaded) in self.plan.kernels.iter().zip(&self.kernels) {
+            let launch = &loaded.kernel.launch;
+            let grid = launch
+                .grid(&bindings)
+                .map_err(|source| RuntimeError::Launch {
+                    kernel: k.name.clone(),
+                    source,
+                })?;
+            if grid.contains(&0) {
+                continue;
+            }
+            let mut values: Vec<u64> = Vec::with_capacity(loaded.kernel.params.len());
+            for p in &loaded.kernel.params {
+                values.push(match p {
+                    Param::Buffer { buffer } => addr.get(buffer).map(|a| a.0).ok_or_else(|| {
+                        RuntimeError::Mismatch(format!("kernel `{}` names buffer {buffer}", k.name))
+                    })?,
+                    Param::Dim { symbol } => {
+                        bindings.get(symbol).ok_or_else(|| RuntimeError::Launch {
+                            kernel: k.name.clone(),
+                            source: LaunchError::Unbound {
+                                symbol: symbol.clone(),
+                            },
+                        })?
+                    }
+                });
+            }
+            let cfg = LaunchConfig {
+                grid_dim: (grid[0], grid[1], grid[2]),
+                block_dim: (launch.block[0], launch.block[1], launch.block[2]),
+                shared_mem_bytes: launch.smem_bytes,
+            };
+            let mut builder = stream.launch_builder(&loaded.function);
+            for v in &values {
+                builder.arg(v);
+            }
+            // SAFETY: the argument list matches the entry's signature by the kernel ABI
+            // (pointers and 64-bit dims, in `params` order); every pointer addresses a live buffer
+            // of the size the plan gives it, as checked by the guards for inputs.
+            unsafe { builder.launch(cfg) }
+                .map_err(driver(format!("launching kernel `{}`", k.name)))?;
+        }
+
+        let mut result = BTreeMap::new();
+        for (name, id) in &self.plan.outputs {
+            let b = &self.plan.buffers[*id];
+            let t = match b.kind {
+                BufferKind::Output | BufferKind::Intermediate => match outputs.remove(id) {
+                    Some(t) => t,
+                    None => self.copy_of(*id, addr[id], &bindings)?,
+                },
+                // An output that is an input or weight itself: hand back a copy.
+                BufferKind::Input | BufferKind::Weight => self.copy_of(*id, addr[id], &bindings)?,
+            };
+            result.insert(name.clone(), t);
+        }
+        Ok(result)
+    }
+
+    fn copy_of(
+        &self,
+        id: usize,
+        (ptr, len): (u64, usize),
+        b: &Bindings,
+    ) -> Result<DeviceTensor, RuntimeError> {
+        let shape = self.shape_of(id, b)?;
+        let t = self.device.zeros(self.plan.buffers[id].ty.dtype, &shape)?;
+        let stream = self.device.stream();
+        {
+            let (dst, _sync) = t.data.device_ptr(stream);
+            let n = len.min(t.data.len());
+            // SAFETY: both ranges are live device allocations of at least `n` bytes.
+            unsafe { cudarc::driver::result::memcpy_dtod_async(dst, ptr, n, stream.cu_stream()) }
+                .map_err(driver("copying an output"))?;
+        }
+        Ok(t)
+    }
+
+    /// Convenience for callers holding host tensors: upload, run, download, synchronise.
+    pub fn run_host(
+        &self,
+        inputs: &BTreeMap<String, HostTensor>,
+        opts: RunOptions,
+    ) -> Result<BTreeMap<String, HostTensor>, RuntimeError> {
+        let mut dev = BTreeMap::new();
+        for (n, t) in inputs {
+            dev.insert(n.clone(), self.device.upload(t)?);
+        }
+        let out = self.run(&dev, opts)?;
+        let mut host = BTreeMap::new();
+        for (n, t) in &out {
+            host.insert(n.clone(), self.device.download(t)?);
+        }
+        self.device.synchronize()?;
+        Ok(host)
+    }
+}
