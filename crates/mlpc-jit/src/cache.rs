@@ -1,0 +1,95 @@
+//! The disk cache of compiled kernels: `<dir>/<key>.{cubin,ptx,log}`, where the key is the
+//! SHA-256 of everything that determines the output (source, headers, options, architecture,
+//! NVRTC version). Entries are written to a temporary name and renamed into place, so a reader
+//! sees a whole entry or none.
+
+use crate::JitError;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+pub struct Entry {
+    pub cubin: Vec<u8>,
+    pub ptx: String,
+    pub log: String,
+}
+
+/// The cache key of one compilation.
+pub fn key(
+    source: &str,
+    headers: &[(&str, &str)],
+    options: &[String],
+    arch: &str,
+    version: (i32, i32),
+) -> String {
+    let mut h = Sha256::new();
+    // Every field is length-prefixed so that no two inputs hash the same bytes.
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(b"mlpc-jit kernel cache v1");
+    field(source.as_bytes());
+    for (name, text) in headers {
+        field(name.as_bytes());
+        field(text.as_bytes());
+    }
+    for o in options {
+        field(o.as_bytes());
+    }
+    field(arch.as_bytes());
+    field(format!("{}.{}", version.0, version.1).as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// The cache directory: `MLPC_CACHE_DIR`, else `<user cache dir>/mlpc/kernels`.
+pub fn default_dir() -> Result<PathBuf, JitError> {
+    if let Some(d) = std::env::var_os("MLPC_CACHE_DIR") {
+        return Ok(PathBuf::from(d));
+    }
+    dirs::cache_dir()
+        .map(|d| d.join("mlpc").join("kernels"))
+        .ok_or(JitError::NoCacheDir)
+}
+
+fn paths(dir: &Path, key: &str) -> [PathBuf; 3] {
+    ["cubin", "ptx", "log"].map(|ext| dir.join(format!("{key}.{ext}")))
+}
+
+/// The entry for `key`, if a complete one exists. Unreadable entries count as misses.
+pub fn lookup(dir: &Path, key: &str) -> Option<Entry> {
+    let [cubin, ptx, log] = paths(dir, key);
+    Some(Entry {
+        cubin: std::fs::read(cubin).ok()?,
+        ptx: std::fs::read_to_string(ptx).ok()?,
+        log: std::fs::read_to_string(log).ok()?,
+    })
+}
+
+/// Stores `entry` under `key`. The `.log` file is renamed into place last, and [`lookup`] needs
+/// all three, so a concurrent reader never sees half an entry.
+pub fn store(dir: &Path, key: &str, entry: &Entry) -> Result<(), JitError> {
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| JitError::Cache { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(err(dir))?;
+    let [cubin, ptx, log] = paths(dir, key);
+    let contents: [(&PathBuf, &[u8]); 3] = [
+        (&cubin, &entry.cubin),
+        (&ptx, entry.ptx.as_bytes()),
+        (&log, entry.log.as_bytes()),
+    ];
+    for (path, bytes) in contents {
+        // Unique per process and per call: the same kernel may be stored by two threads.
+        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let mut tmp = path.clone().into_os_string();
+        tmp.push(format!(".tmp.{}.{n}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        std::fs::write(&tmp, bytes).map_err(err(&tmp))?;
+        std::fs::rename(&tmp, path).map_err(err(path))?;
+    }
+    Ok(())
+}

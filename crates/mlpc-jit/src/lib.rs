@@ -1,0 +1,217 @@
+//! mlpc's JIT: compiles generated kernels ([`mlpc_codegen::CudaKernel`]) with NVRTC to CUBIN for
+//! the target architecture, with PTX beside it, and reads ptxas' resource report.
+//!
+//! **Architecture invariant:** this crate uses NVRTC only, never the CUDA driver, so it works on
+//! machines without a GPU.
+//!
+//! # Finding NVRTC
+//! NVRTC 13.0 is loaded at run time (cudarc's dynamic loading), checked before first use so that a
+//! missing library is an error ([`JitError::NvrtcUnavailable`]), not a panic. Set
+//! **`MLPC_NVRTC_LIB`** to the path of `libnvrtc.so.13` to choose it explicitly; otherwise the
+//! loader's search path (`LD_LIBRARY_PATH`), `CUDA_HOME`/`CUDA_PATH`, `/usr/local/cuda` and the
+//! `nvidia-cuda-nvrtc` Python package are searched ([`ensure_nvrtc`] lists the order). The
+//! PyPI package `nvidia-cuda-nvrtc==13.0.88` matches the CUDA 13.0 drivers the kernels run on
+//! (newer NVRTC emits PTX those drivers cannot load).
+//!
+//! # Cache
+//! Compiled kernels are cached on disk under **`MLPC_CACHE_DIR`**, or `<user cache
+//! dir>/mlpc/kernels` (`~/.cache/mlpc/kernels` on Linux), keyed by the SHA-256 of the source, the
+//! headers, the NVRTC options, the architecture and the NVRTC version. [`JitOptions::no_cache`]
+//! bypasses it.
+
+mod cache;
+mod error;
+mod loader;
+mod nvrtc;
+mod resources;
+
+pub use error::JitError;
+pub use loader::{ensure_nvrtc, NvrtcInfo};
+pub use resources::Resources;
+
+use mlpc_codegen::{Arch, CudaKernel};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JitOptions {
+    pub arch: Arch,
+    /// Neither read nor write the disk cache.
+    pub no_cache: bool,
+    /// The cache directory; `None` for the default (see the crate documentation).
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// A compiled kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompiledKernel {
+    /// The plan kernel's name.
+    pub name: String,
+    /// The entry point in `cubin` and `ptx`.
+    pub entry: String,
+    pub arch: Arch,
+    pub cubin: Vec<u8>,
+    pub ptx: String,
+    /// The NVRTC log, including ptxas' resource report.
+    pub log: String,
+    pub resources: Resources,
+    pub from_cache: bool,
+}
+
+/// The NVRTC options for `arch`. `-v` makes ptxas report registers, spills and stack frames.
+pub fn nvrtc_options(arch: Arch) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={}", arch.name()),
+        "--std=c++17".to_string(),
+        "--generate-line-info".to_string(),
+        "--ptxas-options=-v".to_string(),
+    ]
+}
+
+/// Compiles one kernel (or takes it from the cache).
+pub fn compile(kernel: &CudaKernel, opts: &JitOptions) -> Result<CompiledKernel, JitError> {
+    let info = ensure_nvrtc()?;
+    let headers = mlpc_codegen::headers();
+    let options = nvrtc_options(opts.arch);
+    let cache = if opts.no_cache {
+        None
+    } else {
+        let dir = match &opts.cache_dir {
+            Some(d) => d.clone(),
+            None => cache::default_dir()?,
+        };
+        let key = cache::key(
+            &kernel.source,
+            &headers,
+            &options,
+            opts.arch.name(),
+            info.version,
+        );
+        Some((dir, key))
+    };
+
+    let finish = |entry: cache::Entry, from_cache: bool| {
+        let resources = resources::parse(&entry.log, &kernel.entry).ok_or_else(|| {
+            JitError::NoResourceInfo {
+                kernel: kernel.name.clone(),
+                entry: kernel.entry.clone(),
+                log: entry.log.clone(),
+            }
+        })?;
+        Ok(CompiledKernel {
+            name: kernel.name.clone(),
+            entry: kernel.entry.clone(),
+            arch: opts.arch,
+            cubin: entry.cubin,
+            ptx: entry.ptx,
+            log: entry.log,
+            resources,
+            from_cache,
+        })
+    };
+
+    if let Some((dir, key)) = &cache {
+        if let Some(entry) = cache::lookup(dir, key) {
+            // An entry whose log lost the resource report is stale: compile again.
+            if resources::parse(&entry.log, &kernel.entry).is_some() {
+                return finish(entry, true);
+            }
+        }
+    }
+    let file = format!("{}.cu", kernel.name);
+    let out = nvrtc::compile(&kernel.name, &file, &kernel.source, &headers, &options)?;
+    let entry = cache::Entry {
+        cubin: out.cubin,
+        ptx: out.ptx,
+        log: out.log,
+    };
+    if let Some((dir, key)) = &cache {
+        cache::store(dir, key, &entry)?;
+    }
+    finish(entry, false)
+}
+
+/// Compiles `kernels` in parallel; the result is in the same order. The first error wins.
+pub fn compile_all(
+    kernels: &[CudaKernel],
+    opts: &JitOptions,
+) -> Result<Vec<CompiledKernel>, JitError> {
+    // Load NVRTC once, up front, so a missing library is reported once.
+    ensure_nvrtc()?;
+    kernels.par_iter().map(|k| compile(k, opts)).collect()
+}
+
+/// The launch description written beside each kernel as `<name>.json`.
+#[derive(Serialize)]
+struct Manifest<'a> {
+    name: &'a str,
+    entry: &'a str,
+    arch: Arch,
+    launch: &'a mlpc_codegen::Launch,
+    params: &'a [mlpc_codegen::Param],
+    resources: &'a Resources,
+}
+
+/// Writes `dir/kernels/<name>.cu`, `.cubin`, `.ptx` and `.json` (entry, launch rule, arguments,
+/// resources) for every kernel, and the template headers the `.cu` files include, so that they
+/// compile on their own. Returns the paths written.
+pub fn write_artifacts(
+    dir: &Path,
+    kernels: &[CudaKernel],
+    compiled: &[CompiledKernel],
+) -> Result<Vec<PathBuf>, JitError> {
+    if kernels.len() != compiled.len() {
+        return Err(JitError::ArtifactMismatch {
+            kernels: kernels.len(),
+            compiled: compiled.len(),
+        });
+    }
+    let out = dir.join("kernels");
+    let write = |path: PathBuf, bytes: &[u8]| -> Result<PathBuf, JitError> {
+        std::fs::write(&path, bytes).map_err(|source| JitError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    };
+    std::fs::create_dir_all(&out).map_err(|source| JitError::Write {
+        path: out.clone(),
+        source,
+    })?;
+    let mut written = Vec::new();
+    for (name, text) in mlpc_codegen::headers() {
+        written.push(write(out.join(name), text.as_bytes())?);
+    }
+    for (k, c) in kernels.iter().zip(compiled) {
+        let stem = file_stem(&k.name);
+        let manifest = Manifest {
+            name: &k.name,
+            entry: &k.entry,
+            arch: c.arch,
+            launch: &k.launch,
+            params: &k.params,
+            resources: &c.resources,
+        };
+        // Plain data: serialisation cannot fail.
+        let json = serde_json::to_string_pretty(&manifest).unwrap_or_default();
+        written.push(write(out.join(format!("{stem}.cu")), k.source.as_bytes())?);
+        written.push(write(out.join(format!("{stem}.cubin")), &c.cubin)?);
+        written.push(write(out.join(format!("{stem}.ptx")), c.ptx.as_bytes())?);
+        written.push(write(out.join(format!("{stem}.json")), json.as_bytes())?);
+    }
+    Ok(written)
+}
+
+/// A file name for a kernel name: anything but letters, digits, `_`, `-` and `.` becomes `_`.
+fn file_stem(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

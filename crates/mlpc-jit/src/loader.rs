@@ -1,0 +1,168 @@
+//! Finding and loading NVRTC before cudarc touches it (cudarc panics when the library is
+//! missing).
+//!
+//! cudarc opens `libnvrtc.so.13` (and a few other names) by name, so the dynamic loader's search
+//! path decides. When that fails, this module looks in the usual places and loads the library
+//! from there by full path; the loader then hands cudarc the already loaded library, whose soname
+//! matches. NVRTC itself opens `libnvrtc-builtins.so.<major>.<minor>` by name at compile time, so
+//! the builtins library from the same directory is loaded first.
+//!
+//! Search order:
+//! 1. `MLPC_NVRTC_LIB`: the path of `libnvrtc.so.13` (an error if it cannot be loaded);
+//! 2. the dynamic loader's own search (`LD_LIBRARY_PATH`, the ld cache);
+//! 3. `$CUDA_HOME/lib64`, `$CUDA_PATH/lib64`, `/usr/local/cuda/lib64`;
+//! 4. the `nvidia/cu13/lib` directory of the `nvidia-cuda-nvrtc` Python package, in the
+//!    site-packages of `$VIRTUAL_ENV`, `~/.local`, pyenv versions, `/usr/local/lib` and `/usr/lib`.
+
+use crate::JitError;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+const LIB_NAME: &str = "libnvrtc.so.13";
+
+/// What was loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NvrtcInfo {
+    /// `(major, minor)` as reported by `nvrtcVersion`.
+    pub version: (i32, i32),
+    /// Where the library came from: a path, or just its name when the loader's search path
+    /// found it.
+    pub origin: String,
+}
+
+/// Loads NVRTC once per process; later calls return the same result.
+pub fn ensure_nvrtc() -> Result<NvrtcInfo, JitError> {
+    static LOADED: OnceLock<Result<NvrtcInfo, LoadFailure>> = OnceLock::new();
+    LOADED.get_or_init(load).clone().map_err(|f| match f {
+        LoadFailure::Missing { searched } => JitError::NvrtcUnavailable { searched },
+        LoadFailure::Invalid { path, reason } => JitError::NvrtcLibInvalid { path, reason },
+    })
+}
+
+#[derive(Clone, Debug)]
+enum LoadFailure {
+    Missing { searched: String },
+    Invalid { path: PathBuf, reason: String },
+}
+
+fn load() -> Result<NvrtcInfo, LoadFailure> {
+    if let Some(path) = std::env::var_os("MLPC_NVRTC_LIB").map(PathBuf::from) {
+        preload(&path).map_err(|reason| LoadFailure::Invalid {
+            path: path.clone(),
+            reason,
+        })?;
+        return finish(&path);
+    }
+    // SAFETY: loading NVRTC runs no initialisation code with preconditions.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return finish(Path::new(LIB_NAME));
+    }
+    let mut searched = vec!["LD_LIBRARY_PATH and the ld cache".to_string()];
+    for dir in candidate_dirs() {
+        let lib = dir.join(LIB_NAME);
+        searched.push(dir.display().to_string());
+        if lib.is_file() && preload(&lib).is_ok() {
+            return finish(&lib);
+        }
+    }
+    Err(LoadFailure::Missing {
+        searched: searched.join(", "),
+    })
+}
+
+fn finish(origin: &Path) -> Result<NvrtcInfo, LoadFailure> {
+    let invalid = |reason: String| LoadFailure::Invalid {
+        path: origin.to_path_buf(),
+        reason,
+    };
+    // SAFETY: as above; after a successful preload, cudarc finds the library by soname.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(invalid(format!(
+            "it loaded, but cudarc still cannot open {LIB_NAME} by name (is that its soname?)"
+        )));
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: the library is loaded; nvrtcVersion writes two ints.
+    let rc = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if rc != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(invalid(format!("nvrtcVersion failed with {rc:?}")));
+    }
+    Ok(NvrtcInfo {
+        version: (major, minor),
+        origin: origin.display().to_string(),
+    })
+}
+
+/// Loads `lib` (and the builtins library beside it) for the rest of the process.
+fn preload(lib: &Path) -> Result<(), String> {
+    if let Some(dir) = lib.parent() {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            let mut builtins: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("libnvrtc-builtins.so."))
+                })
+                .collect();
+            builtins.sort();
+            for b in builtins {
+                // SAFETY: a plain shared library without initialisers that need arguments.
+                if let Ok(l) = unsafe { libloading::Library::new(&b) } {
+                    std::mem::forget(l);
+                }
+            }
+        }
+    }
+    // SAFETY: as above. The handle is leaked on purpose: NVRTC stays loaded for the process.
+    let l = unsafe { libloading::Library::new(lib) }.map_err(|e| e.to_string())?;
+    std::mem::forget(l);
+    Ok(())
+}
+
+fn candidate_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(v) = std::env::var_os(var) {
+            dirs.push(PathBuf::from(v).join("lib64"));
+        }
+    }
+    dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
+
+    let mut prefixes: Vec<PathBuf> = Vec::new();
+    if let Some(v) = std::env::var_os("VIRTUAL_ENV") {
+        prefixes.push(PathBuf::from(v).join("lib"));
+    }
+    if let Some(home) = dirs::home_dir() {
+        prefixes.push(home.join(".local/lib"));
+        if let Ok(versions) = std::fs::read_dir(home.join(".pyenv/versions")) {
+            let mut v: Vec<PathBuf> = versions
+                .filter_map(|e| e.ok().map(|e| e.path().join("lib")))
+                .collect();
+            v.sort();
+            prefixes.extend(v);
+        }
+    }
+    prefixes.push(PathBuf::from("/usr/local/lib"));
+    prefixes.push(PathBuf::from("/usr/lib"));
+    for prefix in prefixes {
+        let Ok(entries) = std::fs::read_dir(&prefix) else {
+            continue;
+        };
+        let mut pythons: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("python3"))
+            })
+            .collect();
+        pythons.sort();
+        for py in pythons {
+            for packages in ["site-packages", "dist-packages"] {
+                dirs.push(py.join(packages).join("nvidia/cu13/lib"));
+            }
+        }
+    }
+    dirs
+}

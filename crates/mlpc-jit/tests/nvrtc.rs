@@ -1,0 +1,193 @@
+//! Compiles every kernel that mlpc-codegen emits for its sample plans with the real NVRTC.
+//!
+//! Run with NVRTC 13.0 reachable, e.g.
+//! `LD_LIBRARY_PATH=<site-packages>/nvidia/cu13/lib cargo test -p mlpc-jit`
+//! (or `MLPC_NVRTC_LIB=<path to libnvrtc.so.13>`). Without NVRTC these tests fail: they never
+//! skip.
+
+use mlpc_codegen::{generate, samples, Arch, CodegenOptions, CudaKernel};
+use mlpc_jit::{compile, compile_all, ensure_nvrtc, write_artifacts, JitError, JitOptions};
+
+fn require_nvrtc() {
+    if let Err(e) = ensure_nvrtc() {
+        panic!("these tests need NVRTC 13.0: {e}");
+    }
+}
+
+fn sample_kernels() -> Vec<CudaKernel> {
+    samples::all()
+        .iter()
+        .flat_map(|p| generate(p, &CodegenOptions::default()).unwrap())
+        .collect()
+}
+
+fn no_cache(arch: Arch) -> JitOptions {
+    JitOptions {
+        arch,
+        no_cache: true,
+        cache_dir: None,
+    }
+}
+
+#[test]
+fn nvrtc_is_the_pinned_version() {
+    require_nvrtc();
+    let info = ensure_nvrtc().unwrap();
+    assert_eq!(
+        info.version,
+        (13, 0),
+        "NVRTC from `{}` is {}.{}; the CUDA 13.0 driver needs 13.0",
+        info.origin,
+        info.version.0,
+        info.version.1
+    );
+}
+
+fn check_compiled(arch: Arch, kernels: &[CudaKernel]) {
+    require_nvrtc();
+    let compiled = compile_all(kernels, &no_cache(arch)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(compiled.len(), kernels.len());
+    for (k, c) in kernels.iter().zip(&compiled) {
+        assert_eq!(c.name, k.name);
+        assert!(!c.from_cache);
+        assert_eq!(&c.cubin[..4], b"\x7fELF", "{}: not an ELF cubin", k.name);
+        assert!(
+            c.ptx.contains(&format!(".entry {}(", k.entry)),
+            "{}: the PTX has no entry `{}`",
+            k.name,
+            k.entry
+        );
+        assert!(
+            c.ptx.contains(&format!(".target {}", arch.name())),
+            "{}",
+            k.name
+        );
+        // No kernel may touch local memory: GEMM accumulators that spill would be slow, and
+        // the elementwise kernels have no reason to.
+        assert!(
+            !c.resources.uses_local_memory(),
+            "{} ({}) uses local memory for {}: {:?}\n{}",
+            k.name,
+            k.entry,
+            arch,
+            c.resources,
+            c.log
+        );
+        assert!(c.resources.registers > 0 && c.resources.registers <= 255);
+        if k.entry.contains("gemm") {
+            // The main loop synchronises the CTA.
+            assert!(c.resources.barriers >= 1, "{}: {:?}", k.name, c.resources);
+        }
+    }
+}
+
+#[test]
+fn every_sample_kernel_compiles_for_sm_90_without_spills() {
+    check_compiled(Arch::Sm90, &sample_kernels());
+}
+
+#[test]
+fn every_sample_kernel_compiles_for_sm_80_without_spills() {
+    check_compiled(Arch::Sm80, &sample_kernels());
+}
+
+#[test]
+fn dual_gemm_compiles_for_sm_90a() {
+    let k: Vec<CudaKernel> = generate(&samples::swiglu_residual_bf16(), &CodegenOptions::default())
+        .unwrap()
+        .into_iter()
+        .take(1)
+        .collect();
+    check_compiled(Arch::Sm90a, &k);
+}
+
+#[test]
+fn a_syntax_error_comes_back_with_the_log_and_the_kernel_name() {
+    require_nvrtc();
+    let mut k = sample_kernels().remove(0);
+    k.name = "broken_kernel_7".to_string();
+    k.source = k.source.replace("Kernel::run(p);", "Kernel::run(p) oops;");
+    let err = compile(&k, &no_cache(Arch::Sm90)).unwrap_err();
+    assert!(matches!(err, JitError::Compile { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("kernel `broken_kernel_7`"), "{msg}");
+    assert!(
+        msg.contains("broken_kernel_7.cu"),
+        "the log names the file: {msg}"
+    );
+    assert!(msg.contains("error"), "{msg}");
+}
+
+#[test]
+fn the_second_compile_comes_from_the_cache() {
+    require_nvrtc();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = JitOptions {
+        arch: Arch::Sm90,
+        no_cache: false,
+        cache_dir: Some(dir.path().to_path_buf()),
+    };
+    let k = generate(&samples::tiny_odd_bf16(), &CodegenOptions::default()).unwrap();
+    let first = compile_all(&k, &opts).unwrap();
+    assert!(!first[0].from_cache);
+    let second = compile_all(&k, &opts).unwrap();
+    assert!(second[0].from_cache);
+    assert_eq!(first[0].cubin, second[0].cubin);
+    assert_eq!(first[0].ptx, second[0].ptx);
+    assert_eq!(first[0].resources, second[0].resources);
+
+    // Another architecture is another entry.
+    let sm80 = JitOptions {
+        arch: Arch::Sm80,
+        ..opts.clone()
+    };
+    assert!(!compile(&k[0], &sm80).unwrap().from_cache);
+    // A changed source is another entry.
+    let mut changed = k[0].clone();
+    changed.source.push_str("\n// changed\n");
+    assert!(!compile(&changed, &opts).unwrap().from_cache);
+    // no_cache neither reads nor writes.
+    let bypass = JitOptions {
+        no_cache: true,
+        ..opts
+    };
+    assert!(!compile(&k[0], &bypass).unwrap().from_cache);
+    let entries = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(
+        entries,
+        3 * 3,
+        "three cached compilations of three files each"
+    );
+}
+
+#[test]
+fn artifacts_are_written_beside_the_plan() {
+    require_nvrtc();
+    let dir = tempfile::tempdir().unwrap();
+    let kernels = generate(&samples::gpt2_mlp_f32(), &CodegenOptions::default()).unwrap();
+    let compiled = compile_all(&kernels, &no_cache(Arch::Sm90)).unwrap();
+    let written = write_artifacts(dir.path(), &kernels, &compiled).unwrap();
+    let kdir = dir.path().join("kernels");
+    for k in &kernels {
+        for ext in ["cu", "cubin", "ptx", "json"] {
+            let p = kdir.join(format!("{}.{ext}", k.name));
+            assert!(written.contains(&p), "{} not written", p.display());
+        }
+        let cu = std::fs::read_to_string(kdir.join(format!("{}.cu", k.name))).unwrap();
+        assert_eq!(cu, k.source);
+        let json: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(kdir.join(format!("{}.json", k.name))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(json["entry"], k.entry.as_str());
+        assert_eq!(json["arch"], "sm_90");
+    }
+    assert!(kdir.join("gemm_simt.cuh").is_file());
+    assert!(matches!(
+        write_artifacts(dir.path(), &kernels, &compiled[..1]),
+        Err(JitError::ArtifactMismatch {
+            kernels: 2,
+            compiled: 1
+        })
+    ));
+}
