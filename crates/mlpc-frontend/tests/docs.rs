@@ -23,6 +23,9 @@ fn doc_models() -> Vec<String> {
     out
 }
 
+/// A safetensors file to write: its name and its tensors' names and shapes.
+type File = (&'static str, &'static [(&'static str, &'static [usize])]);
+
 fn zeros(shape: &[usize]) -> HostTensor {
     let n: usize = shape.iter().product();
     HostTensor::from_bytes(DType::Bf16, shape.to_vec(), vec![0; 2 * n]).unwrap()
@@ -31,7 +34,7 @@ fn zeros(shape: &[usize]) -> HostTensor {
 #[test]
 fn documented_models_load() {
     let dir = tempfile::tempdir().unwrap();
-    let files: [(&str, &[(&str, &[usize])]); 2] = [
+    let files: [File; 2] = [
         (
             "weights.safetensors",
             &[
