@@ -8,7 +8,7 @@ use crate::{CpuBackend, CpuError, Tiling, Weights};
 use mlpc_ir::{bind_inputs, Bindings, BufferKind, Graph, HostTensor, MatLayout, Plan};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// One compiled kernel.
 pub(crate) struct Compiled {
@@ -29,6 +29,7 @@ pub(crate) struct Executable {
     pub kernels: Vec<Compiled>,
     tiling: Tiling,
     pool: Option<rayon::ThreadPool>,
+    scratch: Scratch,
     /// Declared last: the machine code goes after everything that points into it.
     pub jit: Jit,
 }
@@ -134,6 +135,7 @@ pub(crate) fn compile(
         kernels,
         tiling,
         pool,
+        scratch: Scratch::default(),
         jit,
     })
 }
@@ -144,6 +146,37 @@ fn b_dims(shape: &[usize], layout: MatLayout) -> (usize, usize) {
     match layout {
         MatLayout::N => (r, c),
         MatLayout::T => (c, r),
+    }
+}
+
+/// Allocations of intermediate buffers kept between runs, so that a steady stream of runs does
+/// not pay for fresh pages each time.
+#[derive(Default)]
+struct Scratch(Mutex<Vec<Vec<u8>>>);
+
+impl Scratch {
+    /// A buffer of exactly `len` bytes, recycled when one is at hand (its contents are stale).
+    fn take(&self, len: usize) -> Vec<u8> {
+        let mut free = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let best = free
+            .iter()
+            .position(|v| v.len() == len)
+            .or_else(|| free.iter().position(|v| v.capacity() >= len));
+        match best {
+            Some(i) => {
+                let mut v = free.swap_remove(i);
+                v.resize(len, 0);
+                v
+            }
+            None => vec![0u8; len],
+        }
+    }
+
+    fn give(&self, v: Vec<u8>) {
+        let mut free = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if free.len() < 16 {
+            free.push(v);
+        }
     }
 }
 
@@ -234,9 +267,10 @@ impl Executable {
                 BufferKind::Weight => {
                     Data::Borrowed(self.weights[id].as_ref().map(|w| w.bytes()).unwrap_or(&[]))
                 }
-                BufferKind::Intermediate | BufferKind::Output => {
-                    Data::Owned(vec![0u8; bytes as usize])
-                }
+                // Every element is written by the kernel that produces the buffer, so a recycled
+                // allocation needs no clearing.
+                BufferKind::Intermediate => Data::Owned(self.scratch.take(bytes as usize)),
+                BufferKind::Output => Data::Owned(vec![0u8; bytes as usize]),
             });
             shapes.push(shape);
         }
@@ -250,16 +284,33 @@ impl Executable {
             Some(p) => p.install(work)?,
             None => work()?,
         }
-        let mut out = BTreeMap::new();
+        let mut out: BTreeMap<String, HostTensor> = BTreeMap::new();
+        let mut taken: BTreeMap<usize, String> = BTreeMap::new();
         for (name, id) in &self.plan.outputs {
             let b = self.plan.buffer(*id);
-            let t =
-                HostTensor::from_bytes(b.ty.dtype, shapes[*id].clone(), data[*id].bytes().to_vec())
-                    .map_err(|e| CpuError::Unsupported {
-                        kernel: b.name.clone(),
-                        message: e.to_string(),
-                    })?;
+            let t = match taken.get(id) {
+                // A second output naming the same buffer gets a copy of the first.
+                Some(first) => out[first].clone(),
+                None => {
+                    let bytes = match &mut data[*id] {
+                        Data::Owned(v) if b.kind == BufferKind::Output => std::mem::take(v),
+                        d => d.bytes().to_vec(),
+                    };
+                    HostTensor::from_bytes(b.ty.dtype, shapes[*id].clone(), bytes).map_err(|e| {
+                        CpuError::Unsupported {
+                            kernel: b.name.clone(),
+                            message: e.to_string(),
+                        }
+                    })?
+                }
+            };
+            taken.insert(*id, name.clone());
             out.insert(name.clone(), t);
+        }
+        for (b, d) in self.plan.buffers.iter().zip(data) {
+            if let (BufferKind::Intermediate, Data::Owned(v)) = (b.kind, d) {
+                self.scratch.give(v);
+            }
         }
         Ok(out)
     }
