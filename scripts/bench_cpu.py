@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Benchmarks mlpc's CPU backend against numpy on the GPT-2 MLP (f32, 768-3072-768, gelu_tanh).
+
+Runs `cargo run --release -p mlpc-cpu --example bench` and, in the same process tree, numpy's
+`x @ W.T + b` with a numpy GELU (tanh form) and numpy's GEMMs of the same shapes; prints one
+markdown table (date, machine, ours, numpy, ratio). Rounds alternate between the two and each row
+keeps its best median, so that a passing load on the machine hurts both sides alike.
+
+Needs numpy (and threadpoolctl to name the BLAS kernel): `pip install numpy threadpoolctl`.
+
+    python3 scripts/bench_cpu.py [--tokens 512] [--runs 30] [--rounds 2] [--update-docs docs/benchmarks.md]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+# Some machines set these so that old OpenBLAS builds pick safe kernels; they slow a current
+# numpy down. Unset here only, for this benchmark, before numpy loads.
+for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+    os.environ.pop(var, None)
+
+import numpy as np  # noqa: E402
+
+D, H = 768, 3072
+BEGIN, END = "<!-- bench_cpu:begin -->", "<!-- bench_cpu:end -->"
+
+
+def blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "BLAS unknown (threadpoolctl not installed)"
+    for lib in threadpool_info():
+        if lib.get("user_api") == "blas":
+            return "{} {} ({} kernel, {} threads)".format(
+                lib.get("internal_api"), lib.get("version"), lib.get("architecture"), lib.get("num_threads")
+            )
+    return "no BLAS found by threadpoolctl"
+
+
+def machine():
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            m = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
+            if m:
+                model = m.group(1).strip()
+    except OSError:
+        pass
+    return "{}, {} cores".format(model, os.cpu_count())
+
+
+def median_ms(f, runs):
+    for _ in range(3):
+        f()
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        f()
+        ts.append((time.perf_counter() - t) * 1e3)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def numpy_rows(tokens, runs):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (tokens, D)).astype(np.float32)
+    w1 = rng.uniform(-1, 1, (H, D)).astype(np.float32) / np.sqrt(D)
+    b1 = rng.uniform(-0.1, 0.1, H).astype(np.float32)
+    w2 = rng.uniform(-1, 1, (D, H)).astype(np.float32) / np.sqrt(H)
+    b2 = rng.uniform(-0.1, 0.1, D).astype(np.float32)
+    a = rng.uniform(-1, 1, (tokens, H)).astype(np.float32)
+    c = np.float32(np.sqrt(2.0 / np.pi))
+
+    def mlp():
+        h = x @ w1.T + b1
+        h = 0.5 * h * (1.0 + np.tanh(c * (h + np.float32(0.044715) * h * h * h)))
+        return h @ w2.T + b2
+
+    return {
+        "mlp": median_ms(mlp, runs),
+        "gemm_768x3072": median_ms(lambda: x @ w1.T, runs),
+        "gemm_3072x768": median_ms(lambda: a @ w2.T, runs),
+    }
+
+
+def mlpc_rows(root, tokens, runs):
+    cmd = ["cargo", "run", "--quiet", "--release", "-p", "mlpc-cpu", "--example", "bench", "--",
+           "--tokens", str(tokens), "--runs", str(runs)]
+    out = subprocess.run(cmd, cwd=root, check=True, capture_output=True, text=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            r = json.loads(line)
+            rows[r["name"]] = r["ms"]
+    return rows
+
+
+def table(tokens, ours, theirs):
+    flops = {
+        "mlp": 2 * 2.0 * tokens * D * H,
+        "gemm_768x3072": 2.0 * tokens * D * H,
+        "gemm_3072x768": 2.0 * tokens * D * H,
+    }
+    what = {
+        "mlp": "GPT-2 MLP f32, T={} (768-3072-768, gelu_tanh), 2 kernels".format(tokens),
+        "gemm_768x3072": "GEMM {}x768 @ 768x3072 (x W1^T)".format(tokens),
+        "gemm_3072x768": "GEMM {}x3072 @ 3072x768 (h W2^T)".format(tokens),
+    }
+    goal = {"mlp": 2.0, "gemm_768x3072": 0.6, "gemm_3072x768": 0.6}
+    lines = [
+        "Date: {}; machine: {}; numpy {} with {}; load average before the run: {}.".format(
+            datetime.date.today().isoformat(), machine(), np.__version__, blas_info(),
+            ", ".join("{:.2f}".format(v) for v in os.getloadavg()),
+        ),
+        "",
+        "| what | mlpc-cpu ms | mlpc-cpu GFLOP/s | numpy ms | numpy GFLOP/s | numpy time / mlpc time | goal |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for k in ("mlp", "gemm_768x3072", "gemm_3072x768"):
+        o, t = ours[k], theirs[k]
+        ratio = t / o
+        lines.append("| {} | {:.2f} | {:.1f} | {:.2f} | {:.1f} | {:.2f}x {} | >= {}x |".format(
+            what[k], o, flops[k] / o / 1e6, t, flops[k] / t / 1e6, ratio,
+            "met" if ratio >= goal[k] else "**not met**", goal[k]))
+    return "\n".join(lines)
+
+
+def update_docs(path, text):
+    section = "{}\n## CPU backend (mlpc-cpu) vs numpy\n\n{}\n{}\n".format(BEGIN, text, END)
+    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n\n"
+    if BEGIN in old and END in old:
+        new = old[: old.index(BEGIN)] + section + old[old.index(END) + len(END) + 1:]
+    else:
+        new = old.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(new)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tokens", type=int, default=512)
+    p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=2, help="alternating rounds; each row keeps its best median")
+    p.add_argument("--update-docs", metavar="PATH", help="write the table into this markdown file's CPU section")
+    a = p.parse_args()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ours, theirs = {}, {}
+    for _ in range(max(1, a.rounds)):
+        for k, v in mlpc_rows(root, a.tokens, a.runs).items():
+            ours[k] = min(v, ours.get(k, v))
+        for k, v in numpy_rows(a.tokens, a.runs).items():
+            theirs[k] = min(v, theirs.get(k, v))
+    text = table(a.tokens, ours, theirs)
+    print(text)
+    if a.update_docs:
+        update_docs(os.path.join(root, a.update_docs) if not os.path.isabs(a.update_docs) else a.update_docs, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
