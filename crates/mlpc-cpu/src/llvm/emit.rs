@@ -10,8 +10,9 @@
 //!   accumulators (two sets for a dual GEMM) in vector registers over the whole K loop: one
 //!   broadcast of `A[i, k]` per row, `nr / lanes` aligned loads of the panel, `llvm.fmuladd` per
 //!   accumulator. The epilogue chain runs on the accumulators, then one masked store per vector
-//!   converts to the output dtype. Row tails use micro-kernels of fewer rows; column tails are
-//!   zero-padded panels and masked loads and stores. `dims = [M, N, K, a_row_stride, a_k_stride]`.
+//!   converts to the output dtype. A row tail of `rem < mr` rows runs one micro-kernel per binary
+//!   digit of `rem` (8, 4, 2, 1 rows); column tails are zero-padded panels and masked loads and
+//!   stores. `dims = [M, N, K, a_row_stride, a_k_stride]`.
 //! - Elementwise: rows `r0..r1` of the output seen as `[rows, cols]`, vectorised along the row
 //!   with a masked tail; `dims = [rows, cols]`.
 //! - Transpose: output rows `r0..r1` of `[batch * R, C]` gathered from `[batch, C, R]`;
@@ -24,6 +25,7 @@ use super::{Cg, R};
 use crate::spec::{EwOp, EwSpec, Family, GemmSpec, Spec, Step};
 use crate::Tiling;
 use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue, VectorValue};
+use inkwell::IntPredicate;
 use mlpc_ir::DType;
 
 /// The shared arguments of a kernel body.
@@ -80,8 +82,22 @@ impl<'ctx> Cg<'ctx> {
         t: &Tiling,
     ) -> R<FunctionValue<'ctx>> {
         let mr = if g.dual { t.mr_dual } else { t.mr };
-        let mks: Vec<FunctionValue<'ctx>> = (1..=mr)
-            .map(|rows| self.emit_micro_kernel(&format!("{name}.mk{rows}"), spec, g, t, rows))
+        // Full blocks of `mr` rows; a tail of `rem < mr` rows is split into its binary digits, so
+        // only log2(mr) + 1 micro-kernels are compiled.
+        let full = self.emit_micro_kernel(&format!("{name}.mk{mr}"), spec, g, t, mr)?;
+        let bits: Vec<usize> = (0..usize::BITS)
+            .map(|b| 1usize << b)
+            .take_while(|&b| b < mr)
+            .collect();
+        let tails: Vec<(usize, FunctionValue<'ctx>)> = bits
+            .iter()
+            .rev()
+            .map(|&b| {
+                Ok((
+                    b,
+                    self.emit_micro_kernel(&format!("{name}.mk{b}"), spec, g, t, b)?,
+                ))
+            })
             .collect::<R<_>>()?;
         let f = self.kernel_fn(name, 6, true);
         self.enter(f, "entry");
@@ -96,26 +112,41 @@ impl<'ctx> Cg<'ctx> {
         self.for_range(p0, p1, self.i64(1), "panel", |cg, p| {
             cg.for_range(r0, r1, mr_c, "rows", |cg, r| {
                 let rem = cg.b.build_int_sub(r1, r, "rem")?;
-                let args = [fr.bufs.into(), fr.dims.into(), r.into(), p.into()];
                 let cont = cg.ctx.append_basic_block(f, "mk.cont");
-                let full = cg.ctx.append_basic_block(f, "mk.full");
-                let cases: Vec<_> = (1..mr)
-                    .map(|rows| {
-                        (
-                            cg.i64(rows as u64),
-                            cg.ctx.append_basic_block(f, &format!("mk.{rows}")),
-                        )
-                    })
-                    .collect();
-                cg.b.build_switch(rem, full, &cases)?;
-                cg.b.position_at_end(full);
-                cg.b.build_call(mks[mr - 1], &args, "")?;
+                let full_bb = cg.ctx.append_basic_block(f, "mk.full");
+                let tail_bb = cg.ctx.append_basic_block(f, "mk.tail");
+                let is_full =
+                    cg.b.build_int_compare(IntPredicate::SGE, rem, mr_c, "is.full")?;
+                cg.b.build_conditional_branch(is_full, full_bb, tail_bb)?;
+                cg.b.position_at_end(full_bb);
+                cg.b.build_call(
+                    full,
+                    &[fr.bufs.into(), fr.dims.into(), r.into(), p.into()],
+                    "",
+                )?;
                 cg.b.build_unconditional_branch(cont)?;
-                for (i, (_, bb)) in cases.iter().enumerate() {
-                    cg.b.position_at_end(*bb);
-                    cg.b.build_call(mks[i], &args, "")?;
-                    cg.b.build_unconditional_branch(cont)?;
+                cg.b.position_at_end(tail_bb);
+                for &(bit, mk) in &tails {
+                    // Rows of the larger digits come first.
+                    let above =
+                        cg.b.build_and(rem, cg.i64(!((bit as u64) * 2 - 1)), "above")?;
+                    let row = cg.b.build_int_add(r, above, "tail.row")?;
+                    let has = cg.b.build_and(rem, cg.i64(bit as u64), "has")?;
+                    let has =
+                        cg.b.build_int_compare(IntPredicate::NE, has, cg.i64(0), "has.bit")?;
+                    let call_bb = cg.ctx.append_basic_block(f, &format!("mk.tail{bit}"));
+                    let next_bb = cg.ctx.append_basic_block(f, &format!("mk.after{bit}"));
+                    cg.b.build_conditional_branch(has, call_bb, next_bb)?;
+                    cg.b.position_at_end(call_bb);
+                    cg.b.build_call(
+                        mk,
+                        &[fr.bufs.into(), fr.dims.into(), row.into(), p.into()],
+                        "",
+                    )?;
+                    cg.b.build_unconditional_branch(next_bb)?;
+                    cg.b.position_at_end(next_bb);
                 }
+                cg.b.build_unconditional_branch(cont)?;
                 cg.b.position_at_end(cont);
                 Ok(())
             })
