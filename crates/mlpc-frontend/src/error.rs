@@ -144,6 +144,8 @@ pub enum ModelError {
     },
     #[error("cannot load the weights file: {0}")]
     WeightsFile(Box<FrontendError>),
+    #[error("cannot use this weight: {0}")]
+    WeightData(Box<FrontendError>),
     #[error("weight `{name}` has shape {actual}, expected {expected}")]
     WeightShape {
         name: String,
@@ -245,10 +247,10 @@ pub enum TensorFileError {
     TensorInfo { tensor: String, message: String },
     #[error("tensor `{tensor}` has dtype {dtype}; mlpc reads F32, F16 and BF16")]
     DType { tensor: String, dtype: String },
-    #[error("tensor `{tensor}` ({dtype}{shape:?}) needs {expected} bytes, but its data_offsets span {actual}")]
+    #[error("tensor `{tensor}` ({dtype} {shape:?}) needs {expected} bytes, but its data_offsets span {actual}")]
     Size {
         tensor: String,
-        dtype: DType,
+        dtype: String,
         shape: Vec<usize>,
         expected: u64,
         actual: u64,

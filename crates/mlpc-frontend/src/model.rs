@@ -14,6 +14,7 @@
 use crate::error::{FrontendError, Hint, ModelError};
 use crate::generate::{self, MAX_GENERATED_ELEMENTS};
 use crate::json::{self, describe, Loc};
+use crate::tensors::TensorFile;
 use crate::{Model, SparsitySpec};
 use mlpc_ir::{is_valid_symbol, Activation, DType, Dim, Graph, HostTensor, NodeId, Op, TensorType};
 use serde_json::{Map, Value};
@@ -299,10 +300,10 @@ enum Def {
 
 /// Where weights come from.
 enum Weights {
-    /// A safetensors file: `shown` as written in the model, tensors not yet used.
+    /// A safetensors file, `shown` as written in the model.
     File {
         shown: String,
-        tensors: BTreeMap<String, HostTensor>,
+        file: TensorFile,
         names: BTreeSet<String>,
     },
     /// Shapes declared in `params`, generated from the seed when used.
@@ -398,10 +399,11 @@ impl Builder<'_> {
         if let Some(&id) = self.weight_ids.get(name) {
             return Ok(Some(id));
         }
-        let data = match &mut self.weights {
-            Some(Weights::File { tensors, .. }) => match tensors.remove(name) {
+        let data = match &self.weights {
+            Some(Weights::File { file, .. }) => match file.get(name) {
                 None => return Ok(None),
                 Some(t) => {
+                    let t = t.map_err(|e| self.r.err(at, ModelError::WeightData(Box::new(e))))?;
                     if t.shape().contains(&0) {
                         return Err(self.r.err(
                             at,
@@ -551,12 +553,12 @@ pub(crate) fn parse(json: &str, base_dir: &Path, file: &str, source: PathBuf) ->
                 },
             ));
         }
-        let tensors = crate::read_tensors(&base_dir.join(shown))
+        let file = TensorFile::open(&base_dir.join(shown))
             .map_err(|e| r.err(&at, ModelError::WeightsFile(Box::new(e))))?;
         b.weights = Some(Weights::File {
             shown: shown.to_string(),
-            names: tensors.keys().cloned().collect(),
-            tensors,
+            names: file.names().cloned().collect(),
+            file,
         });
     }
     if let Some(v) = top.get("params") {

@@ -21,40 +21,92 @@ const MAX_HEADER: u64 = 100 * 1024 * 1024;
 
 /// Reads every tensor of a safetensors file. Tensors must be F32, F16 or BF16.
 pub fn read_tensors(path: &Path) -> Result<BTreeMap<String, HostTensor>, FrontendError> {
-    let file = std::fs::File::open(path).map_err(|source| FrontendError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let len = file
-        .metadata()
-        .map_err(|source| FrontendError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?
-        .len();
-    if len == 0 {
-        // An empty file cannot be mapped on every platform; it is not a safetensors file anyway.
-        return parse_tensors(&[], path);
-    }
-    // SAFETY: the map is read-only and dropped before returning; every tensor is copied out. If
-    // another process truncates the file meanwhile, reads could fault, as with any mapped file;
-    // model files are not expected to change while they are being loaded.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| FrontendError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    parse_tensors(&map, path)
+    let file = TensorFile::map(path)?;
+    parse_tensors(file.bytes(), path)
 }
 
-/// Parses the bytes of a safetensors file; `path` only names the file in errors.
+/// Parses the bytes of a safetensors file; `path` only names the file in errors. Every tensor
+/// must be F32, F16 or BF16.
 pub fn parse_tensors(
     bytes: &[u8],
     path: &Path,
 ) -> Result<BTreeMap<String, HostTensor>, FrontendError> {
-    parse(bytes).map_err(|error| FrontendError::Tensors {
+    let fail = |error| FrontendError::Tensors {
         path: path.to_path_buf(),
         error,
-    })
+    };
+    let index = index(bytes).map_err(fail)?;
+    index
+        .iter()
+        .map(|(name, e)| Ok((name.clone(), e.tensor(name, bytes).map_err(fail)?)))
+        .collect()
+}
+
+/// A safetensors file opened for loading some of its tensors: the header is checked whole (every
+/// entry's offsets and size), but data is copied, and dtypes are required to be F32, F16 or BF16,
+/// only for the tensors taken. So a PyTorch state_dict holding integer buffers beside the weights
+/// loads, and unused tensors cost no memory.
+pub(crate) struct TensorFile {
+    path: std::path::PathBuf,
+    /// `None` for an empty file, which cannot be mapped on every platform.
+    map: Option<memmap2::Mmap>,
+    index: BTreeMap<String, Entry>,
+}
+
+impl TensorFile {
+    /// Maps the file without checking its header.
+    fn map(path: &Path) -> Result<TensorFile, FrontendError> {
+        let read_err = |source| FrontendError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(read_err)?;
+        let len = file.metadata().map_err(read_err)?.len();
+        let map = if len == 0 {
+            None
+        } else {
+            // SAFETY: the map is read-only and tensors are copied out of it. If another process
+            // truncates the file meanwhile, reads could fault, as with any mapped file; model files
+            // are not expected to change while they are being loaded.
+            Some(unsafe { memmap2::Mmap::map(&file) }.map_err(read_err)?)
+        };
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            map,
+            index: BTreeMap::new(),
+        })
+    }
+
+    /// Maps the file and checks its header.
+    pub(crate) fn open(path: &Path) -> Result<TensorFile, FrontendError> {
+        let mut f = TensorFile::map(path)?;
+        f.index = index(f.bytes()).map_err(|error| FrontendError::Tensors {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        Ok(f)
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// The names of all tensors in the file.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &String> {
+        self.index.keys()
+    }
+
+    /// Copies out the tensor `name`; `None` if the file has no such tensor.
+    pub(crate) fn get(&self, name: &str) -> Option<Result<HostTensor, FrontendError>> {
+        let e = self.index.get(name)?;
+        Some(
+            e.tensor(name, self.bytes())
+                .map_err(|error| FrontendError::Tensors {
+                    path: self.path.clone(),
+                    error,
+                }),
+        )
+    }
 }
 
 fn info_err(tensor: &str, message: impl Into<String>) -> TensorFileError {
@@ -64,7 +116,49 @@ fn info_err(tensor: &str, message: impl Into<String>) -> TensorFileError {
     }
 }
 
-fn parse(bytes: &[u8]) -> Result<BTreeMap<String, HostTensor>, TensorFileError> {
+/// One tensor of the header, checked against the file's size.
+struct Entry {
+    dtype: String,
+    shape: Vec<usize>,
+    /// Absolute byte range in the file.
+    range: std::ops::Range<usize>,
+}
+
+impl Entry {
+    fn tensor(&self, name: &str, bytes: &[u8]) -> Result<HostTensor, TensorFileError> {
+        let dtype = match self.dtype.as_str() {
+            "F32" => DType::F32,
+            "F16" => DType::F16,
+            "BF16" => DType::Bf16,
+            other => {
+                return Err(TensorFileError::DType {
+                    tensor: name.to_string(),
+                    dtype: other.to_string(),
+                })
+            }
+        };
+        let data = bytes
+            .get(self.range.clone())
+            .ok_or_else(|| info_err(name, "data lies outside the file"))?;
+        HostTensor::from_bytes(dtype, self.shape.clone(), data.to_vec())
+            .map_err(|e| info_err(name, e.to_string()))
+    }
+}
+
+/// Bytes per element of every dtype the format defines.
+fn dtype_size(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" => 1,
+        "I16" | "U16" | "F16" | "BF16" => 2,
+        "I32" | "U32" | "F32" => 4,
+        "I64" | "U64" | "F64" => 8,
+        _ => return None,
+    })
+}
+
+/// Reads and checks the header: every entry well-formed, its size matching dtype and shape, its
+/// data inside the file.
+fn index(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, TensorFileError> {
     let Some(len_bytes) = bytes.get(..8) else {
         return Err(TensorFileError::TooShort { len: bytes.len() });
     };
@@ -91,7 +185,7 @@ fn parse(bytes: &[u8]) -> Result<BTreeMap<String, HostTensor>, TensorFileError> 
             message: format!("expected an object, found {}", json::describe(&header)),
         });
     };
-    let data = &bytes[header_end..];
+    let data_len = bytes.len() - header_end;
     let mut out = BTreeMap::new();
     for (name, info) in &entries {
         if name == "__metadata__" {
@@ -118,16 +212,8 @@ fn parse(bytes: &[u8]) -> Result<BTreeMap<String, HostTensor>, TensorFileError> 
             }
             None => return Err(info_err(name, "missing `dtype`")),
         };
-        let dtype = match dtype {
-            "F32" => DType::F32,
-            "F16" => DType::F16,
-            "BF16" => DType::Bf16,
-            other => {
-                return Err(TensorFileError::DType {
-                    tensor: name.clone(),
-                    dtype: other.to_string(),
-                })
-            }
+        let Some(size) = dtype_size(dtype) else {
+            return Err(info_err(name, format!("unknown dtype {dtype:?}")));
         };
         let shape: Vec<usize> = match info.get("shape") {
             Some(Value::Array(dims)) => dims
@@ -149,9 +235,7 @@ fn parse(bytes: &[u8]) -> Result<BTreeMap<String, HostTensor>, TensorFileError> 
             },
             _ => return Err(info_err(name, "missing or invalid `data_offsets`")),
         };
-        let expected = shape
-            .iter()
-            .try_fold(dtype.size_bytes() as u64, |a, &d| a.checked_mul(d as u64));
+        let expected = shape.iter().try_fold(size, |a, &d| a.checked_mul(d as u64));
         let Some(expected) = expected else {
             return Err(info_err(
                 name,
@@ -161,24 +245,29 @@ fn parse(bytes: &[u8]) -> Result<BTreeMap<String, HostTensor>, TensorFileError> 
         if end - begin != expected {
             return Err(TensorFileError::Size {
                 tensor: name.clone(),
-                dtype,
+                dtype: dtype.to_string(),
                 shape,
                 expected,
                 actual: end - begin,
             });
         }
-        if end > data.len() as u64 {
+        if end > data_len as u64 {
             return Err(TensorFileError::Truncated {
                 tensor: name.clone(),
                 begin,
                 end,
-                len: data.len(),
+                len: data_len,
             });
         }
-        let bytes = data[begin as usize..end as usize].to_vec();
-        let t = HostTensor::from_bytes(dtype, shape, bytes)
-            .map_err(|e| info_err(name, e.to_string()))?;
-        out.insert(name.clone(), t);
+        let range = header_end + begin as usize..header_end + end as usize;
+        out.insert(
+            name.clone(),
+            Entry {
+                dtype: dtype.to_string(),
+                shape,
+                range,
+            },
+        );
     }
     Ok(out)
 }
@@ -251,17 +340,20 @@ mod tests {
         let t =
             HostTensor::from_f64(DType::F16, vec![2, 3], &[1.0, 2.0, 3.0, -1.0, 0.5, 8.0]).unwrap();
         let bytes = safetensors::serialize([("w", View(&t))], &None).unwrap();
-        let back = parse(&bytes).unwrap();
+        let back = parse_tensors(&bytes, Path::new("w")).unwrap();
         assert_eq!(back["w"], t);
     }
 
     #[test]
     fn header_problems_are_named() {
-        assert_eq!(parse(&[1, 2]), Err(TensorFileError::TooShort { len: 2 }));
+        assert!(matches!(
+            index(&[1, 2]),
+            Err(TensorFileError::TooShort { len: 2 })
+        ));
         let mut b = 1000u64.to_le_bytes().to_vec();
         b.extend_from_slice(b"{}");
         assert!(matches!(
-            parse(&b),
+            index(&b),
             Err(TensorFileError::HeaderLength { header: 1000, .. })
         ));
     }

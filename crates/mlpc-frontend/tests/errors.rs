@@ -207,3 +207,39 @@ fn random_inputs_name_the_unbound_symbol() {
     assert_eq!(a, b);
     assert_ne!(a, c);
 }
+
+/// A state_dict may hold integer buffers beside the weights: they are fine until used.
+#[test]
+fn integer_tensors_load_only_when_unused() {
+    use safetensors::tensor::TensorView;
+    use safetensors::Dtype;
+    let dir = tempfile::tempdir().unwrap();
+    let w = vec![0u8; 16 * 8 * 4];
+    let ids = vec![0u8; 8 * 8];
+    let views = [
+        (
+            "fc1.weight",
+            TensorView::new(Dtype::F32, vec![16, 8], &w).unwrap(),
+        ),
+        (
+            "position_ids",
+            TensorView::new(Dtype::I64, vec![8, 1], &ids).unwrap(),
+        ),
+    ];
+    std::fs::write(
+        dir.path().join("w.safetensors"),
+        safetensors::serialize(views, &None).unwrap(),
+    )
+    .unwrap();
+    let ok = weights_model(r#"{ "op": "linear", "weight": "fc1.weight" }"#);
+    assert!(parse_model(&ok, dir.path(), "model.json").is_ok());
+    let bad = weights_model(r#"{ "op": "linear", "weight": "position_ids" }"#);
+    insta::assert_snapshot!(error_of(&bad, dir.path()), @"model.json:6:43: at `layers[0].weight`: cannot use this weight: <dir>/w.safetensors: tensor `position_ids` has dtype I64; mlpc reads F32, F16 and BF16");
+    // Reading the whole file, as for run-time inputs, refuses it.
+    let e = mlpc_frontend::read_tensors(&dir.path().join("w.safetensors")).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("tensor `position_ids` has dtype I64"),
+        "{e}"
+    );
+}
