@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 /// A loaded model: the verified graph plus what the model file says beyond it.
 #[derive(Clone, Debug)]
 pub struct Model {
-    /// The graph; it has passed [`mlpc_ir::verify`].
+    /// The graph; it has passed [`mlpc_ir::verify()`].
     pub graph: mlpc_ir::Graph,
     /// The validated `sparsity` section, one entry per selected weight, sorted by weight name.
     pub sparsity: Vec<SparsitySpec>,
