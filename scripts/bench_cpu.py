@@ -8,7 +8,8 @@ keeps its best median, so that a passing load on the machine hurts both sides al
 
 Needs numpy (and threadpoolctl to name the BLAS kernel): `pip install numpy threadpoolctl`.
 
-    python3 scripts/bench_cpu.py [--tokens 512] [--runs 30] [--rounds 2] [--update-docs docs/benchmarks.md]
+    python3 scripts/bench_cpu.py [--tokens 512] [--runs 30] [--rounds 2] [--bench-bin PATH]
+                                 [--update-docs docs/benchmarks.md]
 """
 
 import argparse
@@ -54,7 +55,11 @@ def machine():
                 model = m.group(1).strip()
     except OSError:
         pass
-    return "{}, {} cores".format(model, os.cpu_count())
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count()
+    return "{}, {} cores usable".format(model, cores)
 
 
 def median_ms(f, runs):
@@ -91,9 +96,12 @@ def numpy_rows(tokens, runs):
     }
 
 
-def mlpc_rows(root, tokens, runs):
-    cmd = ["cargo", "run", "--quiet", "--release", "-p", "mlpc-cpu", "--example", "bench", "--",
-           "--tokens", str(tokens), "--runs", str(runs)]
+def mlpc_rows(root, tokens, runs, bench_bin):
+    flags = ["--tokens", str(tokens), "--runs", str(runs)]
+    if bench_bin:
+        cmd = [bench_bin] + flags
+    else:
+        cmd = ["cargo", "run", "--quiet", "--release", "-p", "mlpc-cpu", "--example", "bench", "--"] + flags
     out = subprocess.run(cmd, cwd=root, check=True, capture_output=True, text=True).stdout
     rows = {}
     for line in out.splitlines():
@@ -150,12 +158,14 @@ def main():
     p.add_argument("--tokens", type=int, default=512)
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds; each row keeps its best median")
+    p.add_argument("--bench-bin", metavar="PATH",
+                   help="a built `bench` example to run instead of `cargo run` (for a machine without cargo)")
     p.add_argument("--update-docs", metavar="PATH", help="write the table into this markdown file's CPU section")
     a = p.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ours, theirs = {}, {}
     for _ in range(max(1, a.rounds)):
-        for k, v in mlpc_rows(root, a.tokens, a.runs).items():
+        for k, v in mlpc_rows(root, a.tokens, a.runs, a.bench_bin).items():
             ours[k] = min(v, ours.get(k, v))
         for k, v in numpy_rows(a.tokens, a.runs).items():
             theirs[k] = min(v, theirs.get(k, v))

@@ -2,7 +2,7 @@
 //! the default pass pipeline and each of its GEMMs alone, and prints one JSON object per line:
 //! `{"name", "ms" (median), "gflops", "runs"}`. `scripts/bench_cpu.py` runs it beside numpy.
 //!
-//! `cargo run --release -p mlpc-cpu --example bench -- [--tokens 512] [--runs 30]`
+//! `cargo run --release -p mlpc-cpu --example bench -- [--tokens 512] [--runs 30] [--threads N]`
 
 use mlpc_cpu::CpuBackend;
 use mlpc_ir::{Activation, DType, Dim, Gemm, Graph, HostTensor, MatLayout, Op, Shape, TensorType};
@@ -80,6 +80,7 @@ fn gemm(k: usize, n: usize) -> Graph {
 }
 
 fn time(
+    threads: Option<usize>,
     name: &str,
     mut g: Graph,
     k: usize,
@@ -89,7 +90,11 @@ fn time(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let report = Pipeline::default().run(&mut g, &PipelineOptions::default())?;
     let plan = lower_plan(&g, &report.provenance)?;
-    let exe = CpuBackend::new()?.compile(&plan, g.weights())?;
+    let mut backend = CpuBackend::new()?;
+    if let Some(n) = threads {
+        backend = backend.with_threads(n);
+    }
+    let exe = backend.compile(&plan, g.weights())?;
     let inputs = BTreeMap::from([("x".to_string(), random(&[tokens, k], 1.0, 99))]);
     for _ in 0..3 {
         exe.run(&inputs)?;
@@ -115,6 +120,7 @@ fn time(
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut tokens = 512;
     let mut runs = 30;
+    let mut threads = None;
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
         let v = pair
@@ -124,12 +130,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         match pair[0].as_str() {
             "--tokens" => tokens = v,
             "--runs" => runs = v.max(1),
-            f => return Err(format!("unknown flag `{f}` (known: --tokens, --runs)").into()),
+            "--threads" => threads = Some(v.max(1)),
+            f => {
+                return Err(
+                    format!("unknown flag `{f}` (known: --tokens, --runs, --threads)").into(),
+                )
+            }
         }
     }
     let t = tokens as f64;
     let gemm_flops = |k: usize, n: usize| 2.0 * t * k as f64 * n as f64;
     time(
+        threads,
         "mlp",
         gpt2_mlp(),
         D,
@@ -138,6 +150,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         runs,
     )?;
     time(
+        threads,
         "gemm_768x3072",
         gemm(D, H),
         D,
@@ -146,6 +159,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         runs,
     )?;
     time(
+        threads,
         "gemm_3072x768",
         gemm(H, D),
         H,
