@@ -93,9 +93,6 @@ fn unsupported(k: &Kernel, message: impl Into<String>) -> CpuError {
 
 /// Decides the family and operand roles of `k`; refuses shapes the kernels do not handle.
 pub(crate) fn spec_of(plan: &Plan, k: &Kernel) -> Result<Spec, CpuError> {
-    let mut dtypes: Vec<DType> = k.args.iter().map(|&a| plan.buffer(a).ty.dtype).collect();
-    let out_ty = &plan.buffer(k.out).ty;
-    dtypes.push(out_ty.dtype);
     let arity = k.op.arity();
     if k.args.len() != arity {
         return Err(unsupported(
@@ -107,6 +104,9 @@ pub(crate) fn spec_of(plan: &Plan, k: &Kernel) -> Result<Spec, CpuError> {
             ),
         ));
     }
+    let mut dtypes: Vec<DType> = k.args.iter().map(|&a| plan.buffer(a).ty.dtype).collect();
+    let out_ty = &plan.buffer(k.out).ty;
+    dtypes.push(out_ty.dtype);
     let family = match &k.op {
         Op::Input | Op::Weight => {
             return Err(unsupported(
@@ -172,8 +172,29 @@ pub(crate) fn spec_of(plan: &Plan, k: &Kernel) -> Result<Spec, CpuError> {
 
 fn gemm_spec(plan: &Plan, k: &Kernel, g: &Gemm) -> Result<GemmSpec, CpuError> {
     let out_ty = &plan.buffer(k.out).ty;
-    if g.a == MatLayout::T && plan.buffer(k.args[0]).ty.rank() != 2 {
-        return Err(unsupported(k, "a transposed A operand must be a matrix"));
+    let a_ty = &plan.buffer(k.args[0]).ty;
+    if a_ty.rank() == 0 || (g.a == MatLayout::T && a_ty.rank() != 2) {
+        return Err(unsupported(
+            k,
+            format!(
+                "A operand {a_ty} is not a matrix in layout {}",
+                g.a.letter()
+            ),
+        ));
+    }
+    // The micro-kernel reads both B panels of a dual GEMM with one set of sizes.
+    let b_ty = &plan.buffer(k.args[1]).ty;
+    if b_ty.rank() != 2 {
+        return Err(unsupported(k, format!("B operand {b_ty} is not a matrix")));
+    }
+    if g.dual.is_some() && plan.buffer(k.args[2]).ty.shape != b_ty.shape {
+        return Err(unsupported(
+            k,
+            format!(
+                "gate B {b_ty} and up B {} differ in shape",
+                plan.buffer(k.args[2]).ty
+            ),
+        ));
     }
     let spec = GemmSpec {
         a: g.a,

@@ -373,3 +373,52 @@ fn gemm_uses_the_hosts_widest_vectors() {
     );
     assert!(!asm.contains("call"), "the kernels call out of line code");
 }
+
+#[test]
+fn narrower_vectors_give_the_same_results() {
+    // The AVX (8 lanes) and SSE (4 lanes) tilings, run on this host.
+    for lanes in [8, 4] {
+        let backend = CpuBackend::new()
+            .unwrap()
+            .with_tiling(mlpc_cpu::Tiling::for_lanes(lanes));
+        let graphs = [
+            (
+                linear(DType::Bf16, 37, 29, true, Some(Activation::GeluTanh), true),
+                13usize,
+                37usize,
+            ),
+            (dual(DType::F16, 21, 19, Activation::Silu, true), 7, 21),
+        ];
+        for (g, m, k) in graphs {
+            let exe = backend.compile(&plan_of(&g), g.weights()).unwrap();
+            let mut ins = vec![(
+                "x",
+                random(g.node(g.find("x").unwrap()).ty.dtype, &[m, k], 30),
+            )];
+            if g.find("r").is_some() {
+                ins.push(("r", random(DType::Bf16, &[m, 29], 31)));
+            }
+            common::check_exe(&exe, &g, &inputs(ins));
+        }
+    }
+}
+
+#[test]
+fn mismatched_dual_weights_are_refused() {
+    let mut g = dual(DType::F32, 8, 6, Activation::Silu, false);
+    let mut plan = plan_of(&g);
+    // Declare the up weight with a different shape than the gate weight.
+    let wu = plan.buffer_id("wu").unwrap();
+    plan.buffers[wu].ty = TensorType::contiguous(DType::F32, fixed(&[5, 8]));
+    g.set_weight("wu", random(DType::F32, &[5, 8], 1));
+    let err = CpuBackend::new()
+        .unwrap()
+        .compile(&plan, g.weights())
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string()
+            .contains("gate B f32[6,8] and up B f32[5,8] differ in shape"),
+        "{err}"
+    );
+}
