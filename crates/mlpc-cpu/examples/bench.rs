@@ -99,20 +99,25 @@ fn time(
     for _ in 0..3 {
         exe.run(&inputs)?;
     }
-    let mut ms: Vec<f64> = (0..runs)
+    let mut ms: Vec<(f64, Vec<(String, std::time::Duration)>)> = (0..runs)
         .map(|_| {
             let t = Instant::now();
-            let out = exe.run(&inputs);
+            let out = exe.run_timed(&inputs);
             let e = t.elapsed().as_secs_f64() * 1e3;
-            out.map(|_| e)
+            out.map(|(_, k)| (e, k))
         })
         .collect::<Result<_, _>>()?;
-    ms.sort_by(f64::total_cmp);
-    let med = ms[ms.len() / 2];
+    ms.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (med, kernels) = &ms[ms.len() / 2];
+    let per_kernel: Vec<String> = kernels
+        .iter()
+        .map(|(k, d)| format!("\"{k}\": {:.4}", d.as_secs_f64() * 1e3))
+        .collect();
     println!(
-        "{{\"name\": \"{name}\", \"kernels\": {}, \"ms\": {med:.4}, \"gflops\": {:.2}, \"runs\": {runs}}}",
+        "{{\"name\": \"{name}\", \"kernels\": {}, \"ms\": {med:.4}, \"gflops\": {:.2}, \"runs\": {runs}, \"kernel_ms\": {{{}}}}}",
         plan.kernels.len(),
-        flops / med / 1e6
+        flops / med / 1e6,
+        per_kernel.join(", ")
     );
     Ok(())
 }

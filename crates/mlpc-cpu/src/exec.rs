@@ -9,6 +9,7 @@ use mlpc_ir::{bind_inputs, Bindings, BufferKind, Graph, HostTensor, MatLayout, P
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// One compiled kernel.
 pub(crate) struct Compiled {
@@ -234,6 +235,7 @@ impl Executable {
     pub(crate) fn run(
         &self,
         inputs: &BTreeMap<String, HostTensor>,
+        mut times: Option<&mut Vec<(String, Duration)>>,
     ) -> Result<BTreeMap<String, HostTensor>, CpuError> {
         let bindings = bind_inputs(&self.inputs, inputs.keys().map(|k| k.as_str()), |n| {
             inputs.get(n).map(|t| (t.dtype(), t.shape().to_vec()))
@@ -276,7 +278,11 @@ impl Executable {
         }
         let mut work = || -> Result<(), CpuError> {
             for k in &self.kernels {
+                let start = Instant::now();
                 self.launch(k, &shapes, &mut data)?;
+                if let Some(t) = times.as_deref_mut() {
+                    t.push((k.name.clone(), start.elapsed()));
+                }
             }
             Ok(())
         };

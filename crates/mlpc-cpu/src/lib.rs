@@ -165,7 +165,33 @@ impl CpuExecutable {
     ) -> Result<BTreeMap<String, HostTensor>, CpuError> {
         #[cfg(feature = "llvm")]
         {
-            self.inner.run(inputs)
+            self.inner.run(inputs, None)
+        }
+        #[cfg(not(feature = "llvm"))]
+        {
+            let _ = inputs;
+            match self.inner {}
+        }
+    }
+
+    /// [`run`](Self::run), and the wall time of each kernel in launch order (a kernel's time
+    /// includes packing a B operand that is not a weight).
+    #[allow(clippy::type_complexity)]
+    pub fn run_timed(
+        &self,
+        inputs: &BTreeMap<String, HostTensor>,
+    ) -> Result<
+        (
+            BTreeMap<String, HostTensor>,
+            Vec<(String, std::time::Duration)>,
+        ),
+        CpuError,
+    > {
+        #[cfg(feature = "llvm")]
+        {
+            let mut times = Vec::with_capacity(self.inner.kernels.len());
+            let out = self.inner.run(inputs, Some(&mut times))?;
+            Ok((out, times))
         }
         #[cfg(not(feature = "llvm"))]
         {
