@@ -422,3 +422,31 @@ fn mismatched_dual_weights_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn activations_are_accurate_per_element() {
+    // Every f32 activation against its f64 definition on [-12, 12] in steps of 1/1024: the error
+    // is at most `tol * max(|f(x)|, 1e-3)` (the floor covers the cancellation in 1 + erf and
+    // 1 + tanh far out on the negative side, which the reference formula shares).
+    let xs: Vec<f64> = (-12 * 1024..=12 * 1024)
+        .map(|i| i as f64 / 1024.0)
+        .collect();
+    for a in Activation::ALL {
+        let mut g = Graph::new(format!("accuracy_{a}"));
+        let x = g.add_input("x", TensorType::contiguous(DType::F32, fixed(&[xs.len()])));
+        let y = g.add("y", Op::Act(a), &[x]).unwrap();
+        g.add_output("y", y);
+        let exe = compile(&g);
+        let xt = HostTensor::from_f64(DType::F32, vec![xs.len()], &xs).unwrap();
+        let got = exe.run(&inputs(vec![("x", xt)])).unwrap()["y"].to_f64();
+        let worst = xs
+            .iter()
+            .zip(&got)
+            .map(|(&x, &y)| {
+                let want = a.eval(x);
+                (y - want).abs() / want.abs().max(1e-3)
+            })
+            .fold(0.0f64, f64::max);
+        assert!(worst < 2e-6, "{a}: worst relative error {worst:e}");
+    }
+}
