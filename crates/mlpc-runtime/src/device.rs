@@ -120,6 +120,22 @@ impl Device {
         })
     }
 
+    /// A row-major device tensor whose contents are undefined until a kernel writes them.
+    pub fn uninit(&self, dtype: DType, shape: &[usize]) -> Result<DeviceTensor, DeviceError> {
+        let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
+        // SAFETY: the bytes are only read after a kernel wrote them (or, with poisoning, after
+        // they were filled); `u8` has no invalid bit patterns.
+        let data = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
+            .map_err(driver("allocating device memory"))?;
+        Ok(DeviceTensor {
+            dtype,
+            shape: shape.to_vec(),
+            strides: TensorMeta::contiguous_strides(shape),
+            data,
+            device: self.ordinal,
+        })
+    }
+
     /// Copies a row-major device tensor back to the host.
     pub fn download(&self, t: &DeviceTensor) -> Result<HostTensor, DeviceError> {
         let mut bytes = self

@@ -208,7 +208,7 @@ impl Executable {
         for (id, b) in self.plan.buffers.iter().enumerate() {
             if b.kind == BufferKind::Output {
                 let shape = self.shape_of(id, &bindings)?;
-                outputs.insert(id, self.device.zeros(b.ty.dtype, &shape)?);
+                outputs.insert(id, self.device.uninit(b.ty.dtype, &shape)?);
             }
         }
         // Device addresses of every buffer.
@@ -341,4 +341,48 @@ impl Executable {
         self.device.synchronize()?;
         Ok(host)
     }
+}
+
+/// Times `iters` runs after `warmup` untimed ones, rotating through `exes` (the same plan with
+/// different weights, so that weights do not stay in L2) and `inputs`. Each run is bracketed by
+/// CUDA events on the stream; returns the per-run times in milliseconds.
+pub fn time_runs(
+    exes: &[&Executable],
+    inputs: &[BTreeMap<String, DeviceTensor>],
+    warmup: usize,
+    iters: usize,
+) -> Result<Vec<f64>, RuntimeError> {
+    let (Some(first), false) = (exes.first(), inputs.is_empty()) else {
+        return Err(RuntimeError::Mismatch(
+            "timing needs at least one executable and one input set".into(),
+        ));
+    };
+    let device = first.device();
+    let ctx = device.context();
+    let stream = device.stream();
+    let mut pairs = Vec::with_capacity(iters);
+    for i in 0..warmup + iters {
+        let exe = exes[i % exes.len()];
+        let inp = &inputs[i % inputs.len()];
+        if i < warmup {
+            drop(exe.run(inp, RunOptions::default())?);
+            continue;
+        }
+        let start = ctx.new_event(None).map_err(driver("creating an event"))?;
+        let end = ctx.new_event(None).map_err(driver("creating an event"))?;
+        start.record(stream).map_err(driver("recording an event"))?;
+        let out = exe.run(inp, RunOptions::default())?;
+        end.record(stream).map_err(driver("recording an event"))?;
+        pairs.push((start, end, out));
+    }
+    device.synchronize()?;
+    pairs
+        .iter()
+        .map(|(s, e, _)| {
+            s.elapsed_ms(e)
+                .map(f64::from)
+                .map_err(driver("reading an event"))
+        })
+        .collect::<Result<Vec<f64>, DeviceError>>()
+        .map_err(RuntimeError::from)
 }

@@ -13,5 +13,5 @@ pub mod executable;
 pub mod guard;
 
 pub use device::{driver_present, Device, DeviceError, DeviceTensor};
-pub use executable::{Executable, KernelImage, RunOptions, RuntimeError};
+pub use executable::{time_runs, Executable, KernelImage, RunOptions, RuntimeError};
 pub use guard::{check_guards, GuardError, TensorMeta};
