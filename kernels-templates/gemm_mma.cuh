@@ -208,6 +208,25 @@ struct GemmMma {
         }
     }
 
+    /// The A fragment of the warp's m-tile `mt` for the k16 step at `kk`.
+    __device__ __forceinline__ static void load_a_frag(u32 (&af)[4], const u16* sa, int kk, int mt,
+                                                       int warp_m, int lane) {
+        if constexpr (LA == Layout::N) {
+            // Tile rows are m, k contiguous: lanes 0-15 give rows 0-15 at k 0, lanes 16-31 rows
+            // 0-15 at k 8: matrices a0, a1, a2, a3 in order.
+            const int r = warp_m * WM + mt * 16 + (lane & 15);
+            const int c = kk + (lane >> 4) * 8;
+            mma_detail::ldsm_x4(af, smem_addr(sa + r * TileA::kStride + c));
+        } else {
+            // Tile rows are k, m contiguous: matrix i covers m 8(i%2).., k 8(i/2)..,
+            // transposed on load.
+            const int i = lane >> 3;
+            const int r = kk + (i >> 1) * 8 + (lane & 7);
+            const int c = warp_m * WM + mt * 16 + (i & 1) * 8;
+            mma_detail::ldsm_x4_trans(af, smem_addr(sa + r * TileA::kStride + c));
+        }
+    }
+
     /// B fragments of the warp's NT n-tiles for the k16 step at `kk`, two n-tiles per ldmatrix.
     __device__ __forceinline__ static void load_b_frags(u32 (&bf)[NT][2], const u16* sb, int kk,
                                                         int warp_n, int lane) {
@@ -290,31 +309,28 @@ struct GemmMma {
             const u16* sb = sa + TileA::kElems;
 #pragma unroll
             for (int kk = 0; kk < BK; kk += 16) {
-                u32 af[MT][4];
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    if constexpr (LA == Layout::N) {
-                        // Tile rows are m, k contiguous: lanes 0-15 give rows 0-15 at k 0, lanes
-                        // 16-31 rows 0-15 at k 8: matrices a0, a1, a2, a3 in order.
-                        const int r = warp_m * WM + mt * 16 + (lane & 15);
-                        const int c = kk + (lane >> 4) * 8;
-                        mma_detail::ldsm_x4(af[mt], smem_addr(sa + r * TileA::kStride + c));
-                    } else {
-                        // Tile rows are k, m contiguous: matrix i covers m 8(i%2).., k 8(i/2)..,
-                        // transposed on load.
-                        const int i = lane >> 3;
-                        const int r = kk + (i >> 1) * 8 + (lane & 7);
-                        const int c = warp_m * WM + mt * 16 + (i & 1) * 8;
-                        mma_detail::ldsm_x4_trans(af[mt], smem_addr(sa + r * TileA::kStride + c));
-                    }
-                }
                 u32 bf[NT][2];
                 load_b_frags(bf, sb, kk, warp_n, lane);
+                if constexpr (!kDual) {
+                    // One A fragment live at a time: 12 fragment registers instead of 24, which
+                    // keeps the kernel within 128 registers (two CTAs per SM) in every layout.
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
+                    for (int mt = 0; mt < MT; ++mt) {
+                        u32 af[4];
+                        load_a_frag(af, sa, kk, mt, warp_m, lane);
 #pragma unroll
-                    for (int nt = 0; nt < NT; ++nt) mma_detail::mma_16816<T>(acc[mt][nt], af[mt], bf[nt]);
-                if constexpr (kDual) {
+                        for (int nt = 0; nt < NT; ++nt) mma_detail::mma_16816<T>(acc[mt][nt], af, bf[nt]);
+                    }
+                } else {
+                    // Both products need every A fragment: keep them, and reuse the B registers
+                    // for the up weight.
+                    u32 af[MT][4];
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) load_a_frag(af[mt], sa, kk, mt, warp_m, lane);
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt) mma_detail::mma_16816<T>(acc[mt][nt], af[mt], bf[nt]);
                     load_b_frags(bf, sb + TileB::kElems, kk, warp_n, lane);
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt)

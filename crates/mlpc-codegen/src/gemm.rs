@@ -32,20 +32,26 @@ struct Config {
     x: u32,
     y: u32,
     stages: u32,
+    /// CTAs per SM the registers are budgeted for (`__launch_bounds__`' second argument).
+    min_blocks: u32,
     mma: bool,
 }
 
 impl Config {
     fn choose(dtype: DType, dual: bool) -> Config {
         match (dtype, dual) {
-            // 8 warps as 2 x 4, 64 x 32 per warp: 64 accumulators per thread.
+            // 8 warps as 2 x 4, 64 x 32 per warp: 64 accumulators per thread. Three stages and two
+            // CTAs per SM (at most 128 registers, no spills) keep enough loads in flight: on an
+            // H200 this ran 1.5x faster than two stages at one CTA per SM; four stages or
+            // BK = 64 gained nothing more.
             (DType::F16 | DType::Bf16, false) => Config {
                 bm: 128,
                 bn: 128,
                 bk: 32,
                 x: 2,
                 y: 4,
-                stages: 2,
+                stages: 3,
+                min_blocks: 2,
                 mma: true,
             },
             // Two accumulators: 8 warps as 4 x 2, 32 x 32 per warp.
@@ -55,7 +61,8 @@ impl Config {
                 bk: 32,
                 x: 4,
                 y: 2,
-                stages: 2,
+                stages: 3,
+                min_blocks: 2,
                 mma: true,
             },
             // 16 x 16 threads with 8 x 8 outputs each.
@@ -66,6 +73,7 @@ impl Config {
                 x: 8,
                 y: 8,
                 stages: 2,
+                min_blocks: 1,
                 mma: false,
             },
             // 16 x 16 threads with 4 x 8 outputs each, twice.
@@ -76,6 +84,7 @@ impl Config {
                 x: 4,
                 y: 8,
                 stages: 2,
+                min_blocks: 1,
                 mma: false,
             },
         }
@@ -462,7 +471,8 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     ));
     src.push_str("}  // namespace\n\n");
     src.push_str(&format!(
-        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {entry}(\n{}) {{\n",
+        "extern \"C\" __global__ void __launch_bounds__({threads}, {}) {entry}(\n{}) {{\n",
+        cfg.min_blocks,
         signature(elem, &arg_names, ctx.args.len(), &symbols)
     ));
     src.push_str(&body.join("\n"));

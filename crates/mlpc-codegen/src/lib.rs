@@ -24,9 +24,9 @@
 //!   kernel uses, in sorted order of the symbol names. Fixed dims are literals in the source.
 //! - Launch: `block` threads, `smem_bytes` of dynamic shared memory, grid from [`Grid`] (see
 //!   [`Launch::grid`]). A grid with a zero dimension means there is nothing to compute: skip the
-//!   launch. When `smem_bytes` exceeds 48 KiB the runtime must first raise the function's
-//!   `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` to `smem_bytes` (no kernel emitted today
-//!   needs it).
+//!   launch. When `smem_bytes` exceeds 48 KiB (the tensor-core GEMMs use up to 60 KiB) the runtime must
+//!   first raise the function's `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` to
+//!   `smem_bytes`.
 //! - Kernels are correct for any base alignment and any dims; aligned operands (16 bytes, row
 //!   strides multiples of 16 bytes) take vectorised paths.
 

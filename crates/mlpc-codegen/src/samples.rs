@@ -224,6 +224,39 @@ pub fn transposed_operands_bf16() -> Plan {
     p.finish()
 }
 
+/// The heaviest tensor-core instance: a dual GEMM with both operands in the transposed layouts
+/// and an epilogue operand at every step, bf16: `y = relu(x^T Wg + bg) * (x^T Wu + bu) + r`, x
+/// stored `[96, T]`, the weights row-major `[96, 80]`.
+pub fn dual_transposed_bf16() -> Plan {
+    let mut p = PlanBuilder::new("dual_transposed_bf16", DType::Bf16);
+    let x = p.dense("x", Input, &["96", "T"]);
+    let r = p.dense("r", Input, &["T", "80"]);
+    let wg = p.dense("wg", Weight, &["96", "80"]);
+    let wu = p.dense("wu", Weight, &["96", "80"]);
+    let bg = p.dense("bg", Weight, &["80"]);
+    let bu = p.dense("bu", Weight, &["80"]);
+    let y = p.dense("y", Output, &["T", "80"]);
+    let op = Op::Gemm(Gemm {
+        a: T,
+        b: N,
+        dual: Some(Dual {
+            gate: smallvec![
+                Epilogue::Bias { operand: 3 },
+                Epilogue::Act(Activation::Relu)
+            ],
+            up: smallvec![Epilogue::Bias { operand: 4 }],
+        }),
+        epilogue: smallvec![Epilogue::Add { operand: 5 }],
+    });
+    p.kernel(
+        "dual_gemm_bias_relu_bias_add_bf16_tn_0",
+        op,
+        &[x, wg, wu, bg, bu, r],
+        y,
+    );
+    p.finish()
+}
+
 /// An unfused matmul, f16: `y = x @ w` with `w` a row-major `[96, 40]` weight.
 pub fn matmul_f16() -> Plan {
     let mut p = PlanBuilder::new("matmul_f16", DType::F16);
@@ -315,6 +348,7 @@ pub fn all() -> Vec<Plan> {
         geglu_mul_f16(),
         tiny_odd_bf16(),
         transposed_operands_bf16(),
+        dual_transposed_bf16(),
         matmul_f16(),
         gpt2_mlp_f32(),
         swiglu_f32(),

@@ -9,7 +9,9 @@ buffer 16-byte aligned and once with every buffer shifted by one element (the sc
 paths of the templates).
 
 Needs PyTorch with CUDA (for memory and the reference) and libcuda (ctypes) to load the CUBINs.
-Usage: check_kernels.py DIR [--quick]
+Usage: check_kernels.py DIR [--quick] [--time T]
+  --quick   one value of the symbols (T = 37) instead of four
+  --time T  also time every kernel at T (median of 50 launches after warm-up, CUDA events)
 """
 import ctypes
 import json
@@ -103,7 +105,7 @@ def reference(op, args, out_shape):
     raise ValueError(op)
 
 
-def run_plan(pdir, plan, bindings, shift, gen):
+def run_plan(pdir, plan, bindings, shift, gen, timing=False):
     kdir = os.path.join(pdir, "kernels")
     bufs = []
     for b in plan["buffers"]:
@@ -142,11 +144,28 @@ def run_plan(pdir, plan, bindings, shift, gen):
         smem = launch["smem_bytes"]
         if smem > 48 * 1024:
             ck(cuda.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute")
-        if min(grid) > 0:
-            stream = torch.cuda.current_stream().cuda_stream
+        stream = torch.cuda.current_stream().cuda_stream
+
+        def go():
             ck(cuda.cuLaunchKernel(fn, *grid, *launch["block"], smem, ctypes.c_void_p(stream), ptrs, None),
                "cuLaunchKernel")
+
+        if min(grid) > 0:
+            go()
         torch.cuda.synchronize()
+        ms = None
+        if timing and min(grid) > 0:
+            for _ in range(5):
+                go()
+            times = []
+            for _ in range(50):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                go()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b))
+            ms = sorted(times)[len(times) // 2]
         out = bufs[k["out"]]
         args = [bufs[i] for i in k["args"]]
         ref = reference(k["op"], args, list(out.shape))
@@ -155,6 +174,14 @@ def run_plan(pdir, plan, bindings, shift, gen):
         den = torch.linalg.norm(ref).item()
         err = torch.linalg.norm(got - ref).item() / (den if den > 0 else 1.0)
         ok = (not nan) and err <= TOL[plan["dtype"]]
+        if timing:
+            flops = None
+            op = k["op"]
+            if op == "mat_mul" or (isinstance(op, dict) and "gemm" in op):
+                a = mat(args[0], "n" if op == "mat_mul" else op["gemm"]["a"])
+                flops = 2.0 * out.numel() * a.shape[1] * (2 if isinstance(op, dict) and op["gemm"]["dual"] else 1)
+            tf = f"{flops / (ms * 1e9):.1f} TFLOP/s" if flops else f"{sum(b.numel() * b.element_size() for b in args + [out]) / (ms * 1e6):.0f} GB/s"
+            print(f"time | {plan['name']} | {meta['entry']} | {dict(bindings)} | {ms * 1000:.1f} us | {tf} |")
         rows.append((plan["name"], k["name"], meta["entry"], dict(bindings), shift, err, nan, ok))
     return rows
 
@@ -162,6 +189,7 @@ def run_plan(pdir, plan, bindings, shift, gen):
 def main():
     root = sys.argv[1]
     quick = "--quick" in sys.argv
+    time_t = int(sys.argv[sys.argv.index("--time") + 1]) if "--time" in sys.argv else None
     gen = torch.Generator().manual_seed(0)
     torch.zeros(1, device="cuda")  # creates and binds the primary context
     all_rows = []
@@ -175,6 +203,8 @@ def main():
             bindings = {s: (3 if s == "B" else t) for s in syms}
             for shift in (0, 1):
                 all_rows.extend(run_plan(pdir, plan, bindings, shift, gen))
+        if time_t is not None:
+            run_plan(pdir, plan, {s: (4 if s == "B" else time_t) for s in syms}, 0, gen, timing=True)
     bad = [r for r in all_rows if not r[-1]]
     print(f"| plan | kernel | entry | bindings | shift | rel. error | NaN | ok |")
     print(f"|---|---|---|---|---|---|---|---|")
