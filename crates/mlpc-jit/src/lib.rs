@@ -18,6 +18,14 @@
 //! dir>/mlpc/kernels` (`~/.cache/mlpc/kernels` on Linux), keyed by the SHA-256 of the source, the
 //! headers, the NVRTC options, the architecture and the NVRTC version. [`JitOptions::no_cache`]
 //! bypasses it.
+//!
+//! # Checking the kernels on a GPU
+//! `cargo run -p mlpc-jit --example gpu_bundle -- DIR` writes every sample plan of
+//! `mlpc_codegen::samples` with its compiled kernels; on a machine with a GPU and PyTorch,
+//! `python3 crates/mlpc-jit/gpu-check/check_kernels.py DIR [--time T]` runs each kernel on random
+//! inputs (aligned and misaligned buffers, several symbol values) against a float64 reference of
+//! the plan's semantics. It also accepts any directory laid out as `DIR/<plan>/plan.json` plus
+//! `DIR/<plan>/kernels/` from [`write_artifacts`].
 
 mod cache;
 mod error;
