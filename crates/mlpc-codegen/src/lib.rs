@@ -240,6 +240,10 @@ pub fn generate_kernel(
     match &kernel.op {
         Op::Gemm(g) => gemm::generate(&ctx, g),
         Op::MatMul => gemm::generate(&ctx, &gemm::plain_matmul()),
+        Op::SparseGemm(_) => Err(CodegenError::UnsupportedOp {
+            kernel: kernel.name.clone(),
+            op: kernel.op.mnemonic().to_string(),
+        }),
         Op::Add | Op::Mul | Op::Act(_) | Op::Transpose => elementwise::generate(&ctx),
         Op::Input | Op::Weight => Err(CodegenError::UnsupportedOp {
             kernel: kernel.name.clone(),

@@ -138,6 +138,12 @@ pub(crate) fn spec_of(plan: &Plan, k: &Kernel) -> Result<Spec, CpuError> {
             epi: Vec::new(),
         }),
         Op::Gemm(g) => Family::Gemm(gemm_spec(plan, k, g)?),
+        Op::SparseGemm(_) => {
+            return Err(unsupported(
+                k,
+                "block-sparse GEMMs are not supported by the CPU backend yet",
+            ))
+        }
         Op::Add | Op::Mul | Op::Act(_) => {
             let op = match k.op {
                 Op::Add => EwOp::Add,

@@ -1,7 +1,7 @@
 //! Shape, dtype and stride inference: the type each op produces from its operands' types, or a
 //! message saying why the operands do not fit.
 
-use crate::op::{Epilogue, EpilogueChain, Gemm, MatLayout, Op};
+use crate::op::{Epilogue, EpilogueChain, Gemm, MatLayout, Op, SparseGemm};
 use crate::types::{Dim, Shape, TensorType};
 
 fn dims(s: &[Dim]) -> String {
@@ -83,7 +83,45 @@ pub fn infer(op: &Op, tys: &[&TensorType]) -> Result<TensorType, String> {
         }
         Op::Act(_) => out(tys[0], tys[0].shape.clone()),
         Op::Gemm(g) => gemm_type(g, tys),
+        Op::SparseGemm(s) => sparse_gemm_type(s, tys),
     }
+}
+
+/// A sparse GEMM types as the dense GEMM it stands for: each packed B operand must be
+/// `[kept, rows, cols]` of the pattern, and is then seen as the dense `[N, K]` weight.
+fn sparse_gemm_type(s: &SparseGemm, tys: &[&TensorType]) -> Result<TensorType, String> {
+    let p = &s.pattern;
+    p.check()
+        .map_err(|m| format!("invalid block pattern: {m}"))?;
+    if s.gemm.b != MatLayout::T {
+        return Err("a sparse GEMM reads its weight as [N, K] (layout t)".to_string());
+    }
+    let packed: Shape = p.packed_shape().into_iter().map(Dim::Fixed).collect();
+    let dense = TensorType::try_contiguous(
+        tys[0].dtype,
+        Shape::from_iter([Dim::Fixed(p.out), Dim::Fixed(p.inp)]),
+    )
+    .ok_or_else(|| format!("the element count of [{}, {}] overflows", p.out, p.inp))?;
+    let mut seen: Vec<&TensorType> = tys.to_vec();
+    for (slot, t) in seen
+        .iter_mut()
+        .enumerate()
+        .take(s.gemm.matrix_operands())
+        .skip(1)
+    {
+        if t.shape != packed {
+            return Err(format!(
+                "packed weight operand {slot} has shape {}, expected {} (kept blocks, rows, cols)",
+                dims(&t.shape),
+                dims(&packed)
+            ));
+        }
+        if !t.is_contiguous() {
+            return Err(format!("packed weight operand {slot} is not row-major"));
+        }
+        *t = &dense;
+    }
+    gemm_type(&s.gemm, &seen)
 }
 
 /// If `v` is a `[N]` row vector matching the last dim of `t`, the broadcast shape.

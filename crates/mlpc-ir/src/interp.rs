@@ -3,11 +3,13 @@
 //! Semantics: every value is held in f64. A node's result is rounded to its dtype when it is
 //! stored, as an unfused framework would store it; inside a fused [`Gemm`] the accumulator and the
 //! epilogue stay in f64 and only the final result is rounded, as a fused kernel keeps them in
-//! registers. Views (transpose) only change strides. Products accumulate in f64.
+//! registers. Views (transpose) only change strides. Products accumulate in f64. A sparse GEMM
+//! sums over its kept blocks only (a dropped block contributes nothing) and is otherwise the
+//! dense GEMM with its fused epilogue.
 
 use crate::graph::{Graph, NodeId};
 use crate::inputs::{bind_inputs, InputError};
-use crate::op::{Epilogue, Gemm, MatLayout, Op};
+use crate::op::{BlockPattern, Epilogue, Gemm, MatLayout, Op, SparseGemm};
 use crate::tensor::HostTensor;
 use crate::types::{Bindings, DType};
 use crate::verify::{verify, VerifyErrors};
@@ -153,9 +155,52 @@ fn apply_chain(acc: &mut [f64], n: usize, steps: &[Epilogue], operands: &[Vec<f6
     }
 }
 
+/// `A @ B` where `B^T` (`[N, K]`) is block-sparse: `packed` holds the kept blocks of `pattern`.
+/// Only kept blocks are visited, so a dropped block adds nothing (not even `0 * inf`).
+fn sparse_matmul(a: &Mat, pattern: &BlockPattern, packed: &[f64]) -> Vec<f64> {
+    let (m, k, n) = (a.rows, a.cols, pattern.out as usize);
+    let [br, bc] = pattern.block.map(|d| d as usize);
+    let mut out = vec![0.0; m * n];
+    for (i, &(r, c)) in pattern.kept.iter().enumerate() {
+        let block = &packed[i * br * bc..(i + 1) * br * bc];
+        let (n0, k0) = (r as usize * br, c as usize * bc);
+        for row in 0..m {
+            let arow = &a.data[row * k + k0..row * k + k0 + bc];
+            for (j, wrow) in block.chunks_exact(bc).enumerate() {
+                let dot: f64 = arow.iter().zip(wrow).map(|(x, w)| x * w).sum();
+                out[row * n + n0 + j] += dot;
+            }
+        }
+    }
+    out
+}
+
 fn gemm(g: &Gemm, vals: &[&Value]) -> Vec<f64> {
+    gemm_with(
+        g,
+        vals,
+        |a, v| matmul(a, &Mat::of(v, g.b)),
+        |v| Mat::of(v, g.b).cols,
+    )
+}
+
+fn sparse_gemm(s: &SparseGemm, vals: &[&Value]) -> Vec<f64> {
+    gemm_with(
+        &s.gemm,
+        vals,
+        |a, v| sparse_matmul(a, &s.pattern, &v.dense()),
+        |_| s.pattern.out as usize,
+    )
+}
+
+/// The GEMM `g` with `product(A, B operand)` for each matrix product and `cols(B operand)` = N.
+fn gemm_with(
+    g: &Gemm,
+    vals: &[&Value],
+    product: impl Fn(&Mat, &Value) -> Vec<f64>,
+    cols: impl Fn(&Value) -> usize,
+) -> Vec<f64> {
     let a = Mat::of(vals[0], g.a);
-    let n_of = |v: &Value| Mat::of(v, g.b);
     // Epilogue operands, dense; the matrix operand slots stay empty.
     let dense: Vec<Vec<f64>> = vals
         .iter()
@@ -168,12 +213,11 @@ fn gemm(g: &Gemm, vals: &[&Value]) -> Vec<f64> {
             }
         })
         .collect();
-    let b0 = n_of(vals[1]);
-    let n = b0.cols;
-    let mut acc = matmul(&a, &b0);
+    let n = cols(vals[1]);
+    let mut acc = product(&a, vals[1]);
     if let Some(d) = &g.dual {
         apply_chain(&mut acc, n, &d.gate, &dense);
-        let mut up = matmul(&a, &n_of(vals[2]));
+        let mut up = product(&a, vals[2]);
         apply_chain(&mut up, n, &d.up, &dense);
         acc.iter_mut().zip(&up).for_each(|(x, u)| *x *= u);
     }
@@ -202,6 +246,7 @@ fn eval(op: &Op, vals: &[&Value], out_shape: &[usize]) -> Vec<f64> {
         }
         Op::Act(act) => vals[0].dense().into_iter().map(|x| act.eval(x)).collect(),
         Op::Gemm(g) => gemm(g, vals),
+        Op::SparseGemm(s) => sparse_gemm(s, vals),
     }
 }
 

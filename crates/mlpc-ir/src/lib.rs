@@ -23,7 +23,9 @@ pub use graph::{BuildError, Graph, Node, NodeId, Output};
 pub use infer::infer;
 pub use inputs::{bind_inputs, InputError};
 pub use interp::{interpret, InterpError};
-pub use op::{Activation, Dual, Epilogue, EpilogueChain, Gemm, MatLayout, Op};
+pub use op::{
+    Activation, BlockPattern, Dual, Epilogue, EpilogueChain, Gemm, MatLayout, Op, SparseGemm,
+};
 pub use plan::{Buffer, BufferId, BufferKind, Guard, Kernel, Plan};
 pub use tensor::{relative_error, HostTensor, TensorSizeError};
 pub use types::{

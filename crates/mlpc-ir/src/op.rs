@@ -4,6 +4,9 @@
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::fmt;
+use std::sync::Arc;
+
+use crate::tensor::HostTensor;
 
 /// Elementwise activation functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -169,6 +172,183 @@ impl Gemm {
     }
 }
 
+/// Which blocks of a block-sparse weight are kept.
+///
+/// The pattern is over the *logical* weight `[N, K]` of a GEMM (`B` transposed; for an nn.Linear
+/// weight `[out, in]` that is the weight as stored): `block = [rows, cols]` divides `[out, inp]`
+/// and `kept` lists the kept blocks as `(block_row, block_col)`, sorted row-major, without
+/// repeats. Block row `r` covers output columns `r * rows .. (r + 1) * rows`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BlockPattern {
+    /// `[rows, cols]` of one block.
+    pub block: [u32; 2],
+    /// `N`: rows of the logical weight (output features).
+    pub out: u64,
+    /// `K`: columns of the logical weight (input features).
+    pub inp: u64,
+    /// Kept blocks, `(block_row, block_col)`, sorted row-major.
+    pub kept: Vec<(u32, u32)>,
+}
+
+impl BlockPattern {
+    /// Number of block rows, `out / rows`.
+    pub fn block_rows(&self) -> u64 {
+        self.out / u64::from(self.block[0].max(1))
+    }
+
+    /// Number of block columns, `inp / cols`.
+    pub fn block_cols(&self) -> u64 {
+        self.inp / u64::from(self.block[1].max(1))
+    }
+
+    /// Number of blocks of the dense weight.
+    pub fn total_blocks(&self) -> u64 {
+        self.block_rows().saturating_mul(self.block_cols())
+    }
+
+    /// Elements of one block.
+    pub fn block_elems(&self) -> u64 {
+        u64::from(self.block[0]) * u64::from(self.block[1])
+    }
+
+    /// The shape of the packed weight: `[kept, rows, cols]`.
+    pub fn packed_shape(&self) -> [u64; 3] {
+        [
+            self.kept.len() as u64,
+            u64::from(self.block[0]),
+            u64::from(self.block[1]),
+        ]
+    }
+
+    /// Offsets of each block row's kept blocks in `kept` (compressed sparse rows): the kept blocks
+    /// of block row `r` are `kept[row_ptr[r]..row_ptr[r + 1]]`.
+    pub fn row_ptr(&self) -> Vec<u32> {
+        let rows = self.block_rows() as usize;
+        let mut ptr = vec![0u32; rows + 1];
+        for &(r, _) in &self.kept {
+            if let Some(p) = ptr.get_mut(r as usize + 1) {
+                *p += 1;
+            }
+        }
+        for i in 0..rows {
+            ptr[i + 1] += ptr[i];
+        }
+        ptr
+    }
+
+    /// Fraction of blocks kept.
+    pub fn density(&self) -> f64 {
+        self.kept.len() as f64 / self.total_blocks().max(1) as f64
+    }
+
+    /// Packs the kept blocks of `weight` into the `[kept, rows, cols]` layout of a sparse GEMM's B
+    /// operand. `weight` is the logical `[N, K]` matrix, or with `transposed` its `[K, N]`
+    /// transpose as stored. Values are copied bit for bit. `None` if the shape does not match.
+    pub fn pack(&self, weight: &HostTensor, transposed: bool) -> Option<HostTensor> {
+        let (n, k) = (self.out as usize, self.inp as usize);
+        let want = if transposed { [k, n] } else { [n, k] };
+        if weight.shape() != want {
+            return None;
+        }
+        let [br, bc] = self.block.map(|d| d as usize);
+        let es = weight.dtype().size_bytes();
+        let src = weight.bytes();
+        let mut out = Vec::with_capacity(self.kept.len() * br * bc * es);
+        for &(r, c) in &self.kept {
+            for i in 0..br {
+                let row = r as usize * br + i;
+                if transposed {
+                    for j in 0..bc {
+                        let at = ((c as usize * bc + j) * n + row) * es;
+                        out.extend_from_slice(&src[at..at + es]);
+                    }
+                } else {
+                    let at = (row * k + c as usize * bc) * es;
+                    out.extend_from_slice(&src[at..at + bc * es]);
+                }
+            }
+        }
+        let shape = self.packed_shape().map(|d| d as usize).to_vec();
+        HostTensor::from_bytes(weight.dtype(), shape, out).ok()
+    }
+
+    /// The dense logical `[N, K]` weight of a packed `[kept, rows, cols]` tensor, zero outside the
+    /// kept blocks. `None` if the packed shape does not match.
+    pub fn unpack(&self, packed: &HostTensor) -> Option<HostTensor> {
+        let shape = self.packed_shape().map(|d| d as usize);
+        if packed.shape() != shape {
+            return None;
+        }
+        let (n, k) = (self.out as usize, self.inp as usize);
+        let [br, bc] = self.block.map(|d| d as usize);
+        let es = packed.dtype().size_bytes();
+        let src = packed.bytes();
+        let mut out = vec![0u8; n * k * es];
+        for (b, &(r, c)) in self.kept.iter().enumerate() {
+            for i in 0..br {
+                let from = (b * br + i) * bc * es;
+                let to = ((r as usize * br + i) * k + c as usize * bc) * es;
+                out[to..to + bc * es].copy_from_slice(&src[from..from + bc * es]);
+            }
+        }
+        HostTensor::from_bytes(packed.dtype(), vec![n, k], out).ok()
+    }
+
+    /// Checks the invariants stated on the type; the message says which one fails.
+    pub fn check(&self) -> Result<(), String> {
+        let [br, bc] = self.block;
+        if br == 0 || bc == 0 {
+            return Err(format!("block {br}x{bc} has a zero side"));
+        }
+        if self.out == 0 || self.inp == 0 {
+            return Err(format!("weight [{}, {}] is empty", self.out, self.inp));
+        }
+        if !self.out.is_multiple_of(u64::from(br)) || !self.inp.is_multiple_of(u64::from(bc)) {
+            return Err(format!(
+                "block {br}x{bc} does not divide the weight [{}, {}]",
+                self.out, self.inp
+            ));
+        }
+        if self.kept.is_empty() {
+            return Err("no block is kept".to_string());
+        }
+        let (rows, cols) = (self.block_rows(), self.block_cols());
+        for w in self.kept.windows(2) {
+            if w[0] >= w[1] {
+                return Err(format!(
+                    "kept blocks are not sorted row-major without repeats: {:?} then {:?}",
+                    w[0], w[1]
+                ));
+            }
+        }
+        if let Some(&(r, c)) = self
+            .kept
+            .iter()
+            .find(|&&(r, c)| u64::from(r) >= rows || u64::from(c) >= cols)
+        {
+            return Err(format!(
+                "kept block ({r}, {c}) lies outside the {rows}x{cols} grid of blocks"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A GEMM whose B operand is block-sparse: `epilogue(A @ B)` where only the kept blocks of `B^T`
+/// (`[N, K]`) are stored. The operands are those of [`Gemm`], except that each B operand (B, and
+/// the up B of a dual GEMM) is a packed weight of shape `[kept, rows, cols]`: block `i` holds the
+/// elements of block `pattern.kept[i]` of the logical `[N, K]` weight, row-major (k contiguous).
+/// `gemm.b` is always `T` (the weight is read as `[N, K]`). A dual form shares one pattern.
+///
+/// Value: exactly the GEMM with a dense weight that is zero outside the kept blocks, except that a
+/// dropped block contributes nothing at all (not `0 * A`, which is NaN where A is infinite). An
+/// output column block with no kept block is the epilogue applied to zero.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SparseGemm {
+    pub gemm: Gemm,
+    pub pattern: Arc<BlockPattern>,
+}
+
 /// An operation of the graph.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -191,6 +371,8 @@ pub enum Op {
     Act(Activation),
     /// A matrix product with a fused epilogue; made by the fusion passes.
     Gemm(Gemm),
+    /// A matrix product with a block-sparse, packed weight; made by `lower-block-sparse`.
+    SparseGemm(SparseGemm),
 }
 
 impl Op {
@@ -206,6 +388,8 @@ impl Op {
             Op::Act(a) => a.name(),
             Op::Gemm(g) if g.dual.is_some() => "dual_gemm",
             Op::Gemm(_) => "gemm",
+            Op::SparseGemm(s) if s.gemm.dual.is_some() => "sparse_dual_gemm",
+            Op::SparseGemm(_) => "sparse_gemm",
         }
     }
 
@@ -215,7 +399,7 @@ impl Op {
             Op::Input | Op::Weight => 0,
             Op::Transpose | Op::Act(_) => 1,
             Op::MatMul | Op::Add | Op::Mul => 2,
-            Op::Gemm(g) => {
+            Op::Gemm(g) | Op::SparseGemm(SparseGemm { gemm: g, .. }) => {
                 g.matrix_operands() + g.all_steps().filter(|s| s.operand().is_some()).count()
             }
         }

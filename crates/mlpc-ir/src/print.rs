@@ -7,12 +7,13 @@
 //!   %fc1.weight = weight : bf16[3072,768]
 //!   %w1t = transpose %fc1.weight : bf16[768,3072] strides=[1,768]
 //!   %h = gemm.nt %x, %fc1.weight then bias(%fc1.bias), gelu_tanh : bf16[T,3072]
+//!   %o = sparse_gemm.nt %h, %fc2.weight.bsr blocks=32x32 kept=576/2304 then bias(%fc2.bias) : bf16[T,768]
 //!   return y = %h
 //! }
 //! ```
 
 use crate::graph::{Graph, NodeId};
-use crate::op::{Epilogue, Op};
+use crate::op::{Epilogue, Op, SparseGemm};
 use std::fmt::{self, Write};
 
 fn operand_name(g: &Graph, ops: &[NodeId], i: usize) -> String {
@@ -41,12 +42,23 @@ pub fn node_line(g: &Graph, id: NodeId) -> String {
     let ops = g.operands(id);
     let mut s = format!("%{} = ", n.name);
     match &n.op {
-        Op::Gemm(gm) => {
+        Op::Gemm(gm) | Op::SparseGemm(SparseGemm { gemm: gm, .. }) => {
             let _ = write!(s, "{}.{}{}", n.op.mnemonic(), gm.a.letter(), gm.b.letter());
             let m: Vec<String> = (0..gm.matrix_operands())
                 .map(|i| operand_name(g, &ops, i))
                 .collect();
             let _ = write!(s, " {}", m.join(", "));
+            if let Op::SparseGemm(sp) = &n.op {
+                let p = &sp.pattern;
+                let _ = write!(
+                    s,
+                    " blocks={}x{} kept={}/{}",
+                    p.block[0],
+                    p.block[1],
+                    p.kept.len(),
+                    p.total_blocks()
+                );
+            }
             if let Some(d) = &gm.dual {
                 let _ = write!(
                     s,

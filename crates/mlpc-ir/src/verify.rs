@@ -14,6 +14,10 @@
 //! 7. **Gemm**: epilogue operand indices lie after the matrix operands and each such operand is
 //!    referenced by exactly one epilogue step (checked by inference and arity together).
 //! 8. **Outputs**: at least one; names unique; each names a live node.
+//! 9. **Sparse GEMM**: the block pattern is valid ([`crate::BlockPattern::check`]: blocks divide
+//!    the weight, at least one block kept, kept blocks sorted row-major and inside the grid), the
+//!    weight is read as `[N, K]` (layout `t`), and each packed B operand is a row-major
+//!    `[kept, rows, cols]` tensor; the product then types as the dense GEMM (checked by inference).
 
 use crate::graph::{Graph, NodeId};
 use crate::infer::infer;
