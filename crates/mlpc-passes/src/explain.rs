@@ -4,8 +4,11 @@
 //! kernel computes it, or how it disappeared (folded into strides, fused into an epilogue, removed
 //! as dead, merged by cse). Then the kernel count of an unfused executor (one kernel per op that is
 //! neither a leaf nor a view) against the plan's, the bytes of intermediates each stores, and the
-//! plan's kernels in launch order. The text is deterministic: no times, no addresses.
+//! plan's kernels in launch order. A weight packed block-sparse reports its blocks and its dense
+//! against packed bytes, and a summary line totals them. The text is deterministic: no times, no
+//! addresses.
 
+use crate::lower_block_sparse::{packed_weights, PackedWeight};
 use crate::plan::{intermediate_bytes, unfused_intermediate_bytes, unfused_kernel_count};
 use crate::provenance::{Fate, Provenance};
 use mlpc_ir::{Graph, Op, Plan};
@@ -34,7 +37,11 @@ fn describe(optimized: &Graph, plan: &Plan, prov: &Provenance, name: &str, op: &
         Fate::MergedWith(m) => format!("merged with {m} (cse); computed by {}", k()),
         Fate::Cancelled(x) => format!("cancelled with another transpose; users read {x}"),
         Fate::FoldedIntoStrides(_) => format!("folded into strides of {}", k()),
-        Fate::FusedInto(_) if matches!(op, Op::MatMul | Op::Gemm(_)) => {
+        Fate::PackedAs(p) => match packed_weights(optimized).iter().find(|w| &w.name == p) {
+            Some(w) => format!("packed block-sparse as {p} ({})", packed_summary(w)),
+            None => format!("packed block-sparse as {p}"),
+        },
+        Fate::FusedInto(_) if matches!(op, Op::MatMul | Op::Gemm(_) | Op::SparseGemm(_)) => {
             format!("second GEMM of dual kernel {}", k())
         }
         Fate::FusedInto(_) => format!("fused into epilogue of {}", k()),
@@ -55,6 +62,22 @@ fn describe(optimized: &Graph, plan: &Plan, prov: &Provenance, name: &str, op: &
             }
         }
     }
+}
+
+/// `blocks 32x32, kept 1024/4096 (25.0%), 8388608 -> 2097152 bytes + 16388 index bytes`.
+fn packed_summary(w: &PackedWeight) -> String {
+    let p = &w.pattern;
+    format!(
+        "blocks {}x{}, kept {}/{} ({:.1}%), {} -> {} bytes + {} index bytes",
+        p.block[0],
+        p.block[1],
+        p.kept.len(),
+        p.total_blocks(),
+        100.0 * p.density(),
+        w.dense_bytes,
+        w.packed_bytes,
+        w.index_bytes
+    )
 }
 
 /// The `--explain` report for `original` optimised into `optimized` and lowered to `plan`.
@@ -115,6 +138,20 @@ pub fn explain(original: &Graph, optimized: &Graph, plan: &Plan, prov: &Provenan
         "intermediate bytes: {before} unfused, {after} planned, {} removed",
         before.minus(&after)
     );
+    let packed = packed_weights(optimized);
+    if !packed.is_empty() {
+        let dense: u64 = packed.iter().map(|w| w.dense_bytes).sum();
+        let kept: u64 = packed.iter().map(|w| w.packed_bytes).sum();
+        let index: u64 = packed.iter().map(|w| w.index_bytes).sum();
+        let _ = writeln!(
+            s,
+            "block-sparse weights: {} packed, {dense} bytes dense, {kept} packed + {index} index bytes",
+            packed.len()
+        );
+        for w in &packed {
+            let _ = writeln!(s, "  {}: {}", w.name, packed_summary(w));
+        }
+    }
     let _ = writeln!(s, "launch order:");
     for (i, k) in plan.kernels.iter().enumerate() {
         let args: Vec<&str> = k

@@ -33,6 +33,10 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
     all_passes().into_iter().find(|p| p.name() == name)
 }
 
+/// Passes that need a configuration (the model's `sparsity` section) and so are not in
+/// [`all_passes`]; [`crate::Pipeline::with_sparsity`] inserts them.
+pub const CONFIGURED_PASSES: [&str; 2] = ["prune-block-sparse", "lower-block-sparse"];
+
 /// The names of all passes, comma-separated, for error messages and help texts.
 pub fn known_pass_names() -> String {
     all_passes()
@@ -55,6 +59,8 @@ pub enum PassError {
         pass: &'static str,
         errors: VerifyErrors,
     },
+    #[error("block sparsity of weight `{weight}`: {message}")]
+    Sparsity { weight: String, message: String },
     #[error("pass `{pass}` found a cycle through {nodes} (a bug in mlpc)")]
     Cycle { pass: &'static str, nodes: String },
 }

@@ -6,9 +6,15 @@
 //! removes the transposes in front of them) so that cse can merge duplicate GEMMs; cse before
 //! fusion merges duplicate consumers that would otherwise make a GEMM look shared. None of the
 //! later passes leaves dead code behind, so dce need not run again.
+//!
+//! A model with a `sparsity` section adds two configured passes ([`Pipeline::with_sparsity`]):
+//! `prune-block-sparse` right after `dce` (it changes weight values, so it goes before everything
+//! that preserves them) and `lower-block-sparse` last (it needs the fused epilogues, and a sparse
+//! GEMM fuses nothing more).
 
-use crate::pass::{all_passes, known_pass_names, pass_by_name, Pass, PassError};
+use crate::pass::{all_passes, known_pass_names, pass_by_name, Pass, PassError, CONFIGURED_PASSES};
 use crate::provenance::Provenance;
+use crate::{LowerBlockSparse, PruneBlockSparse, SparseWeight};
 use mlpc_ir::{verify, Graph};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -139,6 +145,19 @@ impl Pipeline {
         Pipeline { passes }
     }
 
+    /// This pipeline with block sparsity for `specs` (one per selected weight): `prune-block-sparse`
+    /// after a leading `dce` (or first), `lower-block-sparse` last. Without specs, unchanged.
+    pub fn with_sparsity(mut self, specs: Vec<SparseWeight>) -> Pipeline {
+        if specs.is_empty() {
+            return self;
+        }
+        let at = usize::from(self.passes.first().is_some_and(|p| p.name() == "dce"));
+        self.passes
+            .insert(at, Box::new(PruneBlockSparse::new(specs.clone())));
+        self.passes.push(Box::new(LowerBlockSparse::new(specs)));
+        self
+    }
+
     pub fn names(&self) -> Vec<&'static str> {
         self.passes.iter().map(|p| p.name()).collect()
     }
@@ -153,7 +172,9 @@ impl Pipeline {
         if let PrintAfter::Passes(wanted) = &opts.print_after {
             let names = self.names();
             if let Some(missing) = wanted.iter().find(|w| !names.contains(&w.as_str())) {
-                return Err(if pass_by_name(missing).is_none() {
+                let known = pass_by_name(missing).is_some()
+                    || CONFIGURED_PASSES.contains(&missing.as_str());
+                return Err(if !known {
                     PassError::UnknownPass {
                         name: missing.clone(),
                         known: known_pass_names(),

@@ -17,8 +17,9 @@
 //! - An output that is directly an input or a weight names that buffer; executors copy outputs out
 //!   of whatever buffer they name.
 //! - Kernel names are readable and deterministic: the op, its epilogue steps, the dtype and the
-//!   GEMM layouts (`gemm_bias_gelu_tanh_bf16_nt`, `dual_gemm_silu_mul_bf16_nt`, `add_bf16`), with
-//!   `_1`, `_2`, ... appended only on collisions.
+//!   GEMM layouts (`gemm_bias_gelu_tanh_bf16_nt`, `dual_gemm_silu_mul_bf16_nt`, `add_bf16`), and
+//!   for a sparse GEMM a `bsr_` prefix and the block shape (`bsr_gemm_bias_gelu_bf16_nt_b32x32`),
+//!   with `_1`, `_2`, ... appended only on collisions.
 //! - Each kernel's `covers` lists the source nodes it computes, from the [`Provenance`]: the node
 //!   itself, what was fused into it, merged with it, or folded into its operand strides.
 
@@ -87,6 +88,11 @@ pub fn kernel_base_name(op: &Op, dtype: DType) -> String {
             parts.extend(gm.epilogue.iter().map(step_name));
             let layouts = format!("{}{}", gm.a.letter(), gm.b.letter());
             return format!("{}_{}_{layouts}", parts.join("_"), dtype.name());
+        }
+        Op::SparseGemm(s) => {
+            let base = kernel_base_name(&Op::Gemm(s.gemm.clone()), dtype);
+            let [r, c] = s.pattern.block;
+            return format!("bsr_{base}_b{r}x{c}");
         }
         Op::MatMul => return format!("gemm_{}_nn", dtype.name()),
         op => parts.push(op.mnemonic()),

@@ -25,6 +25,8 @@ pub enum Fate {
     Removed,
     /// Structurally identical to this earlier node; its users now use that node (cse).
     MergedWith(String),
+    /// A weight replaced by this packed block-sparse weight (`lower-block-sparse`).
+    PackedAs(String),
 }
 
 impl fmt::Display for Fate {
@@ -38,6 +40,7 @@ impl fmt::Display for Fate {
             Fate::FusedInto(n) => write!(f, "fused into {n}"),
             Fate::Removed => f.write_str("removed (dead)"),
             Fate::MergedWith(n) => write!(f, "merged with {n} (cse)"),
+            Fate::PackedAs(n) => write!(f, "packed block-sparse as {n}"),
         }
     }
 }
@@ -103,7 +106,7 @@ impl Provenance {
                     self.collect_targets(u, out, depth + 1);
                 }
             }
-            Some(Fate::FusedInto(n)) | Some(Fate::MergedWith(n)) => {
+            Some(Fate::FusedInto(n)) | Some(Fate::MergedWith(n)) | Some(Fate::PackedAs(n)) => {
                 self.collect_targets(n, out, depth + 1)
             }
             Some(Fate::Removed) | Some(Fate::Cancelled(_)) => {}

@@ -1,0 +1,265 @@
+//! `lower-block-sparse`: GEMMs reading a block-sparse weight become sparse GEMMs with the weight
+//! packed to its kept blocks.
+//!
+//! Configured with the same [`SparseWeight`]s as `prune-block-sparse`, and run after
+//! `fuse-epilogue` (a sparse GEMM fuses nothing more). For every `gemm` whose B operand is a
+//! selected weight node, read directly (after `fold-transpose` an nn.Linear weight is B in
+//! layout `t`; a weight used as stored `[K, N]`, layout `n`, works too):
+//! - the pattern is the set of blocks of the weight that are not all zero (after pruning, exactly
+//!   the kept blocks that hold data), expressed over the logical `[N, K]` weight: for layout `n`
+//!   the stored block `[rows, cols]` becomes `[cols, rows]` and the grid is transposed;
+//! - the weight is packed at compile time into a new weight `<name>.bsr` of shape
+//!   `[kept, rows, cols]` (see [`mlpc_ir::SparseGemm`]); the node becomes a `sparse_gemm` with the
+//!   same A operand, layouts, epilogue and epilogue operands, reading `<name>.bsr`;
+//! - a dual GEMM is lowered when both its gate and up weights are selected with the same block
+//!   shape: both are packed to the union of their two patterns (a block kept by either), so one
+//!   list of kept blocks drives both products. Otherwise it stays dense, computing the pruned
+//!   weights exactly.
+//! - a GEMM whose weight is entirely zero stays dense (a sparse GEMM keeps at least one block).
+//!
+//! Several GEMMs reading one weight with one pattern share one packed weight. A dense weight left
+//! without users is removed; its fate is [`Fate::PackedAs`] the packed weight.
+//!
+//! After: no `gemm` reads a selected weight in a way the rules above lower. Values are unchanged:
+//! a dropped block is zero in the pruned weight, and contributes nothing in the sparse GEMM.
+
+use crate::pass::{topo, Pass, PassError};
+use crate::provenance::{Fate, Provenance};
+use crate::prune_block_sparse::{block_grid, kept_blocks, SparseWeight};
+use mlpc_ir::{BlockPattern, Gemm, Graph, MatLayout, NodeId, Op, SparseGemm};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Lowers GEMMs with block-sparse weights to sparse GEMMs.
+#[derive(Clone, Debug, Default)]
+pub struct LowerBlockSparse {
+    specs: Vec<SparseWeight>,
+}
+
+impl LowerBlockSparse {
+    pub fn new(specs: Vec<SparseWeight>) -> LowerBlockSparse {
+        LowerBlockSparse { specs }
+    }
+
+    pub fn specs(&self) -> &[SparseWeight] {
+        &self.specs
+    }
+}
+
+/// The pattern of the selected weight node `w` read in layout `layout`, over the logical
+/// `[N, K]` weight; `None` when `w` is not a selected weight.
+fn weight_pattern(
+    g: &Graph,
+    specs: &BTreeMap<&str, &SparseWeight>,
+    w: NodeId,
+    layout: MatLayout,
+) -> Result<Option<BlockPattern>, PassError> {
+    let node = g.node(w);
+    let (Op::Weight, Some(spec)) = (&node.op, specs.get(node.name.as_str())) else {
+        return Ok(None);
+    };
+    let err = |message: String| PassError::Sparsity {
+        weight: spec.weight.clone(),
+        message,
+    };
+    let Some(data) = g.weight(&node.name) else {
+        return Err(err("the weight node has no data".to_string()));
+    };
+    let (_, cols) = block_grid(data.shape(), spec.block).map_err(err)?;
+    let stored = kept_blocks(data, spec.block, None).map_err(err)?;
+    let [out, inp] = [data.shape()[0] as u64, data.shape()[1] as u64];
+    let [br, bc] = spec.block.map(|d| d as u32);
+    let mut kept: Vec<(u32, u32)> = stored
+        .iter()
+        .map(|&b| ((b / cols) as u32, (b % cols) as u32))
+        .collect();
+    let pattern = match layout {
+        MatLayout::T => BlockPattern {
+            block: [br, bc],
+            out,
+            inp,
+            kept,
+        },
+        MatLayout::N => {
+            // Stored [K, N]: the logical [N, K] weight is its transpose.
+            kept.iter_mut().for_each(|(r, c)| std::mem::swap(r, c));
+            kept.sort_unstable();
+            BlockPattern {
+                block: [bc, br],
+                out: inp,
+                inp: out,
+                kept,
+            }
+        }
+    };
+    Ok(Some(pattern))
+}
+
+/// The union of two patterns over the same weight shape and block.
+fn union(a: &BlockPattern, b: &BlockPattern) -> Option<BlockPattern> {
+    if (a.block, a.out, a.inp) != (b.block, b.out, b.inp) {
+        return None;
+    }
+    let kept: BTreeSet<(u32, u32)> = a.kept.iter().chain(&b.kept).copied().collect();
+    Some(BlockPattern {
+        kept: kept.into_iter().collect(),
+        ..a.clone()
+    })
+}
+
+impl Pass for LowerBlockSparse {
+    fn name(&self) -> &'static str {
+        "lower-block-sparse"
+    }
+
+    fn description(&self) -> &'static str {
+        "turn GEMMs with block-sparse weights into sparse GEMMs reading weights packed to their kept blocks"
+    }
+
+    fn run(&self, g: &mut Graph, prov: &mut Provenance) -> Result<bool, PassError> {
+        let specs: BTreeMap<&str, &SparseWeight> =
+            self.specs.iter().map(|s| (s.weight.as_str(), s)).collect();
+        // (weight name, pattern, packed weight node), in creation order.
+        let mut packed: Vec<(String, Arc<BlockPattern>, NodeId)> = Vec::new();
+        let mut sources: BTreeSet<NodeId> = BTreeSet::new();
+        let mut changed = false;
+        for n in topo(g, self.name())? {
+            let Op::Gemm(gm) = &g.node(n).op else {
+                continue;
+            };
+            let gm = gm.clone();
+            let ops = g.operands(n);
+            let mut pattern = match weight_pattern(g, &specs, ops[1], gm.b)? {
+                Some(p) => p,
+                None => continue,
+            };
+            if gm.dual.is_some() {
+                let Some(up) = weight_pattern(g, &specs, ops[2], gm.b)? else {
+                    continue;
+                };
+                let Some(u) = union(&pattern, &up) else {
+                    continue;
+                };
+                pattern = u;
+            }
+            if pattern.kept.is_empty() {
+                continue;
+            }
+            let pattern = Arc::new(pattern);
+            let mut new_ops = ops.clone();
+            for slot in 1..gm.matrix_operands() {
+                let w = ops[slot];
+                let name = g.node(w).name.clone();
+                let known = packed
+                    .iter()
+                    .find(|(src, p, _)| *src == name && *p == pattern)
+                    .map(|&(_, _, node)| node);
+                let node = match known {
+                    Some(p) => p,
+                    None => {
+                        let data = g
+                            .weight(&name)
+                            .cloned()
+                            .ok_or_else(|| PassError::Sparsity {
+                                weight: name.clone(),
+                                message: "the weight node has no data".to_string(),
+                            })?;
+                        let bsr = pattern.pack(&data, gm.b == MatLayout::N).ok_or_else(|| {
+                            PassError::Sparsity {
+                                weight: name.clone(),
+                                message: format!(
+                                    "{}{:?} does not pack to blocks {}x{} of [{}, {}]",
+                                    data.dtype(),
+                                    data.shape(),
+                                    pattern.block[0],
+                                    pattern.block[1],
+                                    pattern.out,
+                                    pattern.inp
+                                ),
+                            }
+                        })?;
+                        let bsr_name = g.fresh_name(&format!("{name}.bsr"));
+                        let p = g.add_weight(bsr_name.clone(), bsr).map_err(|e| {
+                            PassError::Sparsity {
+                                weight: name.clone(),
+                                message: e.to_string(),
+                            }
+                        })?;
+                        prov.created(bsr_name);
+                        packed.push((name.clone(), pattern.clone(), p));
+                        p
+                    }
+                };
+                new_ops[slot] = node;
+                sources.insert(w);
+            }
+            g.node_mut(n).op = Op::SparseGemm(SparseGemm {
+                gemm: Gemm {
+                    b: MatLayout::T,
+                    ..gm
+                },
+                pattern,
+            });
+            g.set_operands(n, &new_ops);
+            changed = true;
+        }
+        // Dense weights that only the lowered GEMMs read are gone.
+        for w in sources {
+            if g.users(w).is_empty() && !g.is_output(w) {
+                let name = g.node(w).name.clone();
+                let into = packed
+                    .iter()
+                    .find(|(src, _, _)| *src == name)
+                    .map(|&(_, _, p)| g.node(p).name.clone());
+                if let (Some(into), Some(node)) = (into, g.remove(w)) {
+                    prov.record(node.name, Fate::PackedAs(into));
+                }
+            }
+        }
+        g.prune_weights();
+        Ok(changed)
+    }
+}
+
+/// A packed block-sparse weight of an optimised graph, and what it saves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackedWeight {
+    /// The packed weight's name (`<weight>.bsr`).
+    pub name: String,
+    pub pattern: Arc<BlockPattern>,
+    /// Bytes of the dense `[N, K]` weight.
+    pub dense_bytes: u64,
+    /// Bytes of the kept blocks.
+    pub packed_bytes: u64,
+    /// Bytes of the index arrays a kernel needs beside them: one 32-bit offset per block row plus
+    /// one, and one 32-bit block column per kept block (compressed sparse rows).
+    pub index_bytes: u64,
+}
+
+/// Every packed weight read by a sparse GEMM of `g`, once each, in topological order.
+pub fn packed_weights(g: &Graph) -> Vec<PackedWeight> {
+    let mut out: Vec<PackedWeight> = Vec::new();
+    let order = g.topo_order().unwrap_or_else(|_| g.node_ids().collect());
+    for n in order {
+        let Op::SparseGemm(s) = &g.node(n).op else {
+            continue;
+        };
+        let ops = g.operands(n);
+        for &w in ops.iter().take(s.gemm.matrix_operands()).skip(1) {
+            let node = g.node(w);
+            if out.iter().any(|p| p.name == node.name) {
+                continue;
+            }
+            let es = node.ty.dtype.size_bytes() as u64;
+            let p = &s.pattern;
+            out.push(PackedWeight {
+                name: node.name.clone(),
+                pattern: p.clone(),
+                dense_bytes: p.out.saturating_mul(p.inp).saturating_mul(es),
+                packed_bytes: (p.kept.len() as u64).saturating_mul(p.block_elems()) * es,
+                index_bytes: 4 * (p.block_rows() + 1 + p.kept.len() as u64),
+            });
+        }
+    }
+    out
+}

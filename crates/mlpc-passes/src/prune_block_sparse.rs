@@ -1,0 +1,274 @@
+//! `prune-block-sparse`: zeroes the dropped blocks of the weights selected for block sparsity.
+//!
+//! Configured with one [`SparseWeight`] per selected weight (the `sparsity` section of model.json:
+//! weight name, `block = [rows, cols]` of the stored `[out, in]` weight, optional `density`).
+//! Rewrites the weight *data* only, never the graph's structure:
+//! - with a density `d`, the `B = (out / rows) * (in / cols)` blocks are ranked by their L2 norm
+//!   (computed in f64), and the `round(d * B)` largest are kept (`round` takes halves away from
+//!   zero); equal norms rank the lower row-major block index first. Every other block becomes zero.
+//! - without a density the weight's all-zero blocks already define the pattern; the data is left
+//!   as it is.
+//!
+//! After: every selected weight is zero outside its kept blocks, so the graph computes the pruned
+//! model exactly, whatever runs it; `lower-block-sparse` then finds the pattern as the set of
+//! blocks that are not all zero. A weight that an earlier pass removed as dead is skipped. The
+//! pass changes values (that is its purpose), so it runs first, before any pass that assumes
+//! values are preserved.
+
+use crate::pass::{Pass, PassError};
+use crate::provenance::{Fate, Provenance};
+use mlpc_ir::{Graph, HostTensor, Op};
+
+/// Block sparsity requested for one weight.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SparseWeight {
+    /// The weight's name (a weight node of the graph).
+    pub weight: String,
+    /// `[rows, cols]` of one block of the stored `[out, in]` weight.
+    pub block: [u64; 2],
+    /// Fraction of blocks kept, in (0, 1]; `None`: the all-zero blocks define the pattern.
+    pub density: Option<f64>,
+}
+
+impl SparseWeight {
+    pub fn new(weight: impl Into<String>, block: [u64; 2], density: Option<f64>) -> SparseWeight {
+        SparseWeight {
+            weight: weight.into(),
+            block,
+            density,
+        }
+    }
+}
+
+/// Prunes the selected weights to their block pattern.
+#[derive(Clone, Debug, Default)]
+pub struct PruneBlockSparse {
+    specs: Vec<SparseWeight>,
+}
+
+impl PruneBlockSparse {
+    pub fn new(specs: Vec<SparseWeight>) -> PruneBlockSparse {
+        PruneBlockSparse { specs }
+    }
+
+    pub fn specs(&self) -> &[SparseWeight] {
+        &self.specs
+    }
+}
+
+/// The grid of `[rows, cols]` blocks over a stored `[out, in]` matrix `shape`: `(block rows,
+/// block cols)`, or a message saying why the block does not tile it.
+pub(crate) fn block_grid(shape: &[usize], block: [u64; 2]) -> Result<(usize, usize), String> {
+    let &[out, inp] = shape else {
+        return Err(format!("the weight has shape {shape:?}, not [out, in]"));
+    };
+    let [br, bc] = block;
+    if br == 0
+        || bc == 0
+        || br > u32::MAX as u64
+        || bc > u32::MAX as u64
+        || !(out as u64).is_multiple_of(br)
+        || !(inp as u64).is_multiple_of(bc)
+    {
+        return Err(format!(
+            "block [{br}, {bc}] does not divide the weight [{out}, {inp}]"
+        ));
+    }
+    Ok((out / br as usize, inp / bc as usize))
+}
+
+/// Squared L2 norm of every block, row-major over the block grid; NaN where a block holds a NaN.
+fn block_norms(w: &HostTensor, block: [u64; 2], grid: (usize, usize)) -> Vec<f64> {
+    let v = w.to_f64();
+    let inp = w.shape()[1];
+    let [br, bc] = block.map(|d| d as usize);
+    let mut norms = vec![0.0f64; grid.0 * grid.1];
+    for (i, x) in v.iter().enumerate() {
+        let (r, c) = (i / inp, i % inp);
+        norms[(r / br) * grid.1 + c / bc] += x * x;
+    }
+    norms
+}
+
+/// The kept blocks (row-major indices, ascending) of a weight under `block` and `density`.
+///
+/// With a density: the `round(density * blocks)` blocks of largest L2 norm, ties to the lower
+/// index (a NaN norm ranks above every number). Without: the blocks that are not all zero.
+pub fn kept_blocks(
+    w: &HostTensor,
+    block: [u64; 2],
+    density: Option<f64>,
+) -> Result<Vec<usize>, String> {
+    let grid = block_grid(w.shape(), block)?;
+    let norms = block_norms(w, block, grid);
+    let mut kept: Vec<usize> = match density {
+        None => {
+            // A block is zero when every element is +0 or -0; NaN counts as data.
+            let v = w.to_f64();
+            let inp = w.shape()[1];
+            let [br, bc] = block.map(|d| d as usize);
+            let mut nonzero = vec![false; norms.len()];
+            for (i, x) in v.iter().enumerate() {
+                if *x != 0.0 {
+                    nonzero[((i / inp) / br) * grid.1 + (i % inp) / bc] = true;
+                }
+            }
+            (0..norms.len()).filter(|&b| nonzero[b]).collect()
+        }
+        Some(d) => {
+            if !(d > 0.0 && d <= 1.0) {
+                return Err(format!("density {d} is not in (0, 1]"));
+            }
+            let count = ((d * norms.len() as f64).round() as usize).min(norms.len());
+            let mut order: Vec<usize> = (0..norms.len()).collect();
+            // Largest norm first; NaN above all; equal norms by index.
+            order.sort_by(|&a, &b| {
+                let (x, y) = (norms[a], norms[b]);
+                match (x.is_nan(), y.is_nan()) {
+                    (true, true) => std::cmp::Ordering::Equal,
+                    (true, false) => std::cmp::Ordering::Less,
+                    (false, true) => std::cmp::Ordering::Greater,
+                    (false, false) => y.total_cmp(&x),
+                }
+                .then(a.cmp(&b))
+            });
+            order.truncate(count);
+            order
+        }
+    };
+    kept.sort_unstable();
+    Ok(kept)
+}
+
+/// `w` with every block outside `kept` (row-major block indices) set to zero.
+fn zero_dropped(
+    w: &HostTensor,
+    block: [u64; 2],
+    grid: (usize, usize),
+    kept: &[usize],
+) -> HostTensor {
+    let mut keep = vec![false; grid.0 * grid.1];
+    for &b in kept {
+        keep[b] = true;
+    }
+    let inp = w.shape()[1];
+    let es = w.dtype().size_bytes();
+    let [br, bc] = block.map(|d| d as usize);
+    let mut bytes = w.bytes().to_vec();
+    for (i, chunk) in bytes.chunks_exact_mut(es).enumerate() {
+        let (r, c) = (i / inp, i % inp);
+        if !keep[(r / br) * grid.1 + c / bc] {
+            chunk.fill(0);
+        }
+    }
+    // Same dtype, shape and length: this cannot fail.
+    HostTensor::from_bytes(w.dtype(), w.shape().to_vec(), bytes).unwrap_or_else(|_| w.clone())
+}
+
+impl Pass for PruneBlockSparse {
+    fn name(&self) -> &'static str {
+        "prune-block-sparse"
+    }
+
+    fn description(&self) -> &'static str {
+        "zero the blocks of selected weights outside their block-sparsity pattern (L2-norm ranking)"
+    }
+
+    fn run(&self, g: &mut Graph, prov: &mut Provenance) -> Result<bool, PassError> {
+        let mut changed = false;
+        for spec in &self.specs {
+            let err = |message: String| PassError::Sparsity {
+                weight: spec.weight.clone(),
+                message,
+            };
+            let is_weight_node = g
+                .find(&spec.weight)
+                .is_some_and(|n| g.node(n).op == Op::Weight);
+            let Some(w) = g.weight(&spec.weight).filter(|_| is_weight_node).cloned() else {
+                if prov.fate(&spec.weight) == Some(&Fate::Removed) {
+                    continue;
+                }
+                return Err(err("the graph has no weight of this name".to_string()));
+            };
+            let kept = kept_blocks(&w, spec.block, spec.density).map_err(err)?;
+            if spec.density.is_none() {
+                continue;
+            }
+            let grid = block_grid(w.shape(), spec.block).map_err(err)?;
+            let pruned = zero_dropped(&w, spec.block, grid, &kept);
+            if pruned.bytes() != w.bytes() {
+                g.set_weight(spec.weight.clone(), pruned);
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlpc_ir::DType;
+
+    fn w(shape: [usize; 2], v: &[f64]) -> HostTensor {
+        HostTensor::from_f64(DType::F32, shape.to_vec(), v).unwrap()
+    }
+
+    #[test]
+    fn ties_go_to_the_lower_row_major_index() {
+        // 2x2 blocks of a [2, 8] weight: norms 1, 4, 1, 4 (blocks 0..3 along the row).
+        let v = [
+            1.0, 0.0, 2.0, 0.0, 0.0, 1.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+        ];
+        let t = w([2, 8], &v);
+        assert_eq!(kept_blocks(&t, [2, 2], Some(0.25)).unwrap(), vec![1]);
+        assert_eq!(kept_blocks(&t, [2, 2], Some(0.5)).unwrap(), vec![1, 3]);
+        assert_eq!(kept_blocks(&t, [2, 2], Some(0.75)).unwrap(), vec![0, 1, 3]);
+        assert_eq!(
+            kept_blocks(&t, [2, 2], Some(1.0)).unwrap(),
+            vec![0, 1, 2, 3]
+        );
+        // Equal norms everywhere: the first blocks in row-major order.
+        let ones = w([4, 4], &[1.0; 16]);
+        assert_eq!(kept_blocks(&ones, [2, 2], Some(0.5)).unwrap(), vec![0, 1]);
+        // Row-major means block row first: block (1, 0) has index 2, before (1, 1).
+        let mut v = [0.0; 16];
+        v[8] = 3.0; // block (1, 0)
+        v[10] = 3.0; // block (1, 1)
+        let t = w([4, 4], &v);
+        assert_eq!(kept_blocks(&t, [2, 2], Some(0.25)).unwrap(), vec![2]);
+    }
+
+    #[test]
+    fn rounding_of_the_kept_count() {
+        let t = w([2, 8], &[1.0; 16]);
+        // 4 blocks: 0.375 * 4 = 1.5 rounds to 2; 0.3 * 4 = 1.2 rounds to 1; 0.1 * 4 = 0.4 to 0.
+        assert_eq!(kept_blocks(&t, [2, 2], Some(0.375)).unwrap().len(), 2);
+        assert_eq!(kept_blocks(&t, [2, 2], Some(0.3)).unwrap().len(), 1);
+        assert_eq!(kept_blocks(&t, [2, 2], Some(0.1)).unwrap().len(), 0);
+        assert!(kept_blocks(&t, [2, 2], Some(0.0)).is_err());
+        assert!(kept_blocks(&t, [3, 2], Some(0.5))
+            .unwrap_err()
+            .contains("does not divide"));
+    }
+
+    #[test]
+    fn without_density_the_zero_blocks_define_the_pattern() {
+        let mut v = [0.0; 16];
+        v[5] = -0.0;
+        v[3] = 1e-30;
+        v[12] = f64::NAN;
+        let t = w([4, 4], &v);
+        // Block 0 holds only zeros (one negative), block 1 a tiny value, block 2 a NaN.
+        assert_eq!(kept_blocks(&t, [2, 2], None).unwrap(), vec![1, 2]);
+        // A NaN norm ranks first.
+        assert_eq!(kept_blocks(&t, [2, 2], Some(0.25)).unwrap(), vec![2]);
+    }
+
+    #[test]
+    fn dropped_blocks_become_zero() {
+        let t = w([2, 4], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        let z = zero_dropped(&t, [1, 2], (2, 2), &[1, 2]);
+        assert_eq!(z.to_f64(), vec![0.0, 0.0, 3.0, 4.0, 5.0, 6.0, 0.0, 0.0]);
+    }
+}

@@ -1,0 +1,333 @@
+//! Block sparsity: `prune-block-sparse` and `lower-block-sparse` in the pipeline, checked against
+//! the reference interpreter on the pruned dense model, plus the plan, `--explain` and the packed
+//! weight sizes.
+
+mod common;
+
+use common::*;
+use mlpc_ir::{interpret, Activation, DType, Graph, HostTensor, Op};
+use mlpc_passes::{
+    explain, lower_plan, packed_weights, Pipeline, PipelineOptions, PrintAfter, Provenance,
+    PruneBlockSparse, SparseWeight,
+};
+use mlpc_passes::{Pass, PassError};
+use proptest::prelude::*;
+
+fn opts() -> PipelineOptions {
+    PipelineOptions {
+        verify_each: true,
+        print_after: PrintAfter::Nothing,
+    }
+}
+
+/// `g` with only its weights pruned: the reference the optimised graph must match.
+fn pruned_reference(g: &Graph, specs: &[SparseWeight]) -> Graph {
+    let mut r = g.clone();
+    let mut prov = Provenance::new(&r);
+    PruneBlockSparse::new(specs.to_vec())
+        .run(&mut r, &mut prov)
+        .unwrap();
+    r
+}
+
+/// Runs the sparse pipeline on `g`; returns the optimised graph, its provenance and the largest
+/// error against the pruned dense model at `T = t`.
+fn compile_and_compare(g: &Graph, specs: &[SparseWeight], t: u64) -> (Graph, Provenance, f64) {
+    let reference = pruned_reference(g, specs);
+    let mut opt = g.clone();
+    let report = Pipeline::default()
+        .with_sparsity(specs.to_vec())
+        .run(&mut opt, &opts())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let inputs = random_inputs(g, &bind_t(t), 7);
+    let want = interpret(&reference, &inputs).unwrap();
+    let got = interpret(&opt, &inputs).unwrap();
+    (opt, report.provenance, max_error(&got, &want))
+}
+
+fn sparse_ops(g: &Graph) -> Vec<String> {
+    g.topo_order()
+        .unwrap()
+        .into_iter()
+        .filter(|&n| matches!(g.node(n).op, Op::SparseGemm(_)))
+        .map(|n| g.node(n).op.mnemonic().to_string())
+        .collect()
+}
+
+#[test]
+fn the_pipeline_places_the_sparse_passes() {
+    let p = Pipeline::default().with_sparsity(vec![SparseWeight::new("w", [2, 2], None)]);
+    assert_eq!(
+        p.names(),
+        [
+            "dce",
+            "prune-block-sparse",
+            "fold-transpose",
+            "cse",
+            "fuse-epilogue",
+            "lower-block-sparse"
+        ]
+    );
+    assert_eq!(
+        Pipeline::default().with_sparsity(vec![]).names(),
+        Pipeline::default().names()
+    );
+    // --print-after of a sparse pass that the pipeline lacks says so, not "unknown pass".
+    let mut g = one_linear(DType::F32, 8, 8);
+    let err = Pipeline::default()
+        .run(
+            &mut g,
+            &PipelineOptions {
+                verify_each: true,
+                print_after: PrintAfter::parse("lower-block-sparse"),
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, PassError::PrintAfterNotInPipeline { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn mlp_with_two_sparse_layers_matches_the_pruned_model() {
+    let g = linear_gelu_linear(DType::F32, 64, 128);
+    let specs = vec![
+        SparseWeight::new("fc1.weight", [32, 32], Some(0.25)),
+        SparseWeight::new("fc2.weight", [16, 32], Some(0.5)),
+    ];
+    let (opt, prov, err) = compile_and_compare(&g, &specs, 5);
+    assert!(err < 1e-6, "error {err}\n{opt}");
+    assert_eq!(sparse_ops(&opt), ["sparse_gemm", "sparse_gemm"]);
+    insta::assert_snapshot!("sparse_mlp_ir", opt.to_string());
+
+    let plan = lower_plan(&opt, &prov).unwrap();
+    let names: Vec<&str> = plan.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "bsr_gemm_bias_gelu_f32_nt_b32x32",
+            "bsr_gemm_bias_f32_nt_b16x32"
+        ]
+    );
+    insta::assert_snapshot!("sparse_mlp_explain", explain(&g, &opt, &plan, &prov));
+
+    // The plan carries the pattern: it survives plan.json.
+    let json = serde_json::to_string(&plan).unwrap();
+    assert_eq!(serde_json::from_str::<mlpc_ir::Plan>(&json).unwrap(), plan);
+}
+
+#[test]
+fn packed_weights_take_density_times_dense_plus_small_indices() {
+    for (dtype, block, density) in [
+        (DType::Bf16, [32, 32], 0.25),
+        (DType::Bf16, [16, 16], 0.1),
+        (DType::F32, [64, 64], 0.5),
+        (DType::F16, [16, 64], 0.75),
+        (DType::F32, [32, 32], 1.0),
+    ] {
+        let g = one_linear(dtype, 256, 512);
+        let specs = vec![SparseWeight::new("fc.weight", block, Some(density))];
+        let mut opt = g.clone();
+        Pipeline::default()
+            .with_sparsity(specs)
+            .run(&mut opt, &opts())
+            .unwrap();
+        let packed = packed_weights(&opt);
+        assert_eq!(packed.len(), 1, "{opt}");
+        let w = &packed[0];
+        let dense = (256 * 512 * dtype.size_bytes()) as f64;
+        assert_eq!(w.dense_bytes as f64, dense);
+        let blocks = (256 / block[1] * 512 / block[0]) as f64;
+        let kept = (density * blocks).round();
+        assert_eq!(w.pattern.kept.len() as f64, kept, "{block:?} {density}");
+        assert_eq!(w.packed_bytes as f64, kept / blocks * dense);
+        assert!(
+            (w.packed_bytes + w.index_bytes) as f64 <= density * dense * 1.02,
+            "{dtype} {block:?} {density}: {w:?}"
+        );
+        // The dense weight is gone from the optimised graph: only the packed one is stored.
+        assert!(opt.weight("fc.weight").is_none());
+        let stored = opt.weight(&w.name).unwrap();
+        assert_eq!(stored.bytes().len() as u64, w.packed_bytes);
+    }
+}
+
+#[test]
+fn gated_mlp_lowers_the_dual_gemm_with_the_union_pattern() {
+    let g = swiglu(DType::F32, 32, 64);
+    let specs = vec![
+        SparseWeight::new("gate_proj.weight", [16, 16], Some(0.5)),
+        SparseWeight::new("up_proj.weight", [16, 16], Some(0.5)),
+        SparseWeight::new("down_proj.weight", [16, 16], Some(0.25)),
+    ];
+    let (opt, prov, err) = compile_and_compare(&g, &specs, 3);
+    assert!(err < 1e-6, "error {err}\n{opt}");
+    assert_eq!(sparse_ops(&opt), ["sparse_dual_gemm", "sparse_gemm"]);
+    let plan = lower_plan(&opt, &prov).unwrap();
+    assert_eq!(plan.kernels[0].name, "bsr_dual_gemm_silu_mul_f32_nt_b16x16");
+    // Both packed weights follow one pattern: the union of the two, at least as large as each.
+    let packed = packed_weights(&opt);
+    assert_eq!(packed.len(), 3);
+    assert_eq!(packed[0].pattern, packed[1].pattern);
+    assert!(packed[0].pattern.kept.len() >= 4);
+}
+
+#[test]
+fn a_dual_gemm_with_one_dense_side_stays_dense() {
+    let g = geglu(DType::F32, 32, 64);
+    let specs = vec![SparseWeight::new("gate_proj.weight", [16, 16], Some(0.5))];
+    let (opt, _, err) = compile_and_compare(&g, &specs, 2);
+    assert!(err < 1e-6, "error {err}");
+    assert!(sparse_ops(&opt).is_empty(), "{opt}");
+    // The weight is still pruned.
+    let w = opt.weight("gate_proj.weight").unwrap().to_f64();
+    assert_eq!(w.iter().filter(|x| **x == 0.0).count(), 32 * 64 / 2);
+}
+
+#[test]
+fn a_weight_read_as_stored_k_by_n_is_lowered_transposed() {
+    // y = relu(x @ W) with W [16, 32] used as [K, N]: the logical [N, K] weight is W^T.
+    let mut b = Builder::new("kn", DType::F32, 9);
+    let x = b.input("x", &[t(), d(16)]);
+    let w = b.weight("w", &[16, 32]);
+    let h = b.op("h", Op::MatMul, &[x, w]);
+    let y = b.act("relu", Activation::Relu, h);
+    b.output("y", y);
+    let g = b.finish();
+    let specs = vec![SparseWeight::new("w", [8, 4], Some(0.5))];
+    let (opt, _, err) = compile_and_compare(&g, &specs, 4);
+    assert!(err < 1e-6, "error {err}\n{opt}");
+    let packed = packed_weights(&opt);
+    assert_eq!(packed[0].pattern.block, [4, 8]);
+    assert_eq!(packed[0].pattern.out, 32);
+}
+
+#[test]
+fn a_shared_weight_is_packed_once_and_an_output_weight_stays() {
+    // Two GEMMs read the same weight; the weight is also returned as an output.
+    let mut b = Builder::new("shared", DType::F32, 5);
+    let x = b.input("x", &[t(), d(16)]);
+    let x2 = b.input("x2", &[t(), d(16)]);
+    let w = b.weight("w", &[32, 16]);
+    let wt = b.op("wt", Op::Transpose, &[w]);
+    let h1 = b.op("h1", Op::MatMul, &[x, wt]);
+    let h2 = b.op("h2", Op::MatMul, &[x2, wt]);
+    b.output("h1", h1);
+    b.output("h2", h2);
+    b.output("w", w);
+    let g = b.finish();
+    let specs = vec![SparseWeight::new("w", [8, 8], Some(0.5))];
+    let (opt, _, err) = compile_and_compare(&g, &specs, 2);
+    assert!(err < 1e-6, "error {err}");
+    assert_eq!(sparse_ops(&opt).len(), 2);
+    assert_eq!(packed_weights(&opt).len(), 1);
+    // The output still returns the whole (pruned) weight.
+    assert!(opt.weight("w").is_some());
+}
+
+#[test]
+fn an_all_zero_weight_stays_dense_and_bad_specs_are_errors() {
+    let mut g = one_linear(DType::F32, 16, 16);
+    g.set_weight(
+        "fc.weight",
+        HostTensor::from_f64(DType::F32, vec![16, 16], &[0.0; 256]).unwrap(),
+    );
+    let specs = vec![SparseWeight::new("fc.weight", [4, 4], None)];
+    let (opt, _, err) = compile_and_compare(&g, &specs, 2);
+    assert!(err < 1e-6);
+    assert!(sparse_ops(&opt).is_empty());
+
+    let g = one_linear(DType::F32, 16, 16);
+    for (spec, want) in [
+        (
+            SparseWeight::new("nope", [4, 4], None),
+            "block sparsity of weight `nope`: the graph has no weight of this name",
+        ),
+        (
+            SparseWeight::new("fc.weight", [3, 4], Some(0.5)),
+            "block sparsity of weight `fc.weight`: block [3, 4] does not divide the weight [16, 16]",
+        ),
+        (
+            SparseWeight::new("fc.bias", [4, 4], Some(0.5)),
+            "block sparsity of weight `fc.bias`: the weight has shape [16], not [out, in]",
+        ),
+    ] {
+        let err = Pipeline::default()
+            .with_sparsity(vec![spec])
+            .run(&mut g.clone(), &opts())
+            .unwrap_err();
+        assert_eq!(err.to_string(), want);
+    }
+}
+
+/// A `[rows * br, cols * bc]` weight whose blocks are zero where `mask` is false.
+fn masked_weight(
+    rows: usize,
+    cols: usize,
+    block: [usize; 2],
+    mask: &[bool],
+    seed: u64,
+) -> HostTensor {
+    let (n, k) = (rows * block[0], cols * block[1]);
+    let mut v = vec![0.0; n * k];
+    let mut s = seed;
+    for (i, x) in v.iter_mut().enumerate() {
+        let b = (i / k / block[0]) * cols + (i % k) / block[1];
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        if mask[b] {
+            *x = ((s >> 33) % 2001) as f64 / 1000.0 - 1.0;
+        }
+    }
+    HostTensor::from_f64(DType::F32, vec![n, k], &v).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Random zero-block masks (empty block rows, single blocks and full density among them):
+    /// the compiled graph computes the pruned dense model.
+    #[test]
+    fn random_masks_match_the_dense_pruned_model(
+        rows in 1usize..5,
+        cols in 1usize..5,
+        br in prop::sample::select(vec![1usize, 2, 4, 8]),
+        bc in prop::sample::select(vec![1usize, 3, 4, 8]),
+        mask_seed in any::<u64>(),
+        style in 0u8..4,
+        t in 1u64..6,
+        act in prop::sample::select(Activation::ALL.to_vec()),
+    ) {
+        let blocks = rows * cols;
+        let mask: Vec<bool> = match style {
+            // One block only.
+            0 => (0..blocks).map(|b| b == (mask_seed as usize) % blocks).collect(),
+            // Full density.
+            1 => vec![true; blocks],
+            // Random; block row 0 empty when there are several.
+            _ => (0..blocks)
+                .map(|b| (mask_seed >> (b % 64)) & 1 == 1 && !(rows > 1 && b < cols))
+                .collect(),
+        };
+        prop_assume!(mask.iter().any(|&m| m));
+        let (n, k) = (rows * br, cols * bc);
+        let mut b = Builder::new("prop", DType::F32, mask_seed);
+        let x = b.input("x", &[t(), d(k as u64)]);
+        let w = b.g.add_weight("w", masked_weight(rows, cols, [br, bc], &mask, mask_seed)).unwrap();
+        let bias = b.weight("bias", &[n]);
+        let wt = b.op("wt", Op::Transpose, &[w]);
+        let h = b.op("h", Op::MatMul, &[x, wt]);
+        let hb = b.op("hb", Op::Add, &[h, bias]);
+        let y = b.act("act", act, hb);
+        b.output("y", y);
+        let g = b.finish();
+        let specs = vec![SparseWeight::new("w", [br as u64, bc as u64], None)];
+        let (opt, _, err) = compile_and_compare(&g, &specs, t);
+        prop_assert!(err < 1e-6, "error {}\n{}", err, opt);
+        prop_assert_eq!(sparse_ops(&opt), vec!["sparse_gemm".to_string()]);
+        let kept = mask.iter().filter(|&&m| m).count();
+        prop_assert_eq!(packed_weights(&opt)[0].pattern.kept.len(), kept);
+    }
+}
