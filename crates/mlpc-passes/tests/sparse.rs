@@ -297,7 +297,7 @@ proptest! {
         bc in prop::sample::select(vec![1usize, 3, 4, 8]),
         mask_seed in any::<u64>(),
         style in 0u8..4,
-        t in 1u64..6,
+        tokens in 1u64..6,
         act in prop::sample::select(Activation::ALL.to_vec()),
     ) {
         let blocks = rows * cols;
@@ -324,7 +324,7 @@ proptest! {
         b.output("y", y);
         let g = b.finish();
         let specs = vec![SparseWeight::new("w", [br as u64, bc as u64], None)];
-        let (opt, _, err) = compile_and_compare(&g, &specs, t);
+        let (opt, _, err) = compile_and_compare(&g, &specs, tokens);
         prop_assert!(err < 1e-6, "error {}\n{}", err, opt);
         prop_assert_eq!(sparse_ops(&opt), vec!["sparse_gemm".to_string()]);
         let kept = mask.iter().filter(|&&m| m).count();
