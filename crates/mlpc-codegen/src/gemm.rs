@@ -155,7 +155,6 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let kname = ctx.name();
     let dtype = ctx.out.ty.dtype;
     let dual = g.dual.is_some();
-    let nmat = g.matrix_operands();
 
     let layout_err = |b: &mlpc_ir::Buffer, reason: String| CodegenError::Layout {
         kernel: kname.clone(),
@@ -259,85 +258,15 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         None
     };
 
-    // Epilogue operand slots: operand nmat + j is `p.epi[j]`.
-    let n_slots = ctx.args.len() - nmat;
-    let mut slots: Vec<Option<SlotKind>> = vec![None; n_slots];
-    for step in g.all_steps() {
-        let (operand, kind) = match *step {
-            Epilogue::Bias { operand } => (operand, SlotKind::Bias),
-            Epilogue::Add { operand } => (operand, SlotKind::Add),
-            Epilogue::Mul { operand } => (operand, SlotKind::Mul),
-            Epilogue::Act(_) => continue,
-        };
-        let slot = operand
-            .checked_sub(nmat)
-            .filter(|&j| j < n_slots)
-            .ok_or_else(|| CodegenError::Epilogue {
-                kernel: kname.clone(),
-                operand,
-                problem: format!(
-                    "is not one of the epilogue operands {nmat}..{}",
-                    ctx.args.len()
-                ),
-            })?;
-        if slots[slot].replace(kind).is_some() {
-            return Err(CodegenError::Epilogue {
-                kernel: kname.clone(),
-                operand,
-                problem: "is used by two steps".to_string(),
-            });
-        }
-    }
-
     let mut syms = Symbols::default();
-    let mut epi_lines = Vec::new();
+    let epi = epilogue_code(ctx, g, m, n, &mut syms)?;
+    let (n_slots, epi_lines, epi_type, summary, name_parts) =
+        (epi.n_slots, epi.lines, epi.ty, epi.summary, epi.name_parts);
     let mut arg_names: Vec<String> = vec!["a".into(), "b".into()];
     if dual {
         arg_names.push("b_up".into());
     }
-    for (j, kind) in slots.iter().enumerate() {
-        let operand = nmat + j;
-        let buf = ctx.args[operand];
-        let kind = kind.ok_or_else(|| CodegenError::Epilogue {
-            kernel: kname.clone(),
-            operand,
-            problem: "is not used by any epilogue step".to_string(),
-        })?;
-        let v = view(buf)?;
-        if &v.cols != n {
-            return Err(shape_err(
-                format!("the column count of `{}`", buf.name),
-                n,
-                &v.cols,
-            ));
-        }
-        let row_stride = match kind {
-            SlotKind::Bias if v.rows.as_constant() == Some(1) => Extent::constant(0),
-            SlotKind::Bias => {
-                return Err(shape_err(
-                    format!("the row count of bias `{}`", buf.name),
-                    &Extent::constant(1),
-                    &v.rows,
-                ))
-            }
-            _ if &v.rows == m => v.row_stride.clone(),
-            _ if v.rows.as_constant() == Some(1) => Extent::constant(0),
-            _ => {
-                return Err(shape_err(
-                    format!("the row count of `{}`", buf.name),
-                    m,
-                    &v.rows,
-                ))
-            }
-        };
-        let name = format!("e{j}_{}", kind.name());
-        epi_lines.push(format!(
-            "    p.epi[{j}] = {{{name}, {}, {}}};",
-            syms.expr(&row_stride),
-            syms.expr(&v.col_stride)
-        ));
-        arg_names.push(name);
-    }
+    arg_names.extend(epi.arg_names);
     arg_names.push("out".into());
 
     let cfg = Config::choose(dtype, dual);
@@ -345,72 +274,6 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let smem = cfg.smem_bytes(la, lb, dual);
     let elem = cpp::elem_type(dtype);
 
-    // Epilogue type and a readable formula.
-    let chain = |steps: &[Epilogue]| -> String {
-        let parts: Vec<String> = steps
-            .iter()
-            .map(|s| match *s {
-                Epilogue::Bias { operand } => format!("mlpc::Bias<{}>", operand - nmat),
-                Epilogue::Add { operand } => format!("mlpc::AddTensor<{}>", operand - nmat),
-                Epilogue::Mul { operand } => format!("mlpc::MulTensor<{}>", operand - nmat),
-                Epilogue::Act(a) => format!("mlpc::Act<{}>", cpp::act_kind(a)),
-            })
-            .collect();
-        format!("mlpc::Chain<{}>", parts.join(", "))
-    };
-    let formula = |steps: &[Epilogue], start: String| -> String {
-        steps.iter().fold(start, |acc, s| match *s {
-            Epilogue::Bias { operand } => format!("{acc} + e{}[n]", operand - nmat),
-            Epilogue::Add { operand } => format!("{acc} + e{}[m, n]", operand - nmat),
-            Epilogue::Mul { operand } => format!("({acc}) * e{}[m, n]", operand - nmat),
-            Epilogue::Act(a) => format!("{}({acc})", a.name()),
-        })
-    };
-    let (epi_type, summary) = match &g.dual {
-        None => (
-            format!("mlpc::SingleEpilogue<{}>", chain(&g.epilogue)),
-            formula(&g.epilogue, "A @ B".to_string()),
-        ),
-        Some(d) => {
-            let gate = formula(&d.gate, "A @ B".to_string());
-            let up = formula(&d.up, "A @ B_up".to_string());
-            (
-                format!(
-                    "mlpc::DualEpilogue<{}, {}, {}>",
-                    chain(&d.gate),
-                    chain(&d.up),
-                    chain(&g.epilogue)
-                ),
-                formula(&g.epilogue, format!("({gate}) * ({up})")),
-            )
-        }
-    };
-
-    let steps_name = |steps: &[Epilogue]| -> Vec<String> {
-        steps
-            .iter()
-            .map(|s| match s {
-                Epilogue::Bias { .. } => "bias".to_string(),
-                Epilogue::Add { .. } => "add".to_string(),
-                Epilogue::Mul { .. } => "mul".to_string(),
-                Epilogue::Act(a) => a.name().to_string(),
-            })
-            .collect()
-    };
-    let mut name_parts: Vec<String> = Vec::new();
-    match &g.dual {
-        None => name_parts.push("gemm".into()),
-        Some(d) => {
-            name_parts.push("dual_gemm".into());
-            name_parts.extend(steps_name(&d.gate));
-            name_parts.push("x".into());
-            name_parts.extend(steps_name(&d.up));
-            if !g.epilogue.is_empty() {
-                name_parts.push("then".into());
-            }
-        }
-    }
-    name_parts.extend(steps_name(&g.epilogue));
     let entry = format!(
         "mlpc_{}_{}_{}{}_{}x{}x{}",
         name_parts.join("_"),
@@ -495,5 +358,197 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             },
         },
         params,
+    })
+}
+
+/// The fused epilogue of a GEMM kernel, as pieces of the generated entry.
+pub(crate) struct EpilogueCode {
+    /// Number of epilogue operands (`p.epi[0..n_slots]`).
+    pub n_slots: usize,
+    /// The `p.epi[j] = {...};` lines.
+    pub lines: Vec<String>,
+    /// Argument names of the epilogue operands (`e0_bias`, ...), in operand order.
+    pub arg_names: Vec<String>,
+    /// `mlpc::SingleEpilogue<...>` or `mlpc::DualEpilogue<...>`.
+    pub ty: String,
+    /// The formula of the output, e.g. `gelu(A @ B + e0[n])`.
+    pub summary: String,
+    /// Entry-name parts: `gemm`, `bias`, `gelu`, or `dual_gemm`, gate steps, `x`, up steps, ...
+    pub name_parts: Vec<String>,
+}
+
+/// Checks the epilogue operands of the GEMM `g` (operands after its matrix operands) against the
+/// `[m, n]` output and renders the epilogue; symbols used by strides go to `syms`.
+pub(crate) fn epilogue_code(
+    ctx: &Ctx<'_>,
+    g: &Gemm,
+    m: &Extent,
+    n: &Extent,
+    syms: &mut Symbols,
+) -> Result<EpilogueCode, CodegenError> {
+    let kname = ctx.name();
+    let nmat = g.matrix_operands();
+    let layout_err = |b: &mlpc_ir::Buffer, reason: String| CodegenError::Layout {
+        kernel: kname.clone(),
+        buffer: b.name.clone(),
+        ty: b.ty.to_string(),
+        reason,
+    };
+    let view = |b: &mlpc_ir::Buffer| matrix_view(&b.ty).map_err(|r| layout_err(b, r));
+    let shape_err = |what: String, expected: &Extent, actual: &Extent| CodegenError::Shape {
+        kernel: kname.clone(),
+        what,
+        expected: expected.to_string(),
+        actual: actual.to_string(),
+    };
+    // Epilogue operand slots: operand nmat + j is `p.epi[j]`.
+    let n_slots = ctx.args.len() - nmat;
+    let mut slots: Vec<Option<SlotKind>> = vec![None; n_slots];
+    for step in g.all_steps() {
+        let (operand, kind) = match *step {
+            Epilogue::Bias { operand } => (operand, SlotKind::Bias),
+            Epilogue::Add { operand } => (operand, SlotKind::Add),
+            Epilogue::Mul { operand } => (operand, SlotKind::Mul),
+            Epilogue::Act(_) => continue,
+        };
+        let slot = operand
+            .checked_sub(nmat)
+            .filter(|&j| j < n_slots)
+            .ok_or_else(|| CodegenError::Epilogue {
+                kernel: kname.clone(),
+                operand,
+                problem: format!(
+                    "is not one of the epilogue operands {nmat}..{}",
+                    ctx.args.len()
+                ),
+            })?;
+        if slots[slot].replace(kind).is_some() {
+            return Err(CodegenError::Epilogue {
+                kernel: kname.clone(),
+                operand,
+                problem: "is used by two steps".to_string(),
+            });
+        }
+    }
+
+    let mut epi_lines = Vec::new();
+    let mut arg_names: Vec<String> = Vec::new();
+    for (j, kind) in slots.iter().enumerate() {
+        let operand = nmat + j;
+        let buf = ctx.args[operand];
+        let kind = kind.ok_or_else(|| CodegenError::Epilogue {
+            kernel: kname.clone(),
+            operand,
+            problem: "is not used by any epilogue step".to_string(),
+        })?;
+        let v = view(buf)?;
+        if &v.cols != n {
+            return Err(shape_err(
+                format!("the column count of `{}`", buf.name),
+                n,
+                &v.cols,
+            ));
+        }
+        let row_stride = match kind {
+            SlotKind::Bias if v.rows.as_constant() == Some(1) => Extent::constant(0),
+            SlotKind::Bias => {
+                return Err(shape_err(
+                    format!("the row count of bias `{}`", buf.name),
+                    &Extent::constant(1),
+                    &v.rows,
+                ))
+            }
+            _ if &v.rows == m => v.row_stride.clone(),
+            _ if v.rows.as_constant() == Some(1) => Extent::constant(0),
+            _ => {
+                return Err(shape_err(
+                    format!("the row count of `{}`", buf.name),
+                    m,
+                    &v.rows,
+                ))
+            }
+        };
+        let name = format!("e{j}_{}", kind.name());
+        epi_lines.push(format!(
+            "    p.epi[{j}] = {{{name}, {}, {}}};",
+            syms.expr(&row_stride),
+            syms.expr(&v.col_stride)
+        ));
+        arg_names.push(name);
+    }
+
+    // Epilogue type and a readable formula.
+    let chain = |steps: &[Epilogue]| -> String {
+        let parts: Vec<String> = steps
+            .iter()
+            .map(|s| match *s {
+                Epilogue::Bias { operand } => format!("mlpc::Bias<{}>", operand - nmat),
+                Epilogue::Add { operand } => format!("mlpc::AddTensor<{}>", operand - nmat),
+                Epilogue::Mul { operand } => format!("mlpc::MulTensor<{}>", operand - nmat),
+                Epilogue::Act(a) => format!("mlpc::Act<{}>", cpp::act_kind(a)),
+            })
+            .collect();
+        format!("mlpc::Chain<{}>", parts.join(", "))
+    };
+    let formula = |steps: &[Epilogue], start: String| -> String {
+        steps.iter().fold(start, |acc, s| match *s {
+            Epilogue::Bias { operand } => format!("{acc} + e{}[n]", operand - nmat),
+            Epilogue::Add { operand } => format!("{acc} + e{}[m, n]", operand - nmat),
+            Epilogue::Mul { operand } => format!("({acc}) * e{}[m, n]", operand - nmat),
+            Epilogue::Act(a) => format!("{}({acc})", a.name()),
+        })
+    };
+    let (epi_type, summary) = match &g.dual {
+        None => (
+            format!("mlpc::SingleEpilogue<{}>", chain(&g.epilogue)),
+            formula(&g.epilogue, "A @ B".to_string()),
+        ),
+        Some(d) => {
+            let gate = formula(&d.gate, "A @ B".to_string());
+            let up = formula(&d.up, "A @ B_up".to_string());
+            (
+                format!(
+                    "mlpc::DualEpilogue<{}, {}, {}>",
+                    chain(&d.gate),
+                    chain(&d.up),
+                    chain(&g.epilogue)
+                ),
+                formula(&g.epilogue, format!("({gate}) * ({up})")),
+            )
+        }
+    };
+
+    let steps_name = |steps: &[Epilogue]| -> Vec<String> {
+        steps
+            .iter()
+            .map(|s| match s {
+                Epilogue::Bias { .. } => "bias".to_string(),
+                Epilogue::Add { .. } => "add".to_string(),
+                Epilogue::Mul { .. } => "mul".to_string(),
+                Epilogue::Act(a) => a.name().to_string(),
+            })
+            .collect()
+    };
+    let mut name_parts: Vec<String> = Vec::new();
+    match &g.dual {
+        None => name_parts.push("gemm".into()),
+        Some(d) => {
+            name_parts.push("dual_gemm".into());
+            name_parts.extend(steps_name(&d.gate));
+            name_parts.push("x".into());
+            name_parts.extend(steps_name(&d.up));
+            if !g.epilogue.is_empty() {
+                name_parts.push("then".into());
+            }
+        }
+    }
+    name_parts.extend(steps_name(&g.epilogue));
+    Ok(EpilogueCode {
+        n_slots,
+        lines: epi_lines,
+        arg_names,
+        ty: epi_type,
+        summary,
+        name_parts,
     })
 }

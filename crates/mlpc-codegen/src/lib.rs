@@ -12,6 +12,11 @@
 //!   (`gemm_simt.cuh`, exact f32: `allow_tf32` permits but never forces TF32, and no TF32 path
 //!   exists yet). The epilogue chain (bias, activations, residual add, mul, and the dual form
 //!   `epi(gate(A Bg) * up(A Bu))`) is a compile-time type applied in registers.
+//! - `sparse_gemm` / `sparse_dual_gemm` (a weight packed to its kept blocks): `gemm_bsr.cuh`,
+//!   tensor cores for f16 / bf16 and FFMA for f32 like the dense families, with the kept-block
+//!   lists compiled into the source as constant arrays. One CTA per `BM` rows and per share of a
+//!   block row of the weight; the grid is a [`Grid::Tiles`] with `tile_n = 1` over the number of
+//!   such column tiles.
 //! - `add`, `mul`, activations and `transpose` (materialising a view): `elementwise.cuh`, over
 //!   rank <= 4 operands with any strides and right-aligned broadcasting.
 //!
@@ -30,6 +35,7 @@
 //! - Kernels are correct for any base alignment and any dims; aligned operands (16 bytes, row
 //!   strides multiples of 16 bytes) take vectorised paths.
 
+mod bsr;
 mod cpp;
 mod elementwise;
 mod error;
@@ -216,6 +222,10 @@ pub fn headers() -> Vec<(&'static str, &'static str)> {
             include_str!("../../../kernels-templates/gemm_simt.cuh"),
         ),
         (
+            "gemm_bsr.cuh",
+            include_str!("../../../kernels-templates/gemm_bsr.cuh"),
+        ),
+        (
             "elementwise.cuh",
             include_str!("../../../kernels-templates/elementwise.cuh"),
         ),
@@ -240,10 +250,7 @@ pub fn generate_kernel(
     match &kernel.op {
         Op::Gemm(g) => gemm::generate(&ctx, g),
         Op::MatMul => gemm::generate(&ctx, &gemm::plain_matmul()),
-        Op::SparseGemm(_) => Err(CodegenError::UnsupportedOp {
-            kernel: kernel.name.clone(),
-            op: kernel.op.mnemonic().to_string(),
-        }),
+        Op::SparseGemm(s) => bsr::generate(&ctx, s),
         Op::Add | Op::Mul | Op::Act(_) | Op::Transpose => elementwise::generate(&ctx),
         Op::Input | Op::Weight => Err(CodegenError::UnsupportedOp {
             kernel: kernel.name.clone(),

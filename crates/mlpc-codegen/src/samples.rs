@@ -1,13 +1,15 @@
 //! Hand-built plans that reach every template path: single and dual GEMMs in each dtype, every
 //! epilogue step, both layouts of each operand, odd and unit dims, symbolic and flattened batch
 //! dims, broadcasts and strided views in elementwise kernels. The snapshot tests of this crate and
-//! the NVRTC tests of `mlpc-jit` run over [`all`].
+//! the NVRTC tests of `mlpc-jit` run over [`all`]; [`sparse`] holds the block-sparse plans (block
+//! shapes square, tall, wide and odd, single and dual, every dtype, both A layouts).
 
 use mlpc_ir::{
-    Activation, Buffer, BufferId, BufferKind, DType, Dim, Dual, Epilogue, EpilogueChain, Gemm,
-    Kernel, MatLayout, Op, Plan, Shape, TensorType,
+    Activation, BlockPattern, Buffer, BufferId, BufferKind, DType, Dim, Dual, Epilogue,
+    EpilogueChain, Gemm, Kernel, MatLayout, Op, Plan, Shape, SparseGemm, TensorType,
 };
 use smallvec::smallvec;
+use std::sync::Arc;
 
 /// Builds a [`Plan`] buffer by buffer and kernel by kernel.
 pub struct PlanBuilder {
@@ -357,11 +359,204 @@ pub fn all() -> Vec<Plan> {
     ]
 }
 
+/// A block pattern over an `[out, inp]` weight keeping the blocks where `keep(row, col)` holds.
+pub fn block_pattern(
+    block: [u32; 2],
+    out: u64,
+    inp: u64,
+    keep: impl Fn(u32, u32) -> bool,
+) -> BlockPattern {
+    let rows = (out / u64::from(block[0])) as u32;
+    let cols = (inp / u64::from(block[1])) as u32;
+    let kept = (0..rows)
+        .flat_map(|r| (0..cols).map(move |c| (r, c)))
+        .filter(|&(r, c)| keep(r, c))
+        .collect();
+    BlockPattern {
+        block,
+        out,
+        inp,
+        kept,
+    }
+}
+
+fn sparse_gemm(
+    a: MatLayout,
+    pattern: BlockPattern,
+    dual: Option<Dual>,
+    epilogue: EpilogueChain,
+) -> Op {
+    Op::SparseGemm(SparseGemm {
+        gemm: Gemm {
+            a,
+            b: T,
+            dual,
+            epilogue,
+        },
+        pattern: Arc::new(pattern),
+    })
+}
+
+/// A packed `[kept, rows, cols]` weight buffer for `pattern`.
+fn packed(p: &mut PlanBuilder, name: &str, pattern: &BlockPattern) -> BufferId {
+    let dims = pattern.packed_shape().map(|d| d.to_string());
+    let dims: Vec<&str> = dims.iter().map(String::as_str).collect();
+    p.dense(name, Weight, &dims)
+}
+
+/// `y = gelu_tanh(x W^T + b)`, bf16, 32x32 blocks of W `[128, 96]`; block row 1 keeps nothing.
+pub fn bsr_linear_gelu_bf16() -> Plan {
+    let pat = block_pattern([32, 32], 128, 96, |r, c| {
+        r != 1 && (r + c) % 2 == 0 || r == 3
+    });
+    let mut p = PlanBuilder::new("bsr_linear_gelu_bf16", DType::Bf16);
+    let x = p.dense("x", Input, &["T", "96"]);
+    let w = packed(&mut p, "fc.weight.bsr", &pat);
+    let b = p.dense("fc.bias", Weight, &["128"]);
+    let y = p.dense("y", Output, &["T", "128"]);
+    let op = sparse_gemm(
+        N,
+        pat,
+        None,
+        smallvec![
+            Epilogue::Bias { operand: 2 },
+            Epilogue::Act(Activation::GeluTanh)
+        ],
+    );
+    p.kernel("bsr_gemm_bias_gelu_tanh_bf16_nt_b32x32", op, &[x, w, b], y);
+    p.finish()
+}
+
+/// `y = (silu(x Wg^T) * (x Wu^T)) + r`, f16, 16x16 blocks, W `[48, 64]`, one pattern for both.
+pub fn bsr_swiglu_residual_f16() -> Plan {
+    let pat = block_pattern([16, 16], 48, 64, |r, c| (r * 3 + c) % 4 != 1);
+    let mut p = PlanBuilder::new("bsr_swiglu_residual_f16", DType::F16);
+    let x = p.dense("x", Input, &["T", "64"]);
+    let wg = packed(&mut p, "gate.weight.bsr", &pat);
+    let wu = packed(&mut p, "up.weight.bsr", &pat);
+    let r = p.dense("r", Input, &["T", "48"]);
+    let y = p.dense("y", Output, &["T", "48"]);
+    let dual = Dual {
+        gate: smallvec![Epilogue::Act(Activation::Silu)],
+        up: smallvec![],
+    };
+    let op = sparse_gemm(N, pat, Some(dual), smallvec![Epilogue::Add { operand: 3 }]);
+    p.kernel(
+        "bsr_dual_gemm_silu_mul_add_f16_nt_b16x16",
+        op,
+        &[x, wg, wu, r],
+        y,
+    );
+    p.finish()
+}
+
+/// Tall and wide blocks, bf16: 192x32 blocks (two CTAs per block row) of W `[384, 64]`, and 16x64
+/// blocks (two k slices per block) of W `[64, 192]` reading a transposed A.
+pub fn bsr_rectangular_bf16() -> Plan {
+    let tall = block_pattern([192, 32], 384, 64, |r, c| r == 1 || c == 0);
+    let wide = block_pattern([16, 64], 64, 384, |r, c| (r + c) % 3 != 0);
+    let mut p = PlanBuilder::new("bsr_rectangular_bf16", DType::Bf16);
+    let x = p.dense("x", Input, &["T", "64"]);
+    let w1 = packed(&mut p, "w1.bsr", &tall);
+    let h = p.dense("h", Output, &["T", "384"]);
+    p.kernel(
+        "bsr_gemm_relu_bf16_nt_b192x32",
+        sparse_gemm(N, tall, None, smallvec![Epilogue::Act(Activation::Relu)]),
+        &[x, w1],
+        h,
+    );
+    let xt = p.dense("xt", Input, &["384", "T"]);
+    let w2 = packed(&mut p, "w2.bsr", &wide);
+    let y = p.dense("y", Output, &["T", "64"]);
+    p.kernel(
+        "bsr_gemm_bf16_tt_b16x64",
+        sparse_gemm(T, wide, None, smallvec![]),
+        &[xt, w2],
+        y,
+    );
+    p.finish()
+}
+
+/// Blocks that are not multiples of 8 or 16, f16: 8x12 (scalar loads) with a residual.
+pub fn bsr_odd_f16() -> Plan {
+    let pat = block_pattern([8, 12], 24, 36, |r, c| r != c);
+    let mut p = PlanBuilder::new("bsr_odd_f16", DType::F16);
+    let x = p.dense("x", Input, &["T", "36"]);
+    let w = packed(&mut p, "w.bsr", &pat);
+    let r = p.dense("r", Input, &["T", "24"]);
+    let y = p.dense("y", Output, &["T", "24"]);
+    let op = sparse_gemm(N, pat, None, smallvec![Epilogue::Add { operand: 2 }]);
+    p.kernel("bsr_gemm_add_f16_nt_b8x12", op, &[x, w, r], y);
+    p.finish()
+}
+
+/// f32 on the FFMA pipes: 64x64 blocks with bias and relu; a dual GEMM of 32x32 blocks; 3x5
+/// blocks (scalar loads) with a transposed A.
+pub fn bsr_f32() -> Plan {
+    let big = block_pattern([64, 64], 128, 256, |r, c| (r + c) % 2 == 1);
+    let mid = block_pattern([32, 32], 128, 128, |r, c| r != 2 && c <= r);
+    let odd = block_pattern([3, 5], 9, 130, |r, c| (r + c) % 2 == 0);
+    let mut p = PlanBuilder::new("bsr_f32", DType::F32);
+    let x = p.dense("x", Input, &["T", "256"]);
+    let w1 = packed(&mut p, "w1.bsr", &big);
+    let b1 = p.dense("b1", Weight, &["128"]);
+    let h = p.dense("h", Intermediate, &["T", "128"]);
+    p.kernel(
+        "bsr_gemm_bias_relu_f32_nt_b64x64",
+        sparse_gemm(
+            N,
+            big,
+            None,
+            smallvec![
+                Epilogue::Bias { operand: 2 },
+                Epilogue::Act(Activation::Relu)
+            ],
+        ),
+        &[x, w1, b1],
+        h,
+    );
+    let wg = packed(&mut p, "wg.bsr", &mid);
+    let wu = packed(&mut p, "wu.bsr", &mid);
+    let g = p.dense("g", Output, &["T", "128"]);
+    let dual = Dual {
+        gate: smallvec![Epilogue::Act(Activation::Gelu)],
+        up: smallvec![],
+    };
+    p.kernel(
+        "bsr_dual_gemm_gelu_mul_f32_nt_b32x32",
+        sparse_gemm(N, mid, Some(dual), smallvec![]),
+        &[h, wg, wu],
+        g,
+    );
+    let ht = p.dense("ht", Input, &["130", "T"]);
+    let w3 = packed(&mut p, "w3.bsr", &odd);
+    let y = p.dense("y", Output, &["T", "9"]);
+    p.kernel(
+        "bsr_gemm_tanh_f32_tt_b3x5",
+        sparse_gemm(T, odd, None, smallvec![Epilogue::Act(Activation::Tanh)]),
+        &[ht, w3],
+        y,
+    );
+    p.finish()
+}
+
+/// The block-sparse sample plans. Not in [`all`]: a checker of [`all`] on the GPU must first know
+/// the `sparse_gemm` op.
+pub fn sparse() -> Vec<Plan> {
+    vec![
+        bsr_linear_gelu_bf16(),
+        bsr_swiglu_residual_f16(),
+        bsr_rectangular_bf16(),
+        bsr_odd_f16(),
+        bsr_f32(),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn every_sample_plan_is_well_formed() {
-        for p in super::all() {
+        for p in super::all().into_iter().chain(super::sparse()) {
             p.check()
                 .unwrap_or_else(|e| panic!("plan `{}`: {e:?}", p.name));
         }

@@ -23,6 +23,13 @@ fn sample_plans() {
 }
 
 #[test]
+fn sparse_sample_plans() {
+    for plan in samples::sparse() {
+        check_plan(&plan);
+    }
+}
+
+#[test]
 fn generation_is_deterministic() {
     for plan in samples::all() {
         let opts = CodegenOptions::default();

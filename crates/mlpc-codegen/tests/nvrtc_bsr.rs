@@ -1,0 +1,58 @@
+//! Compiles every block-sparse sample kernel with the real NVRTC, for sm_90 and sm_80, and checks
+//! that none touches local memory (no spilled accumulators, no indexed register arrays).
+//!
+//! Needs NVRTC 13.0 (`LD_LIBRARY_PATH=<site-packages>/nvidia/cu13/lib`, or `MLPC_NVRTC_LIB`, as
+//! `scripts/test.sh` sets up); without it these tests fail rather than skip.
+
+use mlpc_codegen::{generate, samples, Arch, CodegenOptions, CudaKernel};
+use mlpc_jit::{compile_all, ensure_nvrtc, JitOptions};
+
+fn sparse_kernels() -> Vec<CudaKernel> {
+    samples::sparse()
+        .iter()
+        .flat_map(|p| generate(p, &CodegenOptions::default()).unwrap())
+        .collect()
+}
+
+fn check(arch: Arch) {
+    if let Err(e) = ensure_nvrtc() {
+        panic!("these tests need NVRTC 13.0: {e}");
+    }
+    let kernels = sparse_kernels();
+    assert!(kernels.len() >= 8);
+    let opts = JitOptions {
+        arch,
+        no_cache: true,
+        cache_dir: None,
+    };
+    let compiled = compile_all(&kernels, &opts).unwrap_or_else(|e| panic!("{e}"));
+    for (k, c) in kernels.iter().zip(&compiled) {
+        assert_eq!(&c.cubin[..4], b"\x7fELF", "{}: not an ELF cubin", k.name);
+        assert!(
+            c.ptx.contains(&format!(".entry {}(", k.entry)),
+            "{}: no entry `{}` in the PTX",
+            k.name,
+            k.entry
+        );
+        assert!(
+            !c.resources.uses_local_memory(),
+            "{} uses local memory on {arch}: {:?}\n{}",
+            k.name,
+            c.resources,
+            c.log
+        );
+        assert!(c.resources.barriers >= 1, "{}: {:?}", k.name, c.resources);
+        // The kept-block lists are constants of the module.
+        assert!(c.ptx.contains("row_ptr"), "{}", k.name);
+    }
+}
+
+#[test]
+fn bsr_kernels_compile_for_sm_90_without_local_memory() {
+    check(Arch::Sm90);
+}
+
+#[test]
+fn bsr_kernels_compile_for_sm_80_without_local_memory() {
+    check(Arch::Sm80);
+}

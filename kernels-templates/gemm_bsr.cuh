@@ -1,0 +1,340 @@
+// mlpc kernel templates: GEMM with a block-sparse weight (BSR), on tensor cores for f16 / bf16
+// (`GemmBsrMma`) and on the FFMA pipes for f32 (`GemmBsrSimt`), with the same compile-time
+// epilogues as the dense families.
+//
+//   C[m, n] = Epi(sum over kept blocks (r, c) with r = n / BR of  A[m, c*BC .. c*BC+BC] . W_blk[n % BR, :])
+//
+// The weight W is the logical [N, K] matrix (an nn.Linear weight as stored), cut into BR x BC
+// blocks; only the kept blocks are stored, packed as [kept, BR, BC] (each block row-major, k
+// contiguous), sorted row-major by (block row, block col). The kept-block lists are compressed
+// sparse rows known at compile time: `row_ptr[r] .. row_ptr[r + 1]` index the kept blocks of block
+// row r, and `col_idx[i]` is the block column of kept block i. The generated entry emits both as
+// `__device__ const int` arrays.
+//
+// Structure of one CTA: a BM x BN tile of C inside one block row of W (output columns
+// r*BR + s*BN .. + BN, s < ceil(BR / BN)); grid (ceil(M / BM), N / BR * ceil(BR / BN)). The
+// k loop walks the kept blocks of block row r, each in ceil(BC / BK) slices of BK: a slice loads
+// A[m0 .., c*BC + j*BK ..] and the matching BN x BK piece of the packed block, both zero-filled
+// past the block (and past M), so blocks of any shape are exact. The shared-memory stages, the
+// cp.async pipeline, the fragment loads and mma.sync are those of `GemmMma` (gemm_mma.cuh) with a
+// k-contiguous ("t") B tile; the SIMT path reuses `GemmSimt`'s slice loaders and 4x4 thread
+// blocking. A block row with no kept block runs no slice: its outputs are the epilogue applied to
+// zero. Columns outside the CTA's block row are never written.
+#pragma once
+
+#include "gemm_mma.cuh"
+#include "gemm_simt.cuh"
+
+namespace mlpc {
+
+/// Run-time description of a BSR GEMM: the dense GEMM parameters (`b` and `b_up` point at the
+/// packed blocks; `ldb` is unused) and the kept-block lists.
+template <class T, int NEPI>
+struct BsrParams : GemmParams<T, NEPI> {
+    /// `block rows + 1` offsets into `col_idx`.
+    const int* row_ptr;
+    /// Block column of each kept block.
+    const int* col_idx;
+};
+
+/// The tensor-core BSR GEMM. `T` is `bf16` or `f16`; `LA` the layout of A; `BR` x `BC` the block;
+/// `Cfg` an `MmaConfig` whose BN is the CTA's share of a block row. Launch with `kThreads` threads,
+/// grid `(ceil(M / BM), N / BR * kNSub)` and `kSmemBytes` bytes of dynamic shared memory.
+template <class T, Layout LA, int BR, int BC, class Cfg, class Epi>
+struct GemmBsrMma {
+    typedef GemmMma<T, LA, Layout::T, Cfg, Epi> Dense;
+    static constexpr bool kDual = Epi::kDual;
+    static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
+    static constexpr int WM = Cfg::WM, WN = Cfg::WN, MT = Cfg::MT, NT = Cfg::NT;
+    static constexpr int kThreads = Cfg::kThreads;
+    /// CTAs per block row, and k slices per block.
+    static constexpr int kNSub = ceil_div(BR, BN);
+    static constexpr int kKSub = ceil_div(BC, BK);
+    typedef typename Dense::TileA TileA;
+    typedef typename Dense::TileB TileB;
+    static constexpr int kStageElems = Dense::kStageElems;
+    static constexpr int kSmemBytes = Dense::kSmemBytes;
+    /// Every 8-element chunk of a block row starts 16-byte aligned (given an aligned base).
+    static constexpr bool kVecBlocks = BC % 8 == 0;
+
+    /// Loads slice `ks` of kept block `blk` (block column `bcol`) into `stage`; `nb0` is the CTA's
+    /// first row inside the block.
+    template <class P>
+    __device__ __forceinline__ static void load_stage(u16* stage, const P& p, i64 m0, int nb0,
+                                                      int blk, int bcol, int ks, bool vec_a,
+                                                      bool vec_b, bool vec_bu, int tid) {
+        using mma_detail::load_tile;
+        const i64 kb = (i64)bcol * BC;
+        const i64 k0 = kb + (i64)ks * BK;
+        const i64 kend = kb + BC;
+        u16* sa = stage;
+        u16* sb = stage + TileA::kElems;
+        if constexpr (LA == Layout::N) {
+            load_tile<T, BM, BK, kThreads>(sa, p.a, p.lda, m0, k0, p.m, kend, vec_a, tid);
+        } else {
+            load_tile<T, BK, BM, kThreads>(sa, p.a, p.lda, k0, m0, kend, p.m, vec_a, tid);
+        }
+        const i64 off = (i64)blk * (BR * BC);
+        load_tile<T, BN, BK, kThreads>(sb, p.b + off, BC, nb0, (i64)ks * BK, BR, BC, vec_b, tid);
+        if constexpr (kDual) {
+            load_tile<T, BN, BK, kThreads>(sb + TileB::kElems, p.b_up + off, BC, nb0,
+                                           (i64)ks * BK, BR, BC, vec_bu, tid);
+        }
+    }
+
+    template <class P>
+    __device__ __forceinline__ static void run(const P& p) {
+        extern __shared__ __align__(128) unsigned char mlpc_smem[];
+        u16* smem = reinterpret_cast<u16*>(mlpc_smem);
+
+        const int tid = (int)threadIdx.x;
+        const int lane = tid & 31;
+        const int warp = tid >> 5;
+        const int warp_m = warp % Cfg::WARPS_M;
+        const int warp_n = warp / Cfg::WARPS_M;
+        const i64 m0 = (i64)blockIdx.x * BM;
+        const int brow = (int)blockIdx.y / kNSub;
+        const int nb0 = ((int)blockIdx.y % kNSub) * BN;
+        const i64 n0 = (i64)brow * BR + nb0;
+        const i64 n_end = (i64)brow * BR + BR < p.n ? (i64)brow * BR + BR : p.n;
+
+        const bool vec_a = kVecBlocks && is_aligned(p.a, 16) && (p.lda % 8 == 0);
+        const bool vec_b = kVecBlocks && is_aligned(p.b, 16);
+        const bool vec_bu = kDual && kVecBlocks && is_aligned(p.b_up, 16);
+
+        float acc[MT][NT][4];
+        float acc_up[kDual ? MT : 1][kDual ? NT : 1][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][j][e] = 0.0f;
+                    if constexpr (kDual) acc_up[i][j][e] = 0.0f;
+                }
+
+        const int first = p.row_ptr[brow];
+        const int steps = (p.row_ptr[brow + 1] - first) * kKSub;
+        auto load = [&](int s) {
+            const int blk = first + s / kKSub;
+            load_stage(smem + (s % STAGES) * kStageElems, p, m0, nb0, blk, p.col_idx[blk],
+                       s % kKSub, vec_a, vec_b, vec_bu, tid);
+        };
+
+        // Prologue: the first STAGES - 1 slices in flight, one commit group each.
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < steps) load(s);
+            mma_detail::cp_async_commit();
+        }
+
+        for (int kt = 0; kt < steps; ++kt) {
+            // Slice kt has landed and every warp is done with the stage the prefetch overwrites.
+            mma_detail::cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int pre = kt + STAGES - 1;
+            if (pre < steps) load(pre);
+            mma_detail::cp_async_commit();
+
+            const u16* sa = smem + (kt % STAGES) * kStageElems;
+            const u16* sb = sa + TileA::kElems;
+#pragma unroll
+            for (int kk = 0; kk < BK; kk += 16) {
+                u32 bf[NT][2];
+                Dense::load_b_frags(bf, sb, kk, warp_n, lane);
+                if constexpr (!kDual) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        u32 af[4];
+                        Dense::load_a_frag(af, sa, kk, mt, warp_m, lane);
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt) mma_detail::mma_16816<T>(acc[mt][nt], af, bf[nt]);
+                    }
+                } else {
+                    u32 af[MT][4];
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) Dense::load_a_frag(af[mt], sa, kk, mt, warp_m, lane);
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt) mma_detail::mma_16816<T>(acc[mt][nt], af[mt], bf[nt]);
+                    Dense::load_b_frags(bf, sb + TileB::kElems, kk, warp_n, lane);
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+                            mma_detail::mma_16816<T>(acc_up[mt][nt], af[mt], bf[nt]);
+                }
+            }
+        }
+        mma_detail::cp_async_wait<0>();
+
+        // Epilogue: thread holds C[g][2t..2t+1] and C[g+8][2t..2t+1] of each 16x8 tile; only the
+        // CTA's block row is written. Pairs are stored as one word when they are word-aligned (a
+        // block row of odd height starts at odd columns).
+        const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0) && (n0 % 2 == 0);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const i64 row = m0 + warp_m * WM + mt * 16 + (lane >> 2) + half * 8;
+                if (row >= p.m) continue;
+                T* out_row = p.c + row * p.ldc;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const i64 col = n0 + warp_n * WN + nt * 8 + (lane & 3) * 2;
+                    if (col >= n_end) continue;
+                    const float up0 = kDual ? acc_up[kDual ? mt : 0][kDual ? nt : 0][half * 2] : 0.0f;
+                    const float up1 = kDual ? acc_up[kDual ? mt : 0][kDual ? nt : 0][half * 2 + 1] : 0.0f;
+                    const float v0 = Epi::apply(acc[mt][nt][half * 2], up0, row, col, p);
+                    if (col + 1 < n_end) {
+                        const float v1 = Epi::apply(acc[mt][nt][half * 2 + 1], up1, row, col + 1, p);
+                        if (pair_ok) {
+                            *reinterpret_cast<u32*>(out_row + col) = pack2<T>(v0, v1);
+                        } else {
+                            out_row[col] = from_f32<T>(v0);
+                            out_row[col + 1] = from_f32<T>(v1);
+                        }
+                    } else {
+                        out_row[col] = from_f32<T>(v0);
+                    }
+                }
+            }
+        }
+    }
+};
+
+/// The SIMT BSR GEMM (exact f32 FFMA; f16 / bf16 operands are widened on load). `Cfg` a
+/// `SimtConfig` whose BN is the CTA's share of a block row. Launch with `kThreads` threads, grid
+/// `(ceil(M / BM), N / BR * kNSub)` and `kSmemBytes` bytes of dynamic shared memory.
+template <class T, Layout LA, int BR, int BC, class Cfg, class Epi>
+struct GemmBsrSimt {
+    static constexpr bool kDual = Epi::kDual;
+    static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, TM = Cfg::TM, TN = Cfg::TN;
+    static constexpr int kThreads = Cfg::kThreads;
+    static constexpr int CM = TM / 4, CN = TN / 4;
+    static constexpr int kNSub = ceil_div(BR, BN);
+    static constexpr int kKSub = ceil_div(BC, BK);
+    static constexpr int kBufFloats = BK * BM + BK * BN * (kDual ? 2 : 1);
+    static constexpr int kSmemBytes = 2 * kBufFloats * 4;
+    /// Every 4-element chunk of a block row starts vector-aligned (given an aligned base).
+    static constexpr bool kVecBlocks = BC % 4 == 0;
+
+    typedef simt_detail::SliceLoader<T, BK, BM, kThreads, LA == Layout::N> LoaderA;
+    typedef simt_detail::SliceLoader<T, BK, BN, kThreads, true> LoaderB;
+
+    template <class P>
+    __device__ __forceinline__ static void run(const P& p) {
+        extern __shared__ __align__(128) unsigned char mlpc_smem[];
+        float* smem = reinterpret_cast<float*>(mlpc_smem);
+
+        const int tid = (int)threadIdx.x;
+        const int tx = tid % Cfg::TX;
+        const int ty = tid / Cfg::TX;
+        const i64 m0 = (i64)blockIdx.x * BM;
+        const int brow = (int)blockIdx.y / kNSub;
+        const int nb0 = ((int)blockIdx.y % kNSub) * BN;
+        const i64 n0 = (i64)brow * BR + nb0;
+        const i64 n_end = (i64)brow * BR + BR < p.n ? (i64)brow * BR + BR : p.n;
+
+        constexpr u64 kVecBytes = 4 * sizeof(T);
+        const bool vec_a = kVecBlocks && is_aligned(p.a, kVecBytes) && (p.lda % 4 == 0);
+        const bool vec_b = kVecBlocks && is_aligned(p.b, kVecBytes);
+        const bool vec_bu = kDual && kVecBlocks && is_aligned(p.b_up, kVecBytes);
+
+        float acc[TM][TN];
+        float acc_up[kDual ? TM : 1][kDual ? TN : 1];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                acc[i][j] = 0.0f;
+                if constexpr (kDual) acc_up[i][j] = 0.0f;
+            }
+
+        const int first = p.row_ptr[brow];
+        const int steps = (p.row_ptr[brow + 1] - first) * kKSub;
+
+        LoaderA la;
+        LoaderB lb;
+        LoaderB lbu;
+        auto fetch = [&](int s) {
+            const int blk = first + s / kKSub;
+            const int ks = s % kKSub;
+            const i64 kb = (i64)p.col_idx[blk] * BC;
+            la.fetch(p.a, p.lda, kb + (i64)ks * BK, m0, kb + BC, p.m, vec_a, tid);
+            const i64 off = (i64)blk * (BR * BC);
+            lb.fetch(p.b + off, BC, (i64)ks * BK, nb0, BC, BR, vec_b, tid);
+            if constexpr (kDual) lbu.fetch(p.b_up + off, BC, (i64)ks * BK, nb0, BC, BR, vec_bu, tid);
+        };
+        auto store = [&](int buf) {
+            float* s = smem + buf * kBufFloats;
+            la.store(s, tid);
+            lb.store(s + BK * BM, tid);
+            if constexpr (kDual) lbu.store(s + BK * BM + BK * BN, tid);
+        };
+
+        if (steps > 0) {
+            fetch(0);
+            store(0);
+        }
+        __syncthreads();
+        for (int kt = 0; kt < steps; ++kt) {
+            const int buf = kt & 1;
+            const bool more = kt + 1 < steps;
+            if (more) fetch(kt + 1);
+            const float* sa = smem + buf * kBufFloats;
+            const float* sb = sa + BK * BM;
+            const float* sbu = sb + BK * BN;
+#pragma unroll
+            for (int k = 0; k < BK; ++k) {
+                float a[TM], b[TN];
+#pragma unroll
+                for (int cm = 0; cm < CM; ++cm) {
+                    const float4 v = *reinterpret_cast<const float4*>(sa + k * BM + cm * (BM / CM) + ty * 4);
+                    a[cm * 4 + 0] = v.x; a[cm * 4 + 1] = v.y; a[cm * 4 + 2] = v.z; a[cm * 4 + 3] = v.w;
+                }
+#pragma unroll
+                for (int cn = 0; cn < CN; ++cn) {
+                    const float4 v = *reinterpret_cast<const float4*>(sb + k * BN + cn * (BN / CN) + tx * 4);
+                    b[cn * 4 + 0] = v.x; b[cn * 4 + 1] = v.y; b[cn * 4 + 2] = v.z; b[cn * 4 + 3] = v.w;
+                }
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+                if constexpr (kDual) {
+#pragma unroll
+                    for (int cn = 0; cn < CN; ++cn) {
+                        const float4 v = *reinterpret_cast<const float4*>(sbu + k * BN + cn * (BN / CN) + tx * 4);
+                        b[cn * 4 + 0] = v.x; b[cn * 4 + 1] = v.y; b[cn * 4 + 2] = v.z; b[cn * 4 + 3] = v.w;
+                    }
+#pragma unroll
+                    for (int i = 0; i < TM; ++i)
+#pragma unroll
+                        for (int j = 0; j < TN; ++j) acc_up[i][j] = fmaf(a[i], b[j], acc_up[i][j]);
+                }
+            }
+            if (more) store(buf ^ 1);
+            __syncthreads();
+        }
+
+        // Epilogue: element (i, j) of the thread block is C[row(i)][col(j)], inside the block row.
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const i64 row = m0 + (i / 4) * (BM / CM) + ty * 4 + (i % 4);
+            if (row >= p.m) continue;
+            T* out_row = p.c + row * p.ldc;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const i64 col = n0 + (j / 4) * (BN / CN) + tx * 4 + (j % 4);
+                if (col >= n_end) continue;
+                const float up = kDual ? acc_up[kDual ? i : 0][kDual ? j : 0] : 0.0f;
+                out_row[col] = from_f32<T>(Epi::apply(acc[i][j], up, row, col, p));
+            }
+        }
+    }
+};
+
+}  // namespace mlpc
