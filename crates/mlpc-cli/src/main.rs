@@ -10,7 +10,7 @@
 mod render;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use mlpc::{Backend, Compiler};
+use mlpc::{Arch, Backend, Compiler, CudaKernels};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -29,7 +29,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Load and verify a model, write its artifacts (DIR/graph.txt) and print a summary.
+    /// Compile a model: verify, optimise, plan, generate and JIT-compile the kernels; write
+    /// DIR/graph.txt, optimized.txt, plan.json, explain.txt and kernels/.
     Compile {
         /// The model file (model.json).
         model: PathBuf,
@@ -37,6 +38,17 @@ enum Command {
         /// directory must be empty or an earlier mlpc output.
         #[arg(short, long, value_name = "DIR")]
         out: Option<PathBuf>,
+        #[command(flatten)]
+        opts: CompileArgs,
+        /// Print a table of what became of every source node, and the kernel counts.
+        #[arg(long)]
+        explain: bool,
+        /// Print the IR after the named passes (comma-separated), or after every pass (`all`).
+        #[arg(long, value_name = "PASS|all")]
+        print_after: Option<String>,
+        /// Print the time each pass took.
+        #[arg(long)]
+        time_passes: bool,
     },
     /// Run a model on inputs read from a safetensors file; write the outputs to another.
     Run {
@@ -48,9 +60,46 @@ enum Command {
         /// Where to write the outputs by name (safetensors); written only on success.
         #[arg(short, long, value_name = "OUT.safetensors")]
         output: PathBuf,
-        /// Where to run.
-        #[arg(short, long, value_enum, default_value_t = BackendArg::Reference)]
-        backend: BackendArg,
+        /// Where to run [default: cuda when a GPU driver is present, else cpu].
+        #[arg(short, long, value_enum)]
+        backend: Option<BackendArg>,
+        #[command(flatten)]
+        opts: CompileArgs,
+    },
+    /// Check a backend against the reference interpreter on fresh random inputs (outputs are
+    /// poisoned with NaN before the run); exit status 1 if any output is off.
+    Check {
+        /// The model file (model.json).
+        model: PathBuf,
+        /// The backend to check [default: cuda when a GPU driver is present, else cpu].
+        #[arg(short, long, value_enum)]
+        backend: Option<BackendArg>,
+        /// A value for a symbolic dimension, e.g. `--bind T=8`; repeat for several.
+        #[arg(long = "bind", value_name = "SYM=N", value_parser = parse_binding)]
+        bindings: Vec<(String, u64)>,
+        /// Seed of the random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[command(flatten)]
+        opts: CompileArgs,
+    },
+    /// Time the model on the GPU: CUDA events around each run after warm-up, median of many
+    /// runs, rotating weight and input sets.
+    Bench {
+        /// The model file (model.json).
+        model: PathBuf,
+        /// A value for a symbolic dimension, e.g. `--bind T=8192`; repeat for several.
+        #[arg(long = "bind", value_name = "SYM=N", value_parser = parse_binding)]
+        bindings: Vec<(String, u64)>,
+        #[arg(long, default_value_t = 20)]
+        warmup: usize,
+        #[arg(long, default_value_t = 200)]
+        iters: usize,
+        /// Append the result as one JSON line to this file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        #[command(flatten)]
+        opts: CompileArgs,
     },
     /// Write deterministic random inputs for a model (for `mlpc run --input`).
     GenInputs {
@@ -66,6 +115,51 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+}
+
+/// Options shared by every command that compiles a model.
+#[derive(clap::Args, Debug, Clone)]
+struct CompileArgs {
+    /// The passes to run, comma-separated, instead of the default pipeline
+    /// (dce,fold-transpose,cse,fuse-epilogue).
+    #[arg(long, value_name = "PASS,...", value_delimiter = ',')]
+    passes: Option<Vec<String>>,
+    /// Verify the graph after every pass [default: on in debug builds].
+    #[arg(long, value_name = "BOOL")]
+    verify_each: Option<bool>,
+    /// The CUDA target: `cuda:sm_90` (default), `cuda:sm_90a`, `cuda:sm_80`, or `cpu` to skip
+    /// CUDA kernels.
+    #[arg(long, value_name = "TARGET", default_value = "cuda:sm_90")]
+    target: String,
+    /// Neither read nor write the kernel cache.
+    #[arg(long)]
+    no_cache: bool,
+}
+
+impl CompileArgs {
+    fn compiler(&self, print_after: Option<&str>) -> Result<Compiler, mlpc::Error> {
+        let mut c = Compiler::new().no_cache(self.no_cache);
+        if let Some(p) = &self.passes {
+            c = c.passes(p.clone());
+        }
+        if let Some(v) = self.verify_each {
+            c = c.verify_each(v);
+        }
+        if let Some(p) = print_after {
+            c = c.print_after(mlpc::PrintAfter::parse(p));
+        }
+        if self.target == "cpu" {
+            c = c.cuda_kernels(CudaKernels::Skip);
+        } else {
+            let arch = Arch::parse(&self.target)
+                .ok_or_else(|| mlpc::Error::BadTarget(self.target.clone()))?;
+            c = c.arch(arch);
+            if self.target != "cuda:sm_90" {
+                c = c.cuda_kernels(CudaKernels::Require);
+            }
+        }
+        Ok(c)
+    }
 }
 
 /// `--backend` values; the names are [`Backend::name`]'s.
@@ -125,10 +219,46 @@ fn main() -> ExitCode {
     }
 }
 
+/// The backend asked for, or the best one this machine can run, with a note saying why when
+/// the choice was made for the user and is not the GPU.
+fn pick_backend(b: Option<BackendArg>) -> (Backend, Option<String>) {
+    match b {
+        Some(b) => (Backend::from(b), None),
+        None => {
+            let best = Backend::best_available();
+            let note = (best != Backend::Cuda)
+                .then(|| format!("no usable GPU driver here, so the `{best}` backend was chosen"));
+            (best, note)
+        }
+    }
+}
+
+fn bindings_of(b: &[(String, u64)]) -> Vec<(&str, u64)> {
+    b.iter().map(|(s, v)| (s.as_str(), *v)).collect()
+}
+
 fn execute(command: Command) -> Result<(), mlpc::Error> {
     match command {
-        Command::Compile { model, out } => {
-            let compiled = Compiler::new().compile_file(&model)?;
+        Command::Compile {
+            model,
+            out,
+            opts,
+            explain,
+            print_after,
+            time_passes,
+        } => {
+            let compiled = opts
+                .compiler(print_after.as_deref())?
+                .compile_file(&model)?;
+            for (pass, ir) in compiled.pass_ir() {
+                println!("// IR after {pass}\n{ir}");
+            }
+            if time_passes {
+                print!("{}", compiled.report().timings());
+            }
+            if explain {
+                println!("{}", compiled.explain());
+            }
             let dir = out.unwrap_or_else(|| default_out_dir(compiled.name(), &model));
             let written = compiled.write_to(&dir)?;
             print!(
@@ -141,16 +271,93 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             input,
             output,
             backend,
+            opts,
         } => {
-            let backend = Backend::from(backend);
-            let compiled = Compiler::new().compile_file(&model)?;
+            let (backend, note) = pick_backend(backend);
+            let compiled = opts.compiler(None)?.compile_file(&model)?;
             let inputs = mlpc::read_tensors(&input)?;
             let outputs = compiled.run(backend, &inputs)?;
             mlpc::write_tensors(&output, &outputs)?;
             print!(
                 "{}",
-                render::run_summary(compiled.name(), backend, &outputs, &output)
+                render::run_summary(compiled.name(), backend, note.as_deref(), &outputs, &output)
             );
+        }
+        Command::Check {
+            model,
+            backend,
+            bindings,
+            seed,
+            opts,
+        } => {
+            let (backend, note) = pick_backend(backend);
+            let compiled = opts.compiler(None)?.compile_file(&model)?;
+            let report = compiled.check(backend, &bindings_of(&bindings), seed)?;
+            if let Some(note) = note {
+                println!("note: {note}");
+            }
+            print!("{}", render::check_report(compiled.name(), &report));
+            if !report.ok() {
+                return Err(mlpc::Error::CheckFailed(compiled.name().to_string()));
+            }
+        }
+        Command::Bench {
+            model,
+            bindings,
+            warmup,
+            iters,
+            json,
+            opts,
+        } => {
+            let compiled = opts.compiler(None)?.compile_file(&model)?;
+            let b = bindings_of(&bindings);
+            let r = compiled.bench(
+                &b,
+                mlpc::BenchOptions {
+                    warmup,
+                    iters,
+                    ..Default::default()
+                },
+            )?;
+            let binds: Vec<String> = bindings.iter().map(|(s, v)| format!("{s}={v}")).collect();
+            println!(
+                "{} [{}] {} kernels: median {:.4} ms (min {:.4}, mean {:.4}, {} runs, {} weight sets), {:.1} TFLOP/s",
+                compiled.name(),
+                binds.join(","),
+                compiled.plan().kernels.len(),
+                r.median_ms,
+                r.min_ms,
+                r.mean_ms,
+                r.iters,
+                r.weight_sets,
+                r.tflops()
+            );
+            if let Some(path) = json {
+                let line = serde_json::json!({
+                    "model": compiled.name(),
+                    "dtype": compiled.plan().dtype,
+                    "bindings": binds,
+                    "kernels": compiled.plan().kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>(),
+                    "median_ms": r.median_ms,
+                    "min_ms": r.min_ms,
+                    "mean_ms": r.mean_ms,
+                    "iters": r.iters,
+                    "weight_sets": r.weight_sets,
+                    "flops": r.flops,
+                    "tflops": r.tflops(),
+                });
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(|e| {
+                        mlpc::Error::Bench(format!("cannot open `{}`: {e}", path.display()))
+                    })?;
+                writeln!(f, "{line}").map_err(|e| {
+                    mlpc::Error::Bench(format!("cannot write `{}`: {e}", path.display()))
+                })?;
+            }
         }
         Command::GenInputs {
             model,
@@ -158,10 +365,10 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             bindings,
             seed,
         } => {
-            let compiled = Compiler::new().compile_file(&model)?;
-            let bindings: Vec<(&str, u64)> =
-                bindings.iter().map(|(s, v)| (s.as_str(), *v)).collect();
-            let inputs = compiled.random_inputs(&bindings, seed)?;
+            let compiled = Compiler::new()
+                .cuda_kernels(CudaKernels::Skip)
+                .compile_file(&model)?;
+            let inputs = compiled.random_inputs(&bindings_of(&bindings), seed)?;
             mlpc::write_tensors(&output, &inputs)?;
             print!("{}", render::tensors_written(&inputs, &output));
         }

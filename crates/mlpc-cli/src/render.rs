@@ -1,6 +1,6 @@
 //! Everything the binary prints: summaries on stdout, errors with their chain of causes on stderr.
 
-use mlpc::{Backend, Summary, Tensors};
+use mlpc::{Backend, CheckReport, CudaStatus, Summary, Tensors};
 use std::error::Error;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -67,15 +67,70 @@ pub fn compile_summary(s: &Summary, dir: &Path, written: &[PathBuf]) -> String {
             count(s.sparse_weights, "block-sparse weight")
         );
     }
+    let _ = writeln!(
+        out,
+        "  kernels {} before fusion, {} after: {}",
+        s.kernels_before,
+        s.kernels.len(),
+        s.kernels.join(", ")
+    );
+    let cuda = match &s.cuda {
+        CudaStatus::Skipped => "not generated".to_string(),
+        CudaStatus::SourcesOnly => {
+            "sources only: NVRTC (libnvrtc.so.13) was not found to compile them".to_string()
+        }
+        CudaStatus::Compiled(arch) => format!("compiled for {arch}"),
+    };
+    let _ = writeln!(out, "  cuda    {cuda}");
     let _ = writeln!(out, "wrote {}", dir.display());
-    for p in written {
+    let kernel_files = written.iter().filter(|p| is_kernel_file(dir, p)).count();
+    for p in written.iter().filter(|p| !is_kernel_file(dir, p)) {
         let _ = writeln!(out, "  {}", p.display());
+    }
+    if kernel_files > 0 {
+        let _ = writeln!(
+            out,
+            "  {} ({kernel_files} files)",
+            dir.join("kernels").display()
+        );
     }
     out
 }
 
-pub fn run_summary(name: &str, backend: Backend, outputs: &Tensors, path: &Path) -> String {
-    let mut out = format!("ran `{name}` on {backend}\n");
+fn is_kernel_file(dir: &Path, p: &Path) -> bool {
+    p.strip_prefix(dir).is_ok_and(|r| r.starts_with("kernels"))
+}
+
+/// One line per output: the error against the reference and the verdict.
+pub fn check_report(name: &str, r: &CheckReport) -> String {
+    let mut out = String::new();
+    for o in &r.outputs {
+        let _ = writeln!(
+            out,
+            "{} {name} on {}: output `{}` {}{:?}: relative error {:.3e} (tolerance {:.0e})",
+            if o.ok() { "ok  " } else { "FAIL" },
+            r.backend,
+            o.name,
+            o.dtype,
+            o.shape,
+            o.error,
+            o.tolerance
+        );
+    }
+    out
+}
+
+pub fn run_summary(
+    name: &str,
+    backend: Backend,
+    note: Option<&str>,
+    outputs: &Tensors,
+    path: &Path,
+) -> String {
+    let mut out = match note {
+        Some(n) => format!("ran `{name}` on {backend} ({n})\n"),
+        None => format!("ran `{name}` on {backend}\n"),
+    };
     out.push_str(&tensors_written(outputs, path));
     out
 }

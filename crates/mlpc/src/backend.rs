@@ -32,9 +32,22 @@ impl Backend {
     pub fn unavailable_reason(self) -> Option<&'static str> {
         match self {
             Backend::Reference => None,
-            Backend::Cpu => Some("the CPU backend is not built into this mlpc"),
-            Backend::Cuda => Some("the CUDA backend is not built into this mlpc"),
+            Backend::Cpu if cfg!(feature = "cpu") => None,
+            Backend::Cpu => Some("this mlpc was built without the `cpu` feature (LLVM)"),
+            Backend::Cuda if mlpc_runtime::driver_present() => None,
+            Backend::Cuda => {
+                Some("the CUDA driver (libcuda.so.1) cannot be loaded on this machine")
+            }
         }
+    }
+
+    /// The fastest backend this machine can run: CUDA when a driver is present, else the CPU
+    /// backend when built in, else the reference interpreter.
+    pub fn best_available() -> Backend {
+        [Backend::Cuda, Backend::Cpu]
+            .into_iter()
+            .find(|b| b.unavailable_reason().is_none())
+            .unwrap_or(Backend::Reference)
     }
 
     /// The backends this build can run, in the order of [`Backend::ALL`].

@@ -5,18 +5,77 @@ use crate::artifacts::Artifacts;
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::Tensors;
+use mlpc_codegen::{Arch, CodegenOptions, CudaKernel};
 use mlpc_frontend::Model;
-use mlpc_ir::{DType, Graph, TensorType};
+use mlpc_ir::{DType, Graph, Plan, TensorType};
+use mlpc_jit::{CompiledKernel, JitOptions};
+use mlpc_passes::{Pipeline, PipelineOptions, PipelineReport, PrintAfter};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
-/// Compiles models. Options (the pass list, the target, which backends to prepare kernels for)
-/// become builder methods here as the pipeline grows; today a compilation loads and verifies.
+/// What to do about CUDA kernels at compile time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CudaKernels {
+    /// Generate the CUDA sources, and compile them to CUBIN/PTX when NVRTC can be loaded.
+    #[default]
+    IfNvrtc,
+    /// Generate and compile them; a missing NVRTC is an error.
+    Require,
+    /// Neither generate nor compile (a CPU-only build of a model).
+    Skip,
+}
+
+/// Compiles models. Every option has a sane default; [`Compiler::new`] gives the standard
+/// pipeline, CUDA kernels for `sm_90` when NVRTC is present, and the kernel cache.
 #[derive(Clone, Debug, Default)]
-pub struct Compiler {}
+pub struct Compiler {
+    passes: Option<Vec<String>>,
+    verify_each: Option<bool>,
+    print_after: Option<PrintAfter>,
+    arch: Arch,
+    cuda: CudaKernels,
+    no_cache: bool,
+}
 
 impl Compiler {
     pub fn new() -> Compiler {
         Compiler::default()
+    }
+
+    /// The passes to run, by name, instead of the default pipeline
+    /// ([`mlpc_passes::DEFAULT_PASSES`]).
+    pub fn passes(mut self, names: Vec<String>) -> Compiler {
+        self.passes = Some(names);
+        self
+    }
+
+    /// Verify the graph after every pass (on by default in debug builds).
+    pub fn verify_each(mut self, on: bool) -> Compiler {
+        self.verify_each = Some(on);
+        self
+    }
+
+    /// Keep the IR text after the given passes (see [`Compiled::pass_ir`]).
+    pub fn print_after(mut self, p: PrintAfter) -> Compiler {
+        self.print_after = Some(p);
+        self
+    }
+
+    /// The GPU architecture CUDA kernels are compiled for.
+    pub fn arch(mut self, arch: Arch) -> Compiler {
+        self.arch = arch;
+        self
+    }
+
+    pub fn cuda_kernels(mut self, mode: CudaKernels) -> Compiler {
+        self.cuda = mode;
+        self
+    }
+
+    /// Neither read nor write the on-disk kernel cache.
+    pub fn no_cache(mut self, on: bool) -> Compiler {
+        self.no_cache = on;
+        self
     }
 
     /// Reads `model.json` (and the weights it names) and compiles it.
@@ -29,14 +88,97 @@ impl Compiler {
     /// module tree.
     pub fn compile_model(&self, model: Model) -> Result<Compiled, Error> {
         mlpc_ir::verify(&model.graph)?;
-        Ok(Compiled { model })
+        let pipeline = match &self.passes {
+            Some(names) => Pipeline::from_names(names)?,
+            None => Pipeline::default(),
+        };
+        let mut opts = PipelineOptions::default();
+        if let Some(v) = self.verify_each {
+            opts.verify_each = v;
+        }
+        if let Some(p) = &self.print_after {
+            opts.print_after = p.clone();
+        }
+        let mut optimized = model.graph.clone();
+        let report = pipeline.run(&mut optimized, &opts)?;
+        let plan = mlpc_passes::lower_plan(&optimized, &report.provenance)?;
+        let explain = mlpc_passes::explain(&model.graph, &optimized, &plan, &report.provenance);
+
+        let cuda = match self.cuda {
+            CudaKernels::Skip => None,
+            mode => {
+                let kernels = mlpc_codegen::generate(
+                    &plan,
+                    &CodegenOptions {
+                        arch: self.arch,
+                        allow_tf32: model.allow_tf32,
+                    },
+                )?;
+                let jit = self.jit_options();
+                let compiled = match mode {
+                    CudaKernels::Require => Some(mlpc_jit::compile_all(&kernels, &jit)?),
+                    _ if mlpc_jit::ensure_nvrtc().is_ok() => {
+                        Some(mlpc_jit::compile_all(&kernels, &jit)?)
+                    }
+                    _ => None,
+                };
+                Some(CudaBuild {
+                    kernels,
+                    compiled: Mutex::new(compiled.map(Arc::new)),
+                    jit,
+                })
+            }
+        };
+        Ok(Compiled {
+            model,
+            optimized,
+            report,
+            plan,
+            explain,
+            cuda,
+            arch: self.arch,
+            cpu: Mutex::new(None),
+            gpu: Mutex::new(None),
+        })
+    }
+
+    fn jit_options(&self) -> JitOptions {
+        JitOptions {
+            arch: self.arch,
+            no_cache: self.no_cache,
+            cache_dir: None,
+        }
     }
 }
 
-/// A compiled model: ready to run on a backend, and to write its artifacts.
+/// The CUDA side of a compilation: generated kernels, and their CUBINs once compiled.
 #[derive(Debug)]
+pub(crate) struct CudaBuild {
+    pub(crate) kernels: Vec<CudaKernel>,
+    pub(crate) compiled: Mutex<Option<Arc<Vec<CompiledKernel>>>>,
+    pub(crate) jit: JitOptions,
+}
+
+/// A compiled model: ready to run on a backend, and to write its artifacts.
 pub struct Compiled {
     model: Model,
+    optimized: Graph,
+    report: PipelineReport,
+    plan: Plan,
+    explain: String,
+    cuda: Option<CudaBuild>,
+    arch: Arch,
+    cpu: Mutex<Option<Arc<crate::cpu::CpuState>>>,
+    gpu: Mutex<Option<Arc<crate::cuda::GpuState>>>,
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiled")
+            .field("name", &self.name())
+            .field("kernels", &self.plan.kernels.len())
+            .finish()
+    }
 }
 
 impl Compiled {
@@ -45,9 +187,63 @@ impl Compiled {
         &self.model
     }
 
-    /// The graph the backends execute. Today the verified source graph.
+    /// The verified source graph: what the model means.
     pub fn graph(&self) -> &Graph {
         &self.model.graph
+    }
+
+    /// The graph after the passes: what the kernels compute.
+    pub fn optimized(&self) -> &Graph {
+        &self.optimized
+    }
+
+    /// The kernel plan every backend runs.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Per-pass report: timings, changes, IR text where asked, provenance.
+    pub fn report(&self) -> &PipelineReport {
+        &self.report
+    }
+
+    /// The `--explain` table: what became of every source node.
+    pub fn explain(&self) -> &str {
+        &self.explain
+    }
+
+    /// The IR text after each pass that [`Compiler::print_after`] selected, as (pass, text).
+    pub fn pass_ir(&self) -> Vec<(&str, &str)> {
+        self.report
+            .passes
+            .iter()
+            .filter_map(|p| p.ir_text.as_deref().map(|t| (p.name, t)))
+            .collect()
+    }
+
+    /// The generated CUDA kernels, if CUDA kernels were generated.
+    pub fn cuda_kernels(&self) -> Option<&[CudaKernel]> {
+        self.cuda.as_ref().map(|c| c.kernels.as_slice())
+    }
+
+    /// The CUBIN/PTX of every kernel, compiling them now if the compilation did not.
+    pub(crate) fn compiled_kernels(
+        &self,
+    ) -> Result<(Vec<CudaKernel>, Arc<Vec<CompiledKernel>>), Error> {
+        let build = match &self.cuda {
+            Some(b) => b,
+            None => return Err(Error::NoCudaKernels),
+        };
+        let mut slot = build.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(Arc::new(mlpc_jit::compile_all(&build.kernels, &build.jit)?));
+        }
+        let compiled = slot.clone().ok_or(Error::NoCudaKernels)?;
+        Ok((build.kernels.clone(), compiled))
+    }
+
+    pub fn arch(&self) -> Arch {
+        self.arch
     }
 
     pub fn name(&self) -> &str {
@@ -61,6 +257,16 @@ impl Compiled {
         let mut dtypes: Vec<DType> = nodes.iter().map(|n| n.ty.dtype).collect();
         dtypes.sort();
         dtypes.dedup();
+        let compiled = self
+            .cuda
+            .as_ref()
+            .map(|c| {
+                c.compiled
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_some()
+            })
+            .unwrap_or(false);
         Summary {
             name: g.name.clone(),
             dtypes,
@@ -79,19 +285,70 @@ impl Compiled {
             weights: g.weights().len(),
             weight_bytes: g.weights().values().map(|w| w.bytes().len() as u64).sum(),
             sparse_weights: self.model.sparsity.len(),
+            kernels_before: mlpc_passes::unfused_kernel_count(g),
+            kernels: self.plan.kernels.iter().map(|k| k.name.clone()).collect(),
+            cuda: match (&self.cuda, compiled) {
+                (None, _) => CudaStatus::Skipped,
+                (Some(_), false) => CudaStatus::SourcesOnly,
+                (Some(_), true) => CudaStatus::Compiled(self.arch.name()),
+            },
         }
     }
 
-    /// The files of the compilation: `graph.txt`, the IR text form of [`Compiled::graph`].
-    pub fn artifacts(&self) -> Artifacts {
+    /// The files of the compilation: `graph.txt` (the source IR), `optimized.txt`, `plan.json`,
+    /// `explain.txt`, and `kernels/` (`.cu` sources with the template headers they include, and,
+    /// when compiled, `.cubin`, `.ptx` and a `.json` launch description per kernel).
+    pub fn artifacts(&self) -> Result<Artifacts, Error> {
         let mut a = Artifacts::new();
         a.add(Artifacts::MARKER, self.graph().to_string());
-        a
+        a.add("optimized.txt", self.optimized.to_string());
+        a.add(
+            "plan.json",
+            serde_json::to_string_pretty(&self.plan).map_err(Error::Serialize)?,
+        );
+        a.add("explain.txt", self.explain.clone());
+        if let Some(build) = &self.cuda {
+            for (name, text) in mlpc_codegen::headers() {
+                a.add(Path::new("kernels").join(name), text);
+            }
+            let compiled = build
+                .compiled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            for (i, k) in build.kernels.iter().enumerate() {
+                let dir = Path::new("kernels");
+                a.add(dir.join(format!("{}.cu", k.name)), k.source.clone());
+                let c = compiled.as_ref().and_then(|c| c.get(i));
+                if let Some(c) = c {
+                    a.add(dir.join(format!("{}.cubin", k.name)), c.cubin.clone());
+                    a.add(dir.join(format!("{}.ptx", k.name)), c.ptx.clone());
+                }
+                let manifest = serde_json::json!({
+                    "name": k.name,
+                    "entry": k.entry,
+                    "arch": self.arch.name(),
+                    "launch": k.launch,
+                    "params": k.params,
+                    "resources": c.map(|c| serde_json::json!({
+                        "registers": c.resources.registers,
+                        "stack_frame_bytes": c.resources.stack_frame_bytes,
+                        "spill_store_bytes": c.resources.spill_store_bytes,
+                        "spill_load_bytes": c.resources.spill_load_bytes,
+                    })),
+                });
+                a.add(
+                    dir.join(format!("{}.json", k.name)),
+                    serde_json::to_string_pretty(&manifest).map_err(Error::Serialize)?,
+                );
+            }
+        }
+        Ok(a)
     }
 
     /// Writes [`Compiled::artifacts`] into `dir`, all at once (see [`Artifacts::write_to`]).
     pub fn write_to(&self, dir: &Path) -> Result<Vec<PathBuf>, Error> {
-        self.artifacts().write_to(dir)
+        self.artifacts()?.write_to(dir)
     }
 
     /// Deterministic random inputs for the model, with the symbolic dims bound as given
@@ -103,23 +360,60 @@ impl Compiled {
     /// Runs the model on `backend`. Inputs are matched by name and checked (dtype, shape, the
     /// binding of symbolic dims) before anything runs; outputs come back by name.
     pub fn run(&self, backend: Backend, inputs: &Tensors) -> Result<Tensors, Error> {
+        self.run_with(backend, inputs, false)
+    }
+
+    /// [`Compiled::run`], optionally filling outputs and intermediates with NaN first (on the
+    /// CUDA backend), so that an element no kernel writes cannot pass a comparison.
+    pub fn run_with(
+        &self,
+        backend: Backend,
+        inputs: &Tensors,
+        poison: bool,
+    ) -> Result<Tensors, Error> {
+        if let Some(reason) = backend.unavailable_reason() {
+            let available: Vec<&str> = Backend::available().iter().map(|b| b.name()).collect();
+            return Err(Error::BackendUnavailable {
+                backend,
+                reason: reason.to_string(),
+                available: available.join(", "),
+            });
+        }
         match backend {
             Backend::Reference => Ok(mlpc_ir::interpret(self.graph(), inputs)?),
-            Backend::Cpu | Backend::Cuda => Err(unavailable(backend)),
+            Backend::Cpu => self.cpu_state()?.run(inputs),
+            Backend::Cuda => self.gpu_state()?.run(inputs, poison),
         }
+    }
+
+    pub(crate) fn cpu_state(&self) -> Result<Arc<crate::cpu::CpuState>, Error> {
+        let mut slot = self.cpu.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = slot.as_ref() {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(crate::cpu::CpuState::new(&self.plan, &self.optimized)?);
+        *slot = Some(s.clone());
+        Ok(s)
+    }
+
+    pub(crate) fn gpu_state(&self) -> Result<Arc<crate::cuda::GpuState>, Error> {
+        let mut slot = self.gpu.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = slot.as_ref() {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(crate::cuda::GpuState::new(self)?);
+        *slot = Some(s.clone());
+        Ok(s)
     }
 }
 
-fn unavailable(backend: Backend) -> Error {
-    let available: Vec<&str> = Backend::available().iter().map(|b| b.name()).collect();
-    Error::BackendUnavailable {
-        backend,
-        reason: backend
-            .unavailable_reason()
-            .unwrap_or("it cannot run here")
-            .to_string(),
-        available: available.join(", "),
-    }
+/// Whether CUDA kernels were generated and compiled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CudaStatus {
+    Skipped,
+    /// Sources generated; NVRTC was not available to compile them.
+    SourcesOnly,
+    Compiled(&'static str),
 }
 
 /// What a compilation produced, for a one-screen report.
@@ -138,4 +432,9 @@ pub struct Summary {
     pub weight_bytes: u64,
     /// Weights that the `sparsity` section selects for block-sparse kernels.
     pub sparse_weights: usize,
+    /// Kernels an unfused execution would launch (one per non-view op).
+    pub kernels_before: usize,
+    /// The plan's kernels, in launch order.
+    pub kernels: Vec<String>,
+    pub cuda: CudaStatus,
 }

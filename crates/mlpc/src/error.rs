@@ -15,6 +15,27 @@ pub enum Error {
     /// The reference interpreter refused the inputs or the graph.
     #[error(transparent)]
     Interp(#[from] mlpc_ir::InterpError),
+    /// A pass failed, or the pass list is wrong.
+    #[error(transparent)]
+    Pass(#[from] mlpc_passes::PassError),
+    /// The optimised graph could not be lowered to a kernel plan.
+    #[error(transparent)]
+    Plan(#[from] mlpc_passes::PlanError),
+    /// CUDA code generation refused a kernel.
+    #[error(transparent)]
+    Codegen(#[from] mlpc_codegen::CodegenError),
+    /// NVRTC is missing or refused a kernel.
+    #[error(transparent)]
+    Jit(#[from] mlpc_jit::JitError),
+    /// The CPU backend failed (no LLVM in this build, or the inputs do not fit).
+    #[error(transparent)]
+    Cpu(#[from] mlpc_cpu::CpuError),
+    /// The CUDA runtime failed: no GPU, a guard refused an input, or a driver error.
+    #[error(transparent)]
+    Runtime(#[from] mlpc_runtime::RuntimeError),
+    /// The model was compiled without CUDA kernels.
+    #[error("the model was compiled without CUDA kernels (compile with a CUDA target)")]
+    NoCudaKernels,
     /// The backend was not compiled into this build, or the machine cannot run it.
     #[error("backend `{backend}` is not available: {reason} (available: {available})")]
     BackendUnavailable {
@@ -22,6 +43,18 @@ pub enum Error {
         reason: String,
         available: String,
     },
+    /// `--target` names no known target.
+    #[error("unknown target `{0}` (expected cuda:sm_90, cuda:sm_90a, cuda:sm_80 or cpu)")]
+    BadTarget(String),
+    /// A backend's outputs differ from the reference interpreter's.
+    #[error("`{0}`: the backend's outputs differ from the reference interpreter's")]
+    CheckFailed(String),
+    /// Timing could not be set up.
+    #[error("benchmark: {0}")]
+    Bench(String),
+    /// Serialising an artifact failed.
+    #[error("cannot serialise an artifact")]
+    Serialize(#[source] serde_json::Error),
     /// The output directory cannot be used, e.g. it exists and holds something other than mlpc
     /// artifacts (mlpc never deletes what it did not write).
     #[error("cannot use `{}` as the output directory: {reason}", path.display())]
@@ -34,6 +67,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<mlpc_runtime::DeviceError> for Error {
+    fn from(e: mlpc_runtime::DeviceError) -> Error {
+        Error::Runtime(mlpc_runtime::RuntimeError::Device(e))
+    }
 }
 
 impl Error {

@@ -22,18 +22,24 @@
 
 mod artifacts;
 mod backend;
+mod check;
 mod compiler;
+mod cpu;
+mod cuda;
 mod error;
 
 pub use artifacts::Artifacts;
 pub use backend::{Backend, UnknownBackend};
-pub use compiler::{Compiled, Compiler, Summary};
+pub use check::{plan_flops, tolerance, BenchOptions, BenchReport, CheckReport, OutputCheck};
+pub use compiler::{Compiled, Compiler, CudaKernels, CudaStatus, Summary};
 pub use error::Error;
+pub use mlpc_codegen::Arch;
+pub use mlpc_passes::PrintAfter;
 
 pub use mlpc_frontend::{FrontendError, Model};
 pub use mlpc_ir::{DType, Graph, HostTensor, TensorType};
 /// The crates mlpc is made of, for callers that need more than this facade.
-pub use {mlpc_frontend as frontend, mlpc_ir as ir};
+pub use {mlpc_frontend as frontend, mlpc_ir as ir, mlpc_passes as passes};
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,0 +1,217 @@
+//! Checking a backend against the reference interpreter, and timing the CUDA backend.
+
+use crate::backend::Backend;
+use crate::compiler::Compiled;
+use crate::error::Error;
+use mlpc_ir::{Bindings, DType, Op, Plan};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The largest relative Frobenius error a backend may show against the reference interpreter,
+/// by storage type: f32 must be exact up to summation order; f16 and bf16 round the output and,
+/// unfused, every intermediate.
+pub fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-5,
+        DType::F16 => 2e-3,
+        DType::Bf16 => 1e-2,
+    }
+}
+
+/// One output compared with the reference.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputCheck {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Relative Frobenius error; NaN if any element is NaN where the reference is not.
+    pub error: f64,
+    pub tolerance: f64,
+}
+
+impl OutputCheck {
+    pub fn ok(&self) -> bool {
+        self.error <= self.tolerance
+    }
+}
+
+/// The result of [`Compiled::check`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckReport {
+    pub backend: Backend,
+    pub outputs: Vec<OutputCheck>,
+}
+
+impl CheckReport {
+    pub fn ok(&self) -> bool {
+        self.outputs.iter().all(OutputCheck::ok)
+    }
+
+    /// The worst error relative to its tolerance.
+    pub fn worst(&self) -> Option<&OutputCheck> {
+        self.outputs
+            .iter()
+            .max_by(|a, b| (a.error / a.tolerance).total_cmp(&(b.error / b.tolerance)))
+    }
+}
+
+/// Options of [`Compiled::bench`].
+#[derive(Clone, Copy, Debug)]
+pub struct BenchOptions {
+    pub warmup: usize,
+    pub iters: usize,
+    /// Weight sets to rotate through; `None` picks enough to exceed the GPU's L2 (2 to 8).
+    pub weight_sets: Option<usize>,
+    /// Input sets to rotate through.
+    pub input_sets: usize,
+}
+
+impl Default for BenchOptions {
+    fn default() -> BenchOptions {
+        BenchOptions {
+            warmup: 20,
+            iters: 200,
+            weight_sets: None,
+            input_sets: 4,
+        }
+    }
+}
+
+/// Timings of one model on the GPU, from CUDA events around each run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchReport {
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub mean_ms: f64,
+    pub iters: usize,
+    pub weight_sets: usize,
+    /// Floating-point operations of one run (2 per multiply-add of every GEMM).
+    pub flops: f64,
+}
+
+impl BenchReport {
+    pub fn tflops(&self) -> f64 {
+        self.flops / (self.median_ms * 1e-3) / 1e12
+    }
+}
+
+/// Floating-point operations of one run of `plan` under `bindings`: 2·M·N·K per GEMM (twice that
+/// for a dual GEMM); elementwise work is not counted.
+pub fn plan_flops(plan: &Plan, bindings: &Bindings) -> f64 {
+    let mut total = 0.0;
+    for k in &plan.kernels {
+        let Op::Gemm(g) = &k.op else { continue };
+        let out = &plan.buffers[k.out].ty;
+        let a = &plan.buffers[k.args[0]].ty;
+        let numel: f64 = out
+            .concrete_shape(bindings)
+            .map(|s| s.iter().product::<usize>() as f64)
+            .unwrap_or(0.0);
+        let kdim = match g.a {
+            mlpc_ir::MatLayout::N => a.shape.last(),
+            mlpc_ir::MatLayout::T => a.shape.first(),
+        };
+        let kdim = kdim.and_then(|d| d.resolve(bindings)).unwrap_or(0) as f64;
+        total += 2.0 * numel * kdim * if g.dual.is_some() { 2.0 } else { 1.0 };
+    }
+    total
+}
+
+impl Compiled {
+    /// Runs `backend` and the reference interpreter on the same fresh random inputs and compares
+    /// every output. On CUDA, outputs and intermediates are filled with NaN before the run.
+    pub fn check(
+        &self,
+        backend: Backend,
+        bindings: &[(&str, u64)],
+        seed: u64,
+    ) -> Result<CheckReport, Error> {
+        let inputs = self.random_inputs(bindings, seed)?;
+        let want = self.run(Backend::Reference, &inputs)?;
+        let got = self.run_with(backend, &inputs, true)?;
+        let mut outputs = Vec::new();
+        for (name, w) in &want {
+            let error = match got.get(name) {
+                Some(g) if g.shape() == w.shape() && g.dtype() == w.dtype() => {
+                    mlpc_ir::relative_error(&g.to_f64(), &w.to_f64())
+                }
+                _ => f64::NAN,
+            };
+            outputs.push(OutputCheck {
+                name: name.clone(),
+                dtype: w.dtype(),
+                shape: w.shape().to_vec(),
+                error,
+                tolerance: tolerance(w.dtype()),
+            });
+        }
+        Ok(CheckReport { backend, outputs })
+    }
+
+    /// Times the CUDA backend: warm-up runs, then `iters` runs bracketed by CUDA events, rotating
+    /// through weight sets (other random weights of the same shapes, so that weights do not stay
+    /// in L2) and input sets. Random data, never zeros.
+    pub fn bench(
+        &self,
+        bindings: &[(&str, u64)],
+        opts: BenchOptions,
+    ) -> Result<BenchReport, Error> {
+        let gpu = self.gpu_state()?;
+        let weight_bytes: usize = self
+            .optimized()
+            .weights()
+            .values()
+            .map(|w| w.bytes().len())
+            .sum();
+        let sets = opts
+            .weight_sets
+            .unwrap_or_else(|| (400_000_000 / weight_bytes.max(1)).clamp(2, 8));
+        let mut extra = Vec::new();
+        for s in 1..sets {
+            let mut w = BTreeMap::new();
+            for (name, t) in self.optimized().weights() {
+                let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
+                let fan_in = *shape.last().unwrap_or(&1) as f64;
+                let fresh = mlpc_frontend::generate::uniform_tensor(
+                    s as u64,
+                    name,
+                    &shape,
+                    1.0 / fan_in.sqrt(),
+                    t.dtype(),
+                )
+                .ok_or_else(|| {
+                    Error::Bench(format!("weight `{name}` is too large to regenerate"))
+                })?;
+                w.insert(name.clone(), Arc::new(fresh));
+            }
+            extra.push(gpu.with_weights(self, &w)?);
+        }
+        let mut exes: Vec<&mlpc_runtime::Executable> = vec![&gpu.exe];
+        exes.extend(extra.iter());
+        let device = gpu.exe.device();
+        let mut inputs = Vec::new();
+        for s in 0..opts.input_sets.max(1) {
+            let host = self.random_inputs(bindings, 1000 + s as u64)?;
+            let mut dev = BTreeMap::new();
+            for (n, t) in &host {
+                dev.insert(n.clone(), device.upload(t)?);
+            }
+            inputs.push(dev);
+        }
+        let binding = gpu
+            .exe
+            .check(&inputs[0])
+            .map_err(mlpc_runtime::RuntimeError::from)?;
+        let mut times = mlpc_runtime::time_runs(&exes, &inputs, opts.warmup, opts.iters.max(1))?;
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        Ok(BenchReport {
+            median_ms: median,
+            min_ms: times[0],
+            mean_ms: times.iter().sum::<f64>() / times.len() as f64,
+            iters: times.len(),
+            weight_sets: exes.len(),
+            flops: plan_flops(self.plan(), &binding),
+        })
+    }
+}

@@ -1,0 +1,56 @@
+//! Running a compiled model on the CUDA backend (`mlpc-runtime`): the device is opened and the
+//! kernels loaded once, on first use.
+
+use crate::compiler::Compiled;
+use crate::error::Error;
+use crate::Tensors;
+use mlpc_runtime::{Device, Executable, KernelImage, RunOptions};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub(crate) struct GpuState {
+    pub(crate) exe: Executable,
+    pub(crate) images: Vec<KernelImage>,
+}
+
+/// The images of every kernel of `c`, compiling them now if needed.
+pub(crate) fn images(c: &Compiled) -> Result<Vec<KernelImage>, Error> {
+    let (kernels, compiled) = c.compiled_kernels()?;
+    Ok(kernels
+        .into_iter()
+        .zip(compiled.iter())
+        .map(|(kernel, ck)| KernelImage {
+            kernel,
+            cubin: ck.cubin.clone(),
+        })
+        .collect())
+}
+
+impl GpuState {
+    pub(crate) fn new(c: &Compiled) -> Result<GpuState, Error> {
+        let images = images(c)?;
+        let device = Device::open(0)?;
+        let weights = |name: &str| c.optimized().weight(name).cloned();
+        let exe = Executable::load(&device, c.plan(), &images, &weights)?;
+        Ok(GpuState { exe, images })
+    }
+
+    pub(crate) fn run(&self, inputs: &Tensors, poison: bool) -> Result<Tensors, Error> {
+        Ok(self.exe.run_host(inputs, RunOptions { poison })?)
+    }
+
+    /// Loads the same plan again with other weights (for timing with weights out of L2).
+    pub(crate) fn with_weights(
+        &self,
+        c: &Compiled,
+        weights: &BTreeMap<String, Arc<mlpc_ir::HostTensor>>,
+    ) -> Result<Executable, Error> {
+        let lookup = |name: &str| weights.get(name).cloned();
+        Ok(Executable::load(
+            self.exe.device(),
+            c.plan(),
+            &self.images,
+            &lookup,
+        )?)
+    }
+}
