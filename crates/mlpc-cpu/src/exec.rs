@@ -2,7 +2,7 @@
 //! allocation, and the split of every kernel's output into tiles run on the thread pool.
 
 use crate::llvm::{self, Jit, KernelFn};
-use crate::pack::{pack_b, AlignedF32};
+use crate::pack::{bsr_layout, pack_b, pack_bsr, AlignedF32, BsrLayout};
 use crate::spec::{spec_of, Family, GemmSpec, Spec};
 use crate::{CpuBackend, CpuError, Tiling, Weights};
 use mlpc_ir::{bind_inputs, Bindings, BufferKind, Graph, HostTensor, MatLayout, Plan};
@@ -18,6 +18,8 @@ pub(crate) struct Compiled {
     func: KernelFn,
     /// Per operand slot: the B panels packed at compile time, for B operands that are weights.
     packed: Vec<Option<Arc<AlignedF32>>>,
+    /// For a sparse GEMM: the segments of its B panels.
+    bsr: Option<Arc<BsrLayout>>,
 }
 
 pub(crate) struct Executable {
@@ -86,22 +88,27 @@ pub(crate) fn compile(
     for (i, k) in plan.kernels.iter().enumerate() {
         let spec = spec_of(plan, k)?;
         let mut packed = vec![None; spec.args.len()];
+        let mut bsr = None;
         if let Family::Gemm(g) = &spec.family {
+            let layout = g
+                .sparse
+                .as_ref()
+                .map(|p| Arc::new(bsr_layout(p, tiling.nr)));
             for slot in g.b_slots() {
                 if let Some(w) = &wdata[spec.args[slot]] {
-                    let (kk, n) = b_dims(w.shape(), g.b);
-                    packed[slot] = Some(Arc::new(pack_b(
-                        w.bytes(),
-                        w.dtype(),
-                        g.b,
-                        kk,
-                        n,
-                        tiling.nr,
-                    )));
+                    let panels = match (&g.sparse, &layout) {
+                        (Some(p), Some(l)) => pack_bsr(w.bytes(), w.dtype(), p, l, tiling.nr),
+                        _ => {
+                            let (kk, n) = b_dims(w.shape(), g.b);
+                            pack_b(w.bytes(), w.dtype(), g.b, kk, n, tiling.nr)
+                        }
+                    };
+                    packed[slot] = Some(Arc::new(panels));
                 }
             }
+            bsr = layout;
         }
-        packed_all.push(packed);
+        packed_all.push((packed, bsr));
         named.push((symbol(i, &k.name), spec));
     }
     let (jit, fns) = llvm::compile(&named, &tiling, backend.keep_asm)?;
@@ -111,11 +118,12 @@ pub(crate) fn compile(
         .zip(named)
         .zip(fns)
         .zip(packed_all)
-        .map(|(((k, (_, spec)), func), packed)| Compiled {
+        .map(|(((k, (_, spec)), func), (packed, bsr))| Compiled {
             name: k.name.clone(),
             spec,
             func,
             packed,
+            bsr,
         })
         .collect();
     let pool = match backend.threads {
@@ -380,7 +388,10 @@ impl Executable {
             }
             MatLayout::T => (sa[1], sa[0], 1, sa[1]),
         };
-        let (kb, n) = b_dims(&shapes[spec.args[1]], g.b);
+        let (kb, n) = match &g.sparse {
+            Some(p) => (p.inp as usize, p.out as usize),
+            None => b_dims(&shapes[spec.args[1]], g.b),
+        };
         if kb != kk || shapes[spec.out].iter().product::<usize>() != m * n {
             return Err(CpuError::Unsupported {
                 kernel: k.name.clone(),
@@ -403,7 +414,10 @@ impl Executable {
                 None => {
                     let b = spec.args[slot];
                     let dt = self.plan.buffer(b).ty.dtype;
-                    Some(pack_b(data[b].bytes(), dt, g.b, kk, n, nr))
+                    Some(match (&g.sparse, &k.bsr) {
+                        (Some(p), Some(l)) => pack_bsr(data[b].bytes(), dt, p, l, nr),
+                        _ => pack_b(data[b].bytes(), dt, g.b, kk, n, nr),
+                    })
                 }
             });
         }
@@ -421,6 +435,9 @@ impl Executable {
             bufs.push(p);
         }
         bufs.push(data[spec.out].ptr());
+        if let Some(l) = &k.bsr {
+            bufs.push(l.index.as_ptr().cast());
+        }
         let call = Call {
             func: k.func,
             bufs,

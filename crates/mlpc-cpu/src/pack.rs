@@ -4,8 +4,15 @@
 //! `B[k, p*nr .. p*nr + nr]` and zeros past `N`. The micro-kernel then streams one panel with
 //! aligned full-width vector loads whatever the stored layout (`n` or `t`) and dtype were. Weights
 //! are packed once when a plan is compiled; a B that is a run-time tensor is packed on each run.
+//!
+//! A block-sparse B (`[kept, rows, cols]` blocks of the logical `[N, K]` weight) packs to the same
+//! panels, but each panel holds only the k ranges where some block of the block rows it covers is
+//! kept: its *segments*, maximal runs of kept block columns. The index ([`BsrLayout::index`], i64)
+//! is `seg_ptr[panels + 1]` (the segments of panel `p` are `seg_ptr[p] .. seg_ptr[p + 1]`), then
+//! per segment `k_start, len, offset` (the f32 offset of its first panel row). Inside a segment the
+//! rows of columns whose own block is not kept are zero.
 
-use mlpc_ir::{DType, MatLayout};
+use mlpc_ir::{BlockPattern, DType, MatLayout};
 
 /// 64 bytes: one cache line, one 512-bit vector.
 #[derive(Clone, Copy, Default)]
@@ -92,9 +99,134 @@ pub(crate) fn pack_b(
     out
 }
 
+/// Where the segments of each panel of a block-sparse B lie.
+pub(crate) struct BsrLayout {
+    pub index: Vec<i64>,
+    /// Panel rows over all segments.
+    rows: usize,
+}
+
+/// The segments of every panel of `nr` columns of the logical `[N, K]` weight of `p`.
+pub(crate) fn bsr_layout(p: &BlockPattern, nr: usize) -> BsrLayout {
+    let n = p.out as usize;
+    let [br, bc] = p.block.map(|d| d as usize);
+    let row_ptr = p.row_ptr();
+    let panels = n.div_ceil(nr);
+    let mut seg_ptr = Vec::with_capacity(panels + 1);
+    let mut segs: Vec<i64> = Vec::new();
+    let mut rows = 0usize;
+    seg_ptr.push(0i64);
+    for panel in 0..panels {
+        let (c0, c1) = (panel * nr, ((panel + 1) * nr).min(n));
+        let mut cols: Vec<u32> = (c0 / br..=(c1 - 1) / br)
+            .flat_map(|r| p.kept[row_ptr[r] as usize..row_ptr[r + 1] as usize].iter())
+            .map(|&(_, c)| c)
+            .collect();
+        cols.sort_unstable();
+        cols.dedup();
+        let mut i = 0;
+        while i < cols.len() {
+            let mut j = i + 1;
+            while j < cols.len() && cols[j] == cols[j - 1] + 1 {
+                j += 1;
+            }
+            let (k0, len) = (cols[i] as usize * bc, (j - i) * bc);
+            segs.extend([k0 as i64, len as i64, (rows * nr) as i64]);
+            rows += len;
+            i = j;
+        }
+        seg_ptr.push((segs.len() / 3) as i64);
+    }
+    seg_ptr.extend(segs);
+    BsrLayout {
+        index: seg_ptr,
+        rows,
+    }
+}
+
+/// Packs the `[kept, rows, cols]` blocks in `bytes` into the panels of `layout`.
+pub(crate) fn pack_bsr(
+    bytes: &[u8],
+    dtype: DType,
+    p: &BlockPattern,
+    layout: &BsrLayout,
+    nr: usize,
+) -> AlignedF32 {
+    let n = p.out as usize;
+    let [br, bc] = p.block.map(|d| d as usize);
+    let grid_cols = p.block_cols() as usize;
+    // Kept block index of each (block row, block col), or none.
+    let mut slot = vec![u32::MAX; p.block_rows() as usize * grid_cols];
+    for (i, &(r, c)) in p.kept.iter().enumerate() {
+        slot[r as usize * grid_cols + c as usize] = i as u32;
+    }
+    let panels = n.div_ceil(nr);
+    let mut out = AlignedF32::zeroed(layout.rows * nr);
+    let dst = out.as_mut_slice();
+    for panel in 0..panels {
+        let (s0, s1) = (
+            layout.index[panel] as usize,
+            layout.index[panel + 1] as usize,
+        );
+        for s in s0..s1 {
+            let at = panels + 1 + 3 * s;
+            let (k0, len, off) = (
+                layout.index[at] as usize,
+                layout.index[at + 1] as usize,
+                layout.index[at + 2] as usize,
+            );
+            for kk in 0..len {
+                let k = k0 + kk;
+                for j in 0..nr {
+                    let col = panel * nr + j;
+                    if col >= n {
+                        break;
+                    }
+                    let b = slot[(col / br) * grid_cols + k / bc];
+                    if b != u32::MAX {
+                        let src = b as usize * br * bc + (col % br) * bc + k % bc;
+                        dst[off + kk * nr + j] = load_f32(bytes, dtype, src);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sparse_panels_hold_the_kept_k_ranges() {
+        // [N=4, K=6] in 2x2 blocks; kept: (0, 0), (0, 2), (1, 1). Panels of 2 columns = one block
+        // row each: panel 0 has segments k 0..2 and 4..6, panel 1 has k 2..4.
+        let p = BlockPattern {
+            block: [2, 2],
+            out: 4,
+            inp: 6,
+            kept: vec![(0, 0), (0, 2), (1, 1)],
+        };
+        let l = bsr_layout(&p, 2);
+        assert_eq!(l.index, vec![0, 2, 3, 0, 2, 0, 4, 2, 4, 2, 2, 8]);
+        let blocks: Vec<u8> = (0..12).flat_map(|v| (v as f32).to_le_bytes()).collect();
+        let packed = pack_bsr(&blocks, DType::F32, &p, &l, 2);
+        // Block 0 = [[0, 1], [2, 3]] at rows n 0-1, k 0-1: panel row k holds W[0][k], W[1][k].
+        assert_eq!(
+            packed.as_slice(),
+            &[0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0, 8.0, 10.0, 9.0, 11.0]
+        );
+        // Panels straddling block rows take the union, zero where a column's block is dropped.
+        let l = bsr_layout(&p, 4);
+        assert_eq!(l.index, vec![0, 1, 0, 6, 0]);
+        let packed = pack_bsr(&blocks, DType::F32, &p, &l, 4);
+        assert_eq!(
+            &packed.as_slice()[..8],
+            &[0.0, 2.0, 0.0, 0.0, 1.0, 3.0, 0.0, 0.0]
+        );
+        assert_eq!(&packed.as_slice()[8..12], &[0.0, 0.0, 8.0, 10.0]);
+    }
 
     #[test]
     fn both_layouts_pack_to_the_same_panels() {

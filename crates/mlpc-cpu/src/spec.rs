@@ -8,7 +8,10 @@
 //! `transpose` kernels that materialise them.
 
 use crate::CpuError;
-use mlpc_ir::{Activation, BufferId, DType, Epilogue, Gemm, Kernel, MatLayout, Op, Plan};
+use mlpc_ir::{
+    Activation, BlockPattern, BufferId, DType, Epilogue, Gemm, Kernel, MatLayout, Op, Plan,
+};
+use std::sync::Arc;
 
 /// One step of a fused epilogue, with the operand slot it reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +42,9 @@ pub(crate) struct GemmSpec {
     pub a: MatLayout,
     pub b: MatLayout,
     pub dual: bool,
+    /// For a sparse GEMM: the block pattern of its packed weights (`b` is then `T`). The B panels
+    /// hold only the k ranges of kept blocks, listed in an index buffer (see [`crate::pack`]).
+    pub sparse: Option<Arc<BlockPattern>>,
     pub gate: Vec<Step>,
     pub up: Vec<Step>,
     pub epi: Vec<Step>,
@@ -133,16 +139,20 @@ pub(crate) fn spec_of(plan: &Plan, k: &Kernel) -> Result<Spec, CpuError> {
             a: MatLayout::N,
             b: MatLayout::N,
             dual: false,
+            sparse: None,
             gate: Vec::new(),
             up: Vec::new(),
             epi: Vec::new(),
         }),
-        Op::Gemm(g) => Family::Gemm(gemm_spec(plan, k, g)?),
-        Op::SparseGemm(_) => {
-            return Err(unsupported(
-                k,
-                "block-sparse GEMMs are not supported by the CPU backend yet",
-            ))
+        Op::Gemm(g) => Family::Gemm(gemm_spec(plan, k, g, None)?),
+        Op::SparseGemm(s) => {
+            s.pattern
+                .check()
+                .map_err(|m| unsupported(k, format!("invalid block pattern: {m}")))?;
+            if s.gemm.b != MatLayout::T {
+                return Err(unsupported(k, "a sparse GEMM reads its weight in layout t"));
+            }
+            Family::Gemm(gemm_spec(plan, k, &s.gemm, Some(s.pattern.clone()))?)
         }
         Op::Add | Op::Mul | Op::Act(_) => {
             let op = match k.op {
@@ -176,7 +186,12 @@ pub(crate) fn spec_of(plan: &Plan, k: &Kernel) -> Result<Spec, CpuError> {
     })
 }
 
-fn gemm_spec(plan: &Plan, k: &Kernel, g: &Gemm) -> Result<GemmSpec, CpuError> {
+fn gemm_spec(
+    plan: &Plan,
+    k: &Kernel,
+    g: &Gemm,
+    sparse: Option<Arc<BlockPattern>>,
+) -> Result<GemmSpec, CpuError> {
     let out_ty = &plan.buffer(k.out).ty;
     let a_ty = &plan.buffer(k.args[0]).ty;
     if a_ty.rank() == 0 || (g.a == MatLayout::T && a_ty.rank() != 2) {
@@ -190,8 +205,21 @@ fn gemm_spec(plan: &Plan, k: &Kernel, g: &Gemm) -> Result<GemmSpec, CpuError> {
     }
     // The micro-kernel reads both B panels of a dual GEMM with one set of sizes.
     let b_ty = &plan.buffer(k.args[1]).ty;
-    if b_ty.rank() != 2 {
-        return Err(unsupported(k, format!("B operand {b_ty} is not a matrix")));
+    match &sparse {
+        None if b_ty.rank() != 2 => {
+            return Err(unsupported(k, format!("B operand {b_ty} is not a matrix")));
+        }
+        Some(p) => {
+            let want: Vec<Option<u64>> = p.packed_shape().into_iter().map(Some).collect();
+            let got: Vec<Option<u64>> = b_ty.shape.iter().map(|d| d.fixed()).collect();
+            if got != want {
+                return Err(unsupported(
+                    k,
+                    format!("packed B operand {b_ty} does not hold the blocks {want:?}"),
+                ));
+            }
+        }
+        None => {}
     }
     if g.dual.is_some() && plan.buffer(k.args[2]).ty.shape != b_ty.shape {
         return Err(unsupported(
@@ -206,6 +234,7 @@ fn gemm_spec(plan: &Plan, k: &Kernel, g: &Gemm) -> Result<GemmSpec, CpuError> {
         a: g.a,
         b: g.b,
         dual: g.dual.is_some(),
+        sparse,
         gate: g
             .dual
             .iter()

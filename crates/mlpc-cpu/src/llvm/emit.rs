@@ -13,6 +13,9 @@
 //!   converts to the output dtype. A row tail of `rem < mr` rows runs one micro-kernel per binary
 //!   digit of `rem` (8, 4, 2, 1 rows); column tails are zero-padded panels and masked loads and
 //!   stores. `dims = [M, N, K, a_row_stride, a_k_stride]`.
+//! - Sparse GEMM: the same micro-kernel, but the K loop runs over the segments of the panel (the k
+//!   ranges of kept blocks, [`crate::pack::BsrLayout`]), whose index follows the output in `bufs`;
+//!   a panel without segments stores the epilogue of zero.
 //! - Elementwise: rows `r0..r1` of the output seen as `[rows, cols]`, vectorised along the row
 //!   with a masked tail; `dims = [rows, cols]`.
 //! - Transpose: output rows `r0..r1` of `[batch * R, C]` gathered from `[batch, C, R]`;
@@ -25,7 +28,7 @@ use super::{Cg, R};
 use crate::spec::{EwOp, EwSpec, Family, GemmSpec, Spec, Step};
 use crate::Tiling;
 use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue, VectorValue};
-use inkwell::IntPredicate;
+use inkwell::{AddressSpace, IntPredicate};
 use mlpc_ir::DType;
 
 /// The shared arguments of a kernel body.
@@ -176,15 +179,6 @@ impl<'ctx> Cg<'ctx> {
         let nv = t.nr / self.lanes as usize;
         let nr = self.i64(t.nr as u64);
 
-        // Panel bases as <lanes x float>*.
-        let panel_len = self.b.build_int_mul(k, nr, "panel.len")?;
-        let panel_off = self.b.build_int_mul(panel, panel_len, "panel.off")?;
-        let mut panels = Vec::new();
-        for slot in g.b_slots() {
-            let p = self.buf(fr.bufs, slot)?;
-            let p = self.elem_ptr(p, DType::F32, panel_off)?;
-            panels.push(p);
-        }
         let a_rows: Vec<IntValue<'ctx>> = (0..rows)
             .map(|i| {
                 let r = self.b.build_int_add(row, self.i64(i as u64), "a.row")?;
@@ -192,43 +186,120 @@ impl<'ctx> Cg<'ctx> {
             })
             .collect::<R<_>>()?;
 
-        let zero: BasicValueEnum<'ctx> = self.vf.const_zero().into();
-        let nacc = panels.len() * rows * nv;
-        let accs = self.loop_carry(
-            self.i64(0),
-            k,
-            self.i64(1),
-            "k",
-            &vec![zero; nacc],
-            |cg, kk, acc| {
-                let mut bv = Vec::new();
-                let row_off = cg.b.build_int_mul(kk, nr, "b.row")?;
-                for p in &panels {
+        // One k step: `b_row` is the row of the panels (`<lanes x float>*` bases in `panels`),
+        // `a_k` the column of A it multiplies.
+        let step = |cg: &Self,
+                    panels: &[PointerValue<'ctx>],
+                    b_row: IntValue<'ctx>,
+                    a_k: IntValue<'ctx>,
+                    acc: &[BasicValueEnum<'ctx>]|
+         -> R<Vec<BasicValueEnum<'ctx>>> {
+            let mut bv = Vec::new();
+            let row_off = cg.b.build_int_mul(b_row, nr, "b.row")?;
+            for p in panels {
+                for j in 0..nv {
+                    let off = cg.b.build_int_add(
+                        row_off,
+                        cg.i64((j * cg.lanes as usize) as u64),
+                        "b.off",
+                    )?;
+                    bv.push(cg.load_packed(*p, off)?);
+                }
+            }
+            let a_k = cg.b.build_int_mul(a_k, sak, "a.k")?;
+            let mut out = acc.to_vec();
+            for (i, a_row) in a_rows.iter().enumerate() {
+                let off = cg.b.build_int_add(*a_row, a_k, "a.idx")?;
+                let av = cg.load_splat(a, a_dt, off)?;
+                for pi in 0..panels.len() {
                     for j in 0..nv {
-                        let off = cg.b.build_int_add(
-                            row_off,
-                            cg.i64((j * cg.lanes as usize) as u64),
-                            "b.off",
+                        let idx = (pi * rows + i) * nv + j;
+                        let v = cg.fma(av, bv[pi * nv + j], acc[idx].into_vector_value())?;
+                        out[idx] = v.into();
+                    }
+                }
+            }
+            Ok(out)
+        };
+
+        let zero: BasicValueEnum<'ctx> = self.vf.const_zero().into();
+        let nacc = g.b_slots().len() * rows * nv;
+        let accs = match &g.sparse {
+            None => {
+                // Panel bases: panel * K * nr.
+                let panel_len = self.b.build_int_mul(k, nr, "panel.len")?;
+                let panel_off = self.b.build_int_mul(panel, panel_len, "panel.off")?;
+                let mut panels = Vec::new();
+                for slot in g.b_slots() {
+                    let p = self.buf(fr.bufs, slot)?;
+                    panels.push(self.elem_ptr(p, DType::F32, panel_off)?);
+                }
+                self.loop_carry(
+                    self.i64(0),
+                    k,
+                    self.i64(1),
+                    "k",
+                    &vec![zero; nacc],
+                    |cg, kk, acc| step(cg, &panels, kk, kk, acc),
+                )?
+            }
+            Some(_) => {
+                // The segments of this panel, from the index after the output pointer.
+                let idx = self.buf(fr.bufs, spec.dtypes.len())?;
+                let idx = self.b.build_pointer_cast(
+                    idx,
+                    self.i64t.ptr_type(AddressSpace::default()),
+                    "idx",
+                )?;
+                let panels_n = self.b.build_int_add(
+                    self.b.build_int_signed_div(
+                        self.b.build_int_add(
+                            n,
+                            self.b.build_int_sub(nr, self.i64(1), "nr1")?,
+                            "n.up",
+                        )?,
+                        nr,
+                        "panels",
+                    )?,
+                    self.i64(1),
+                    "seg.base",
+                )?;
+                let seg_lo = self.load_index(idx, panel)?;
+                let next = self.b.build_int_add(panel, self.i64(1), "panel.next")?;
+                let seg_hi = self.load_index(idx, next)?;
+                let slots: Vec<PointerValue<'ctx>> = g
+                    .b_slots()
+                    .map(|slot| self.buf(fr.bufs, slot))
+                    .collect::<R<_>>()?;
+                self.loop_carry(
+                    seg_lo,
+                    seg_hi,
+                    self.i64(1),
+                    "seg",
+                    &vec![zero; nacc],
+                    |cg, s, acc| {
+                        let at = cg.b.build_int_add(
+                            panels_n,
+                            cg.b.build_int_mul(s, cg.i64(3), "seg.3")?,
+                            "seg.at",
                         )?;
-                        bv.push(cg.load_packed(*p, off)?);
-                    }
-                }
-                let a_k = cg.b.build_int_mul(kk, sak, "a.k")?;
-                let mut out = acc.to_vec();
-                for (i, a_row) in a_rows.iter().enumerate() {
-                    let off = cg.b.build_int_add(*a_row, a_k, "a.idx")?;
-                    let av = cg.load_splat(a, a_dt, off)?;
-                    for (pi, _) in panels.iter().enumerate() {
-                        for j in 0..nv {
-                            let idx = (pi * rows + i) * nv + j;
-                            let v = cg.fma(av, bv[pi * nv + j], acc[idx].into_vector_value())?;
-                            out[idx] = v.into();
-                        }
-                    }
-                }
-                Ok(out)
-            },
-        )?;
+                        let k0 = cg.load_index(idx, at)?;
+                        let at1 = cg.b.build_int_add(at, cg.i64(1), "seg.at1")?;
+                        let len = cg.load_index(idx, at1)?;
+                        let at2 = cg.b.build_int_add(at, cg.i64(2), "seg.at2")?;
+                        let off = cg.load_index(idx, at2)?;
+                        let panels: Vec<PointerValue<'ctx>> = slots
+                            .iter()
+                            .map(|&p| cg.elem_ptr(p, DType::F32, off))
+                            .collect::<R<_>>()?;
+                        cg.loop_carry(cg.i64(0), len, cg.i64(1), "k", acc, |cg, kk, acc| {
+                            let a_k = cg.b.build_int_add(k0, kk, "a.kk")?;
+                            step(cg, &panels, kk, a_k, acc)
+                        })
+                    },
+                )?
+            }
+        };
 
         // Epilogue and store.
         let out_slot = spec.dtypes.len() - 1;

@@ -193,6 +193,14 @@ impl<'ctx> Cg<'ctx> {
         Ok(self.b.build_load(p, "dim")?.into_int_value())
     }
 
+    /// `idx[i]` of an `i64*` index array, `i` computed at run time.
+    fn load_index(&self, idx: PointerValue<'ctx>, i: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        // SAFETY (of the IR): the index arrays are built with every entry the kernel reads; see
+        // `crate::pack::BsrLayout`.
+        let p = unsafe { self.b.build_in_bounds_gep(idx, &[i], "idx.p")? };
+        Ok(self.b.build_load(p, "idx")?.into_int_value())
+    }
+
     fn elem_type(&self, dt: DType) -> BasicTypeEnum<'ctx> {
         match dt {
             DType::F32 => self.f32t.into(),
