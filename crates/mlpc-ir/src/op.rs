@@ -340,9 +340,10 @@ impl BlockPattern {
 /// elements of block `pattern.kept[i]` of the logical `[N, K]` weight, row-major (k contiguous).
 /// `gemm.b` is always `T` (the weight is read as `[N, K]`). A dual form shares one pattern.
 ///
-/// Value: exactly the GEMM with a dense weight that is zero outside the kept blocks, except that a
-/// dropped block contributes nothing at all (not `0 * A`, which is NaN where A is infinite). An
-/// output column block with no kept block is the epilogue applied to zero.
+/// Value: the GEMM with a dense weight that is zero outside the kept blocks; an output column block
+/// with no kept block is the epilogue applied to zero. The reference interpreter visits only kept
+/// blocks (a dropped block adds nothing, not `0 * A`); kernels may multiply zeros inside packed
+/// panels, which differs only where A is not finite.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SparseGemm {
     pub gemm: Gemm,
