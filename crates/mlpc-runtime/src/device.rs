@@ -169,6 +169,36 @@ pub struct DeviceTensor {
 impl DeviceTensor {
     /// The metadata the guards check.
     pub fn meta(&self, stream: &CudaStream) -> TensorMeta {
+        self.as_ref().meta(stream)
+    }
+
+    /// A borrowed view of the same memory, shape and strides.
+    pub fn as_ref(&self) -> TensorRef<'_> {
+        TensorRef {
+            data: &self.data,
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+            device: self.device,
+        }
+    }
+}
+
+/// Device memory borrowed with the shape and strides to read it with: how a caller hands the
+/// same memory to a kernel under another view (e.g. a transposed one) without copying it.
+#[derive(Debug, Clone)]
+pub struct TensorRef<'a> {
+    pub data: &'a CudaSlice<u8>,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// In elements.
+    pub strides: Vec<usize>,
+    pub device: usize,
+}
+
+impl TensorRef<'_> {
+    /// The metadata the guards check.
+    pub fn meta(&self, stream: &CudaStream) -> TensorMeta {
         let (ptr, _sync) = self.data.device_ptr(stream);
         TensorMeta {
             dtype: self.dtype,

@@ -1,6 +1,6 @@
 //! A plan loaded on a device: modules loaded, weights uploaded, ready to run.
 
-use crate::device::{driver, Device, DeviceError, DeviceTensor};
+use crate::device::{driver, Device, DeviceError, DeviceTensor, TensorRef};
 use crate::guard::{check_guards, GuardError, TensorMeta};
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
@@ -145,6 +145,14 @@ impl Executable {
 
     /// Checks the inputs against the guards; returns the bindings of the symbolic dims.
     pub fn check(&self, inputs: &BTreeMap<String, DeviceTensor>) -> Result<Bindings, GuardError> {
+        self.check_refs(&refs(inputs))
+    }
+
+    /// [`Executable::check`] for borrowed views.
+    pub fn check_refs(
+        &self,
+        inputs: &BTreeMap<String, TensorRef<'_>>,
+    ) -> Result<Bindings, GuardError> {
         let stream = self.device.stream();
         let metas: Vec<(String, TensorMeta)> = inputs
             .iter()
@@ -175,7 +183,16 @@ impl Executable {
         inputs: &BTreeMap<String, DeviceTensor>,
         opts: RunOptions,
     ) -> Result<BTreeMap<String, DeviceTensor>, RuntimeError> {
-        let bindings = self.check(inputs)?;
+        self.run_refs(&refs(inputs), opts)
+    }
+
+    /// [`Executable::run`] on borrowed views of device memory.
+    pub fn run_refs(
+        &self,
+        inputs: &BTreeMap<String, TensorRef<'_>>,
+        opts: RunOptions,
+    ) -> Result<BTreeMap<String, DeviceTensor>, RuntimeError> {
+        let bindings = self.check_refs(inputs)?;
         let stream = self.device.stream().clone();
         let mut scratch_guard = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         if scratch_guard
@@ -220,7 +237,7 @@ impl Executable {
                         tensor: b.name.clone(),
                         expected: b.ty.to_string(),
                     })?;
-                    (&t.data, t.data.len())
+                    (t.data, t.data.len())
                 }
                 BufferKind::Weight => {
                     let t = &self.weights[&id];
@@ -343,6 +360,13 @@ impl Executable {
     }
 }
 
+fn refs(inputs: &BTreeMap<String, DeviceTensor>) -> BTreeMap<String, TensorRef<'_>> {
+    inputs
+        .iter()
+        .map(|(n, t)| (n.clone(), t.as_ref()))
+        .collect()
+}
+
 /// Times `iters` runs after `warmup` untimed ones, rotating through `exes` (the same plan with
 /// different weights, so that weights do not stay in L2) and `inputs`. Each run is bracketed by
 /// CUDA events on the stream; returns the per-run times in milliseconds.
@@ -368,8 +392,12 @@ pub fn time_runs(
             drop(exe.run(inp, RunOptions::default())?);
             continue;
         }
-        let start = ctx.new_event(None).map_err(driver("creating an event"))?;
-        let end = ctx.new_event(None).map_err(driver("creating an event"))?;
+        let start = ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(driver("creating an event"))?;
+        let end = ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(driver("creating an event"))?;
         start.record(stream).map_err(driver("recording an event"))?;
         let out = exe.run(inp, RunOptions::default())?;
         end.record(stream).map_err(driver("recording an event"))?;

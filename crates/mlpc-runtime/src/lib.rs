@@ -12,6 +12,6 @@ pub mod device;
 pub mod executable;
 pub mod guard;
 
-pub use device::{driver_present, Device, DeviceError, DeviceTensor};
+pub use device::{driver_present, Device, DeviceError, DeviceTensor, TensorRef};
 pub use executable::{time_runs, Executable, KernelImage, RunOptions, RuntimeError};
 pub use guard::{check_guards, GuardError, TensorMeta};
