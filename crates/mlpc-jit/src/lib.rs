@@ -64,6 +64,8 @@ pub struct CompiledKernel {
     /// The NVRTC log, including ptxas' resource report.
     pub log: String,
     pub resources: Resources,
+    /// Whether `resources` was read from ptxas' report (else it is all zeros).
+    pub resources_known: bool,
     pub from_cache: bool,
 }
 
@@ -100,13 +102,11 @@ pub fn compile(kernel: &CudaKernel, opts: &JitOptions) -> Result<CompiledKernel,
     };
 
     let finish = |entry: cache::Entry, from_cache: bool| {
-        let resources = resources::parse(&entry.log, &kernel.entry).ok_or_else(|| {
-            JitError::NoResourceInfo {
-                kernel: kernel.name.clone(),
-                entry: kernel.entry.clone(),
-                log: entry.log.clone(),
-            }
-        })?;
+        // Some NVRTC builds leave ptxas' report out of the log now and then (seen on a CUDA 13.0
+        // toolkit install); the kernel is fine, only its resource figures are unknown then.
+        let parsed = resources::parse(&entry.log, &kernel.entry);
+        let resources_known = parsed.is_some();
+        let resources = parsed.unwrap_or_default();
         Ok(CompiledKernel {
             name: kernel.name.clone(),
             entry: kernel.entry.clone(),
@@ -115,16 +115,14 @@ pub fn compile(kernel: &CudaKernel, opts: &JitOptions) -> Result<CompiledKernel,
             ptx: entry.ptx,
             log: entry.log,
             resources,
+            resources_known,
             from_cache,
         })
     };
 
     if let Some((dir, key)) = &cache {
         if let Some(entry) = cache::lookup(dir, key) {
-            // An entry whose log lost the resource report is stale: compile again.
-            if resources::parse(&entry.log, &kernel.entry).is_some() {
-                return finish(entry, true);
-            }
+            return finish(entry, true);
         }
     }
     let file = format!("{}.cu", kernel.name);

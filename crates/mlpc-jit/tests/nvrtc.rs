@@ -73,6 +73,11 @@ fn check_compiled(arch: Arch, kernels: &[CudaKernel]) {
             c.resources,
             c.log
         );
+        assert!(
+            c.resources_known,
+            "{}: no ptxas report in the log:\n{}",
+            k.name, c.log
+        );
         assert!(c.resources.registers > 0 && c.resources.registers <= 255);
         if k.entry.contains("gemm") {
             // The main loop synchronises the CTA.

@@ -9,7 +9,7 @@ use mlpc_codegen::{Arch, CodegenOptions, CudaKernel};
 use mlpc_frontend::Model;
 use mlpc_ir::{DType, Graph, Plan, TensorType};
 use mlpc_jit::{CompiledKernel, JitOptions};
-use mlpc_passes::{Pipeline, PipelineOptions, PipelineReport, PrintAfter};
+use mlpc_passes::{Pipeline, PipelineOptions, PipelineReport, PrintAfter, SparseWeight};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -35,6 +35,7 @@ pub struct Compiler {
     arch: Arch,
     cuda: CudaKernels,
     no_cache: bool,
+    respecialize: usize,
 }
 
 impl Compiler {
@@ -72,6 +73,14 @@ impl Compiler {
         self
     }
 
+    /// When a device input's strides break the guards but describe a transposed view of row-major
+    /// memory, compile a variant for that layout instead of refusing the input, keeping at most
+    /// `limit` variants (0, the default, refuses).
+    pub fn respecialize(mut self, limit: usize) -> Compiler {
+        self.respecialize = limit;
+        self
+    }
+
     /// Neither read nor write the on-disk kernel cache.
     pub fn no_cache(mut self, on: bool) -> Compiler {
         self.no_cache = on;
@@ -88,10 +97,16 @@ impl Compiler {
     /// module tree.
     pub fn compile_model(&self, model: Model) -> Result<Compiled, Error> {
         mlpc_ir::verify(&model.graph)?;
+        let sparse: Vec<SparseWeight> = model
+            .sparsity
+            .iter()
+            .map(|s| SparseWeight::new(s.weight.clone(), s.block, s.density))
+            .collect();
         let pipeline = match &self.passes {
             Some(names) => Pipeline::from_names(names)?,
             None => Pipeline::default(),
-        };
+        }
+        .with_sparsity(sparse);
         let mut opts = PipelineOptions::default();
         if let Some(v) = self.verify_each {
             opts.verify_each = v;
@@ -130,6 +145,8 @@ impl Compiler {
             }
         };
         Ok(Compiled {
+            compiler: self.clone(),
+            variants: Mutex::new(Vec::new()),
             model,
             optimized,
             report,
@@ -161,6 +178,9 @@ pub(crate) struct CudaBuild {
 
 /// A compiled model: ready to run on a backend, and to write its artifacts.
 pub struct Compiled {
+    compiler: Compiler,
+    /// Variants compiled for other input layouts: (transposed inputs, model), oldest first.
+    variants: Mutex<Vec<(Vec<String>, Arc<Compiled>)>>,
     model: Model,
     optimized: Graph,
     report: PipelineReport,
@@ -195,6 +215,17 @@ impl Compiled {
     /// The graph after the passes: what the kernels compute.
     pub fn optimized(&self) -> &Graph {
         &self.optimized
+    }
+
+    /// The graph the reference backend interprets: the source graph, or, when the model prunes
+    /// weights to block-sparse, the optimised graph, whose weights are the pruned ones (pruning
+    /// changes the function on purpose; every other pass preserves it).
+    pub fn reference_graph(&self) -> &Graph {
+        if self.model.sparsity.is_empty() {
+            &self.model.graph
+        } else {
+            &self.optimized
+        }
     }
 
     /// The kernel plan every backend runs.
@@ -380,10 +411,92 @@ impl Compiled {
             });
         }
         match backend {
-            Backend::Reference => Ok(mlpc_ir::interpret(self.graph(), inputs)?),
+            Backend::Reference => Ok(mlpc_ir::interpret(self.reference_graph(), inputs)?),
             Backend::Cpu => self.cpu_state()?.run(inputs),
             Backend::Cuda => self.gpu_state()?.run(inputs, poison),
         }
+    }
+
+    /// The device the CUDA backend runs on (opened on first use), for callers that keep their
+    /// tensors on the GPU.
+    pub fn device(&self) -> Result<mlpc_runtime::Device, Error> {
+        Ok(self.gpu_state()?.exe.device().clone())
+    }
+
+    /// Runs the CUDA kernels on tensors already on the device, enqueued on the device's stream:
+    /// the embedding API. Every input is checked against the guards first (dtype, shape, symbolic
+    /// dims, strides, alignment, device); a violation is an [`mlpc_runtime::GuardError`], never a
+    /// wrong result.
+    pub fn run_device(
+        &self,
+        inputs: &std::collections::BTreeMap<String, mlpc_runtime::DeviceTensor>,
+    ) -> Result<std::collections::BTreeMap<String, mlpc_runtime::DeviceTensor>, Error> {
+        let opts = mlpc_runtime::RunOptions::default();
+        match self.gpu_state()?.exe.run(inputs, opts) {
+            Err(mlpc_runtime::RuntimeError::Guard(g))
+                if g.is_layout() && self.compiler.respecialize > 0 =>
+            {
+                self.run_variant(inputs, g)
+            }
+            r => Ok(r?),
+        }
+    }
+
+    /// Runs the variant compiled for the inputs' layout (see [`crate::transpose_inputs`]), or
+    /// returns `refused` when no variant can take these strides.
+    fn run_variant(
+        &self,
+        inputs: &std::collections::BTreeMap<String, mlpc_runtime::DeviceTensor>,
+        refused: mlpc_runtime::GuardError,
+    ) -> Result<std::collections::BTreeMap<String, mlpc_runtime::DeviceTensor>, Error> {
+        let refuse = || Error::Runtime(mlpc_runtime::RuntimeError::Guard(refused.clone()));
+        let mut transposed = Vec::new();
+        for (name, t) in inputs {
+            if t.strides == mlpc_runtime::TensorMeta::contiguous_strides(&t.shape) {
+                continue;
+            }
+            if !crate::respecialize::is_transposed_view(&t.shape, &t.strides) {
+                return Err(refuse());
+            }
+            transposed.push(name.clone());
+        }
+        if transposed.is_empty() {
+            return Err(refuse());
+        }
+        let variant = {
+            let mut variants = self.variants.lock().unwrap_or_else(|p| p.into_inner());
+            match variants.iter().find(|(k, _)| *k == transposed) {
+                Some((_, v)) => v.clone(),
+                None => {
+                    let mut model = self.model.clone();
+                    model.graph =
+                        crate::respecialize::transpose_inputs(&self.model.graph, &transposed)?;
+                    let v = Arc::new(self.compiler.compile_model(model)?);
+                    if variants.len() >= self.compiler.respecialize {
+                        variants.remove(0);
+                    }
+                    variants.push((transposed.clone(), v.clone()));
+                    v
+                }
+            }
+        };
+        // Hand each transposed input over as the row-major memory it is.
+        let refs: std::collections::BTreeMap<String, mlpc_runtime::TensorRef<'_>> = inputs
+            .iter()
+            .map(|(n, t)| {
+                let mut r = t.as_ref();
+                if transposed.contains(n) {
+                    let k = r.shape.len();
+                    r.shape.swap(k - 2, k - 1);
+                    r.strides.swap(k - 2, k - 1);
+                }
+                (n.clone(), r)
+            })
+            .collect();
+        Ok(variant
+            .gpu_state()?
+            .exe
+            .run_refs(&refs, mlpc_runtime::RunOptions::default())?)
     }
 
     pub(crate) fn cpu_state(&self) -> Result<Arc<crate::cpu::CpuState>, Error> {

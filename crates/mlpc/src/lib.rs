@@ -27,6 +27,7 @@ mod compiler;
 mod cpu;
 mod cuda;
 mod error;
+mod respecialize;
 
 pub use artifacts::Artifacts;
 pub use backend::{Backend, UnknownBackend};
@@ -35,11 +36,14 @@ pub use compiler::{Compiled, Compiler, CudaKernels, CudaStatus, Summary};
 pub use error::Error;
 pub use mlpc_codegen::Arch;
 pub use mlpc_passes::PrintAfter;
+pub use respecialize::transpose_inputs;
 
 pub use mlpc_frontend::{FrontendError, Model};
 pub use mlpc_ir::{DType, Graph, HostTensor, TensorType};
 /// The crates mlpc is made of, for callers that need more than this facade.
-pub use {mlpc_frontend as frontend, mlpc_ir as ir, mlpc_passes as passes};
+pub use {
+    mlpc_frontend as frontend, mlpc_ir as ir, mlpc_passes as passes, mlpc_runtime as runtime,
+};
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -46,7 +46,13 @@ fn reference_run_is_the_interpreter() {
     let inputs = c.random_inputs(&[("T", 4)], 9).unwrap();
     assert_eq!(inputs["x"].shape(), &[4, 6]);
     let out = c.run(Backend::Reference, &inputs).unwrap();
-    assert_eq!(out, mlpc::ir::interpret(c.graph(), &inputs).unwrap());
+    // The model prunes fc1.weight, so the reference is the pruned graph, not the source.
+    assert!(std::ptr::eq(c.reference_graph(), c.optimized()));
+    assert_eq!(
+        out,
+        mlpc::ir::interpret(c.reference_graph(), &inputs).unwrap()
+    );
+    assert_ne!(out, mlpc::ir::interpret(c.graph(), &inputs).unwrap());
     assert_eq!(out["y"].shape(), &[4, 6]);
 }
 
@@ -161,4 +167,51 @@ fn tensor_files_round_trip() {
     assert_eq!(mlpc::read_tensors(&path).unwrap(), inputs);
     let e = mlpc::read_tensors(&tmp.path().join("missing.safetensors")).unwrap_err();
     assert!(matches!(e, Error::Frontend(_)), "{e:?}");
+}
+
+#[test]
+fn a_variant_for_transposed_inputs_computes_the_same_and_folds_the_view() {
+    let json = r#"{
+      "mlpc": 1, "name": "dense", "dtype": "f32", "seed": 5,
+      "inputs": { "x": { "shape": ["T", 6] } },
+      "layers": [
+        { "op": "linear", "name": "fc1", "out": 10 },
+        { "op": "silu" },
+        { "op": "linear", "name": "fc2", "out": 6, "bias": false }
+      ]
+    }"#;
+    let model = mlpc::frontend::parse_model(json, Path::new("."), "dense.json").unwrap();
+    assert!(model.sparsity.is_empty());
+    let base = Compiler::new().compile_model(model.clone()).unwrap();
+    let mut variant_model = model;
+    variant_model.graph = mlpc::transpose_inputs(base.graph(), &["x".to_string()]).unwrap();
+    let variant = Compiler::new().compile_model(variant_model).unwrap();
+    // The input is now the [6, T] storage; its transpose folds into the first GEMM.
+    assert_eq!(
+        variant
+            .graph()
+            .node(variant.graph().find("x").unwrap())
+            .ty
+            .to_string(),
+        "f32[6,T]"
+    );
+    assert_eq!(variant.plan().kernels.len(), base.plan().kernels.len());
+    assert!(
+        variant.optimized().to_string().contains("gemm.tt %x"),
+        "{}",
+        variant.optimized()
+    );
+
+    let inputs = base.random_inputs(&[("T", 3)], 4).unwrap();
+    let x = inputs["x"].to_f64();
+    let xt: Vec<f64> = (0..6)
+        .flat_map(|c| (0..3).map(move |r| (r, c)))
+        .map(|(r, c)| x[r * 6 + c])
+        .collect();
+    let xt = mlpc::HostTensor::from_f64(DType::F32, vec![6, 3], &xt).unwrap();
+    let want = base.run(Backend::Reference, &inputs).unwrap();
+    let got = variant
+        .run(Backend::Reference, &[("x".to_string(), xt)].into())
+        .unwrap();
+    assert_eq!(got, want);
 }

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""mlpc against its PyTorch peers, in one run on one CUDA machine.
+
+Rows named `bsr ...` prune the weight of a single linear to the given block density: their peers are
+the dense GEMM of the same unpruned shape (eager) and torch's BSR matmul (compile column).
+For each model: `mlpc bench` (CUDA events around each run after warm-up, median, rotating weight
+and input sets, random data) and, in this same process afterwards, PyTorch eager (`F.linear` +
+activation) and torch.compile (default mode) on the same shapes with rotating input/weight sets,
+timed with triton's do_bench (CUDA events, median). Writes one markdown table: ours, each peer,
+ratios, TFLOP/s, % of the bf16 peak measured in the same run (an 8192^3 cuBLAS GEMM).
+
+usage: bench.py --mlpc BIN --out REPORT.md [--only NAME,...] [--no-compile]
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import tempfile
+
+# name: (model.json or None for a generated one, T, dims, activation, gated, bias, dtype)
+MODELS = [
+    ("gpt2-mlp", "examples/gpt2-mlp/model.json", 8192, [768, 3072, 768], "gelu_tanh", False, True, "bf16"),
+    ("bert-large-ffn", "examples/bert-large-ffn/model.json", 8192, [1024, 4096, 1024], "gelu", False, True, "bf16"),
+    ("seed-geglu", "examples/seed-geglu/model.json", 8192, [768, 3072, 768], "gelu_tanh", True, False, "bf16"),
+    ("mlp3-relu", "examples/mlp3-relu/model.json", 8192, [1024, 4096, 4096, 1024], "relu", False, True, "bf16"),
+    ("llama-swiglu", "examples/llama-swiglu/model.json", 4096, [4096, 11008, 4096], "silu", True, False, "bf16"),
+    ("gemm 8192x768x3072", None, 8192, [768, 3072], None, False, False, "bf16"),
+    ("gemm 8192x3072x768", None, 8192, [3072, 768], None, False, False, "bf16"),
+    ("gemm 4096x4096x11008", None, 4096, [4096, 11008], None, False, False, "bf16"),
+    ("llama-swiglu T=16", "examples/llama-swiglu/model.json", 16, [4096, 11008, 4096], "silu", True, False, "bf16"),
+    ("gpt2-mlp T=16", "examples/gpt2-mlp/model.json", 16, [768, 3072, 768], "gelu_tanh", False, True, "bf16"),
+    ("gemm 4096^3 dense", None, 4096, [4096, 4096], None, False, False, "bf16"),
+    ("bsr 4096^2 b32 d=0.5", None, 4096, [4096, 4096], None, False, False, "bf16"),
+    ("bsr 4096^2 b32 d=0.25", None, 4096, [4096, 4096], None, False, False, "bf16"),
+    ("bsr 4096^2 b32 d=0.1", None, 4096, [4096, 4096], None, False, False, "bf16"),
+    ("bsr 4096^2 b32 d=0.25 f32", None, 4096, [4096, 4096], None, False, False, "f32"),
+    ("gpt2-mlp f32", "examples/gpt2-mlp/model.json", 8192, [768, 3072, 768], "gelu_tanh", False, True, "f32"),
+    ("bert-large-ffn f32", "examples/bert-large-ffn/model.json", 8192, [1024, 4096, 1024], "gelu", False, True, "f32"),
+]
+
+
+def model_file(src, dims, dtype, tmp, name):
+    """The model.json to bench: the example with its dtype changed, or a single bias-free linear."""
+    if src is None:
+        m = {"mlpc": 1, "name": name.replace(" ", "-"), "dtype": dtype, "seed": 0,
+             "inputs": {"x": {"shape": ["T", dims[0]]}},
+             "layers": [{"op": "linear", "name": "fc", "in": dims[0], "out": dims[1], "bias": False}]}
+        if name.startswith("bsr"):
+            density = float(name.split("d=")[1].split()[0])
+            m["sparsity"] = {"fc.weight": {"block": [32, 32], "density": density}}
+    else:
+        m = json.load(open(src))
+        m["dtype"] = dtype
+    path = os.path.join(tmp, name.replace(" ", "_").replace("=", "") + ".json")
+    json.dump(m, open(path, "w"))
+    return path
+
+
+def flops(T, dims, gated):
+    if gated:
+        return 2 * T * dims[0] * dims[1] * 3
+    return sum(2 * T * i * o for i, o in zip(dims[:-1], dims[1:]))
+
+
+def bench_mlpc(mlpc, path, T, iters):
+    p = subprocess.run([mlpc, "bench", path, "--bind", f"T={T}", "--iters", str(iters), "--warmup", "10",
+                        "--json", "/dev/stdout"], capture_output=True, text=True)
+    if p.returncode != 0:
+        return None, (p.stderr or p.stdout).strip()[-300:]
+    line = [l for l in p.stdout.splitlines() if l.startswith("{")][-1]
+    return json.loads(line), None
+
+
+def peers(rows, no_compile):
+    import torch
+    import torch.nn.functional as F
+    from triton.testing import do_bench
+    acts = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
+            None: lambda t: t}
+    dts = {"bf16": torch.bfloat16, "f32": torch.float32}
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    peak_ms = do_bench(lambda: a @ b, warmup=25, rep=200, return_mode="median")
+    peak = 2 * 8192 ** 3 / (peak_ms * 1e-3) / 1e12
+    del a, b
+    for r in rows:
+        T, dims, act, gated, bias, dn = r["T"], r["dims"], r["act"], r["gated"], r["bias"], r["dtype"]
+        dt = dts[dn]
+        f = acts[act]
+        wbytes = sum(i * o for i, o in zip(dims[:-1], dims[1:])) * (3 if gated else 1) * dt.itemsize
+        sets = max(2, min(8, int(4e8 // max(wbytes, 1))))
+        xs = [torch.randn(T, dims[0], device="cuda", dtype=dt) for _ in range(sets)]
+        if gated:
+            d, h = dims[0], dims[1]
+            ws = [(torch.randn(h, d, device="cuda", dtype=dt) / d ** 0.5, torch.randn(h, d, device="cuda", dtype=dt) / d ** 0.5,
+                   torch.randn(d, h, device="cuda", dtype=dt) / h ** 0.5) for _ in range(sets)]
+        else:
+            ws = [[(torch.randn(o, i, device="cuda", dtype=dt) / i ** 0.5,
+                    torch.randn(o, device="cuda", dtype=dt) * 0.1 if bias else None) for i, o in zip(dims[:-1], dims[1:])]
+                  for _ in range(sets)]
+
+        def fwd(x, w):
+            if gated:
+                g, u, dn_ = w
+                return F.linear(f(F.linear(x, g)) * F.linear(x, u), dn_)
+            for k, (wt, bb) in enumerate(w):
+                x = F.linear(x, wt, bb)
+                if k < len(w) - 1:
+                    x = f(x)
+            return x
+
+        def timed(fn):
+            i = [0]
+
+            def step():
+                fn(i[0] % sets)
+                i[0] += 1
+            return do_bench(step, warmup=25, rep=200, return_mode="median")
+        r["eager_ms"] = timed(lambda k: fwd(xs[k], ws[k]))
+        if r["name"].startswith("bsr"):
+            density = float(r["name"].split("d=")[1].split()[0])
+            n = dims[0]
+            mask = torch.rand(n // 32, n // 32, device="cuda") < density
+            w = torch.randn(n, n, device="cuda", dtype=dt) * mask.repeat_interleave(32, 0).repeat_interleave(32, 1)
+            wb = w.to_sparse_bsr((32, 32))
+            xt = xs[0].t().contiguous()
+            r["compile_ms"] = do_bench(lambda: wb @ xt, warmup=10, rep=100, return_mode="median")
+            print(r["name"], "dense", r["eager_ms"], "torch bsr", r["compile_ms"], flush=True)
+            continue
+        if not no_compile:
+            comp = torch.compile(fwd)
+            for k in range(sets):
+                comp(xs[k], ws[k])
+            r["compile_ms"] = timed(lambda k: comp(xs[k], ws[k]))
+        print(r["name"], "eager", r["eager_ms"], "compile", r.get("compile_ms"), flush=True)
+        del xs, ws
+        torch.cuda.empty_cache()
+    return peak, torch.cuda.get_device_name(), torch.__version__
+
+
+BEGIN, END = "<!-- bench_gpu:begin -->", "<!-- bench_gpu:end -->"
+
+
+def write_section(path, text):
+    """Puts `text` between the GPU markers of `path`, keeping the rest of the file; a new file gets
+    a title and the markers."""
+    try:
+        doc = open(path).read()
+    except FileNotFoundError:
+        doc = f"# Benchmarks\n\n## GPU\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in doc or END not in doc:
+        doc = doc.rstrip() + f"\n\n## GPU\n\n{BEGIN}\n{END}\n"
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(path, "w") as f:
+        f.write(head + BEGIN + "\n" + text + END + tail)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mlpc", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--no-compile", action="store_true")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    rows = []
+    for name, src, T, dims, act, gated, bias, dtype in MODELS:
+        if a.only and name not in a.only.split(","):
+            continue
+        path = model_file(src, dims, dtype, tmp, name)
+        iters = 50 if dtype == "f32" else 200
+        res, err = bench_mlpc(a.mlpc, path, T, iters)
+        row = dict(name=name, T=T, dims=dims, act=act, gated=gated, bias=bias, dtype=dtype,
+                   flops=flops(T, dims, gated), mlpc=res, error=err)
+        print(name, "mlpc", res and res["median_ms"], err or "", flush=True)
+        rows.append(row)
+    peak, dev, torch_version = peers(rows, a.no_compile)
+    out = ["",
+           f"Generated by `scripts/gpu/bench.py` on {datetime.date.today().isoformat()}, device: {dev}, "
+           f"PyTorch {torch_version}. Medians of CUDA-event timings after warm-up, rotating weight and input sets "
+           f"(random data). bf16 peak measured in the same run (8192^3 cuBLAS GEMM): {peak:.0f} TFLOP/s. "
+           "torch.compile in its default mode (max-autotune was not run: it compiles for tens of seconds per model). "
+           "Ratios are peer time / mlpc time (above 1: mlpc faster).\n",
+           "| model | dtype | T | mlpc kernels | mlpc ms | mlpc TFLOP/s | % of bf16 peak | eager ms | compile ms | eager / mlpc | compile / mlpc |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        m = r["mlpc"]
+        if m is None:
+            out.append(f"| {r['name']} | {r['dtype']} | {r['T']} | - | failed: {(r['error'] or '').replace('|', '/')[:120]} | | | "
+                       f"{r.get('eager_ms', 0):.4f} | {r.get('compile_ms', 0) or 0:.4f} | | |")
+            continue
+        ms = m["median_ms"]
+        tf = r["flops"] / (ms * 1e-3) / 1e12
+        e, c = r.get("eager_ms"), r.get("compile_ms")
+        out.append(f"| {r['name']} | {r['dtype']} | {r['T']} | {len(m['kernels'])} | {ms:.4f} | {tf:.1f} | {100 * tf / peak:.0f}% | "
+                   f"{e:.4f} | {c if c is None else f'{c:.4f}'} | {e / ms:.2f} | {'-' if c is None else f'{c / ms:.2f}'} |")
+    write_section(a.out, "\n".join(out[1:]).strip() + "\n")
+    with open(a.out.replace(".md", ".json"), "w") as f:
+        json.dump(dict(device=dev, torch=torch_version, peak_tflops=peak, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
