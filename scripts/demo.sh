@@ -17,8 +17,10 @@ model="examples/$example/model.json"
 cargo build -q -p mlpc-cli
 mlpc="$MLPC_ROOT/target/debug/mlpc"
 set -x
-"$mlpc" compile "$model" -o "out/$example"
+"$mlpc" compile "$model" -o "out/$example" --explain
 "$mlpc" gen-inputs "$model" --bind "T=$tokens" -o "out/$example.inputs.safetensors"
+# The best backend of this machine: CUDA with a GPU, else the LLVM CPU backend.
 "$mlpc" run "$model" --input "out/$example.inputs.safetensors" \
-    --output "out/$example.outputs.safetensors" --backend reference
-head -n 20 "out/$example/graph.txt"
+    --output "out/$example.outputs.safetensors"
+# The same backend against the reference interpreter, on fresh random inputs.
+"$mlpc" check "$model" --bind "T=$tokens"
