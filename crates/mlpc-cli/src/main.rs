@@ -49,10 +49,15 @@ enum Command {
         /// Print the time each pass took.
         #[arg(long)]
         time_passes: bool,
+        /// Also write the weights the kernels read (DIR/weights.safetensors), so that DIR runs
+        /// on its own: `mlpc run DIR ...`.
+        #[arg(long)]
+        emit_weights: bool,
     },
     /// Run a model on inputs read from a safetensors file; write the outputs to another.
     Run {
-        /// The model file (model.json).
+        /// The model file (model.json), or a directory written by `mlpc compile --emit-weights`
+        /// (runs its compiled kernels on the GPU).
         model: PathBuf,
         /// Inputs by name (safetensors).
         #[arg(short, long, value_name = "IN.safetensors")]
@@ -246,9 +251,11 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             explain,
             print_after,
             time_passes,
+            emit_weights,
         } => {
             let compiled = opts
                 .compiler(print_after.as_deref())?
+                .emit_weights(emit_weights)
                 .compile_file(&model)?;
             for (pass, ir) in compiled.pass_ir() {
                 println!("// IR after {pass}\n{ir}");
@@ -273,6 +280,25 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             backend,
             opts,
         } => {
+            if model.is_dir() {
+                // A compiled directory: its CUBINs run on the CUDA backend only.
+                if let Some(b) = backend.map(Backend::from).filter(|&b| b != Backend::Cuda) {
+                    return Err(mlpc::Error::Bundle {
+                        dir: model,
+                        what: format!("a compiled directory runs on the cuda backend, not `{b}`"),
+                    });
+                }
+                let bundle = mlpc::Bundle::load(&model)?;
+                let inputs = mlpc::read_tensors(&input)?;
+                let outputs = bundle.run(&inputs)?;
+                mlpc::write_tensors(&output, &outputs)?;
+                let name = bundle.plan().name.clone();
+                print!(
+                    "{}",
+                    render::run_summary(&name, Backend::Cuda, None, &outputs, &output)
+                );
+                return Ok(());
+            }
             let (backend, note) = pick_backend(backend);
             let compiled = opts.compiler(None)?.compile_file(&model)?;
             let inputs = mlpc::read_tensors(&input)?;

@@ -83,14 +83,17 @@ pub fn compile_summary(s: &Summary, dir: &Path, written: &[PathBuf]) -> String {
     };
     let _ = writeln!(out, "  cuda    {cuda}");
     let _ = writeln!(out, "wrote {}", dir.display());
-    let kernel_files = written.iter().filter(|p| is_kernel_file(dir, p)).count();
+    let kernel_files = written
+        .iter()
+        .filter(|p| is_kernel_file(dir, p) && p.extension().is_some_and(|e| e == "cu"))
+        .count();
     for p in written.iter().filter(|p| !is_kernel_file(dir, p)) {
         let _ = writeln!(out, "  {}", p.display());
     }
     if kernel_files > 0 {
         let _ = writeln!(
             out,
-            "  {} ({kernel_files} files)",
+            "  {} ({kernel_files} kernels with their templates and build outputs)",
             dir.join("kernels").display()
         );
     }

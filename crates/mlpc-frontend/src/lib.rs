@@ -19,7 +19,7 @@ mod tensors;
 pub use error::{FrontendError, Hint, ModelError, RandomInputError, TensorFileError};
 pub use generate::{random_inputs, MAX_GENERATED_ELEMENTS};
 pub use model::FORMAT_VERSION;
-pub use tensors::{parse_tensors, read_tensors, write_tensors};
+pub use tensors::{parse_tensors, read_tensors, serialize_tensors, write_tensors};
 
 use std::path::{Path, PathBuf};
 

@@ -297,21 +297,27 @@ impl safetensors::View for View<'_> {
     }
 }
 
+/// The bytes of a safetensors file holding `tensors`.
+pub fn serialize_tensors(
+    tensors: &BTreeMap<String, HostTensor>,
+) -> Result<Vec<u8>, TensorFileError> {
+    safetensors::serialize(tensors.iter().map(|(k, t)| (k, View(t))), &None).map_err(|e| {
+        TensorFileError::Serialize {
+            message: e.to_string(),
+        }
+    })
+}
+
 /// Writes `tensors` as a safetensors file. The file appears complete or not at all: the bytes go
 /// to a temporary file in the same directory, which is then renamed over `path`.
 pub fn write_tensors(
     path: &Path,
     tensors: &BTreeMap<String, HostTensor>,
 ) -> Result<(), FrontendError> {
-    let bytes =
-        safetensors::serialize(tensors.iter().map(|(k, t)| (k, View(t))), &None).map_err(|e| {
-            FrontendError::Tensors {
-                path: path.to_path_buf(),
-                error: TensorFileError::Serialize {
-                    message: e.to_string(),
-                },
-            }
-        })?;
+    let bytes = serialize_tensors(tensors).map_err(|error| FrontendError::Tensors {
+        path: path.to_path_buf(),
+        error,
+    })?;
     let write_err = |source| FrontendError::Write {
         path: path.to_path_buf(),
         source,

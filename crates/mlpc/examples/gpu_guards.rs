@@ -5,6 +5,8 @@
 //! Last, with re-specialisation enabled, the transposed view must run (through a variant compiled
 //! for that layout) and give the reference result.
 //!
+//! Then a directory written by `compile --emit-weights` must run on its own and agree.
+//!
 //! usage: gpu_guards MODEL.json   (a model with one input `x: [T, D]`)
 //! Prints one line per case and exits with status 1 if any case is not as expected.
 
@@ -129,5 +131,22 @@ fn run() -> Result<bool, Error> {
         "{} transposed view with re-specialisation: ran a variant, relative error {err:.2e}",
         if pass { "ok  " } else { "FAIL" }
     );
+
+    // 4. The compiled directory runs on its own (plan, CUBINs and weights, no model file).
+    let dir = std::env::temp_dir().join(format!("mlpc-bundle-{}", std::process::id()));
+    Compiler::new()
+        .emit_weights(true)
+        .compile_file(&path)?
+        .write_to(&dir)?;
+    let bundle = mlpc::Bundle::load(&dir)?;
+    let y = bundle.run(&host)?;
+    let err = mlpc::ir::relative_error(&y["y"].to_f64(), &want["y"].to_f64());
+    let pass = err <= mlpc::tolerance(y["y"].dtype());
+    ok &= pass;
+    println!(
+        "{} compiled directory run on its own: relative error {err:.2e}",
+        if pass { "ok  " } else { "FAIL" }
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(ok)
 }

@@ -36,6 +36,7 @@ pub struct Compiler {
     cuda: CudaKernels,
     no_cache: bool,
     respecialize: usize,
+    emit_weights: bool,
 }
 
 impl Compiler {
@@ -78,6 +79,13 @@ impl Compiler {
     /// `limit` variants (0, the default, refuses).
     pub fn respecialize(mut self, limit: usize) -> Compiler {
         self.respecialize = limit;
+        self
+    }
+
+    /// Also write the weights the plan reads (`weights.safetensors`, packed as the kernels want
+    /// them) among the artifacts, so that the directory runs on its own ([`crate::Bundle`]).
+    pub fn emit_weights(mut self, on: bool) -> Compiler {
+        self.emit_weights = on;
         self
     }
 
@@ -338,6 +346,19 @@ impl Compiled {
             serde_json::to_string_pretty(&self.plan).map_err(Error::Serialize)?,
         );
         a.add("explain.txt", self.explain.clone());
+        if self.compiler.emit_weights {
+            let weights: std::collections::BTreeMap<String, mlpc_ir::HostTensor> = self
+                .optimized
+                .weights()
+                .iter()
+                .map(|(k, v)| (k.clone(), (**v).clone()))
+                .collect();
+            let bytes = mlpc_frontend::serialize_tensors(&weights).map_err(|e| Error::Bundle {
+                dir: PathBuf::from("weights.safetensors"),
+                what: e.to_string(),
+            })?;
+            a.add("weights.safetensors", bytes);
+        }
         if let Some(build) = &self.cuda {
             for (name, text) in mlpc_codegen::headers() {
                 a.add(Path::new("kernels").join(name), text);
@@ -355,19 +376,24 @@ impl Compiled {
                     a.add(dir.join(format!("{}.cubin", k.name)), c.cubin.clone());
                     a.add(dir.join(format!("{}.ptx", k.name)), c.ptx.clone());
                 }
-                let manifest = serde_json::json!({
-                    "name": k.name,
-                    "entry": k.entry,
-                    "arch": self.arch.name(),
-                    "launch": k.launch,
-                    "params": k.params,
-                    "resources": c.map(|c| serde_json::json!({
-                        "registers": c.resources.registers,
-                        "stack_frame_bytes": c.resources.stack_frame_bytes,
-                        "spill_store_bytes": c.resources.spill_store_bytes,
-                        "spill_load_bytes": c.resources.spill_load_bytes,
-                    })),
-                });
+                // The serialised kernel (what the runtime needs to launch it), plus the
+                // architecture and what ptxas reported.
+                let mut manifest = serde_json::to_value(k).map_err(Error::Serialize)?;
+                if let Some(m) = manifest.as_object_mut() {
+                    m.insert("arch".into(), self.arch.name().into());
+                    m.insert(
+                        "resources".into(),
+                        match c.filter(|c| c.resources_known) {
+                            Some(c) => serde_json::json!({
+                                "registers": c.resources.registers,
+                                "stack_frame_bytes": c.resources.stack_frame_bytes,
+                                "spill_store_bytes": c.resources.spill_store_bytes,
+                                "spill_load_bytes": c.resources.spill_load_bytes,
+                            }),
+                            None => serde_json::Value::Null,
+                        },
+                    );
+                }
                 a.add(
                     dir.join(format!("{}.json", k.name)),
                     serde_json::to_string_pretty(&manifest).map_err(Error::Serialize)?,

@@ -49,6 +49,9 @@ pub enum Error {
     /// A backend's outputs differ from the reference interpreter's.
     #[error("`{0}`: the backend's outputs differ from the reference interpreter's")]
     CheckFailed(String),
+    /// A compiled directory cannot be run.
+    #[error("compiled directory `{}`: {what}", dir.display())]
+    Bundle { dir: PathBuf, what: String },
     /// A variant for the inputs' layout could not be made.
     #[error("re-specialisation: {0}")]
     Respecialize(String),

@@ -22,6 +22,7 @@
 
 mod artifacts;
 mod backend;
+mod bundle;
 mod check;
 mod compiler;
 mod cpu;
@@ -31,6 +32,7 @@ mod respecialize;
 
 pub use artifacts::Artifacts;
 pub use backend::{Backend, UnknownBackend};
+pub use bundle::Bundle;
 pub use check::{plan_flops, tolerance, BenchOptions, BenchReport, CheckReport, OutputCheck};
 pub use compiler::{Compiled, Compiler, CudaKernels, CudaStatus, Summary};
 pub use error::Error;

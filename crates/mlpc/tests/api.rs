@@ -215,3 +215,35 @@ fn a_variant_for_transposed_inputs_computes_the_same_and_folds_the_view() {
         .unwrap();
     assert_eq!(got, want);
 }
+
+#[test]
+fn a_compiled_directory_with_its_weights_loads_on_its_own() {
+    let model = mlpc::frontend::parse_model(MODEL, Path::new("."), "api.json").unwrap();
+    let c = Compiler::new()
+        .emit_weights(true)
+        .compile_model(model)
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("build");
+    c.write_to(&dir).unwrap();
+    let b = mlpc::Bundle::load(&dir).unwrap();
+    assert_eq!(b.plan(), c.plan());
+    // Without a GPU the bundle loads but cannot run; with one it runs (checked on the GPU).
+    if !mlpc::runtime::driver_present() {
+        let inputs = c.random_inputs(&[("T", 2)], 0).unwrap();
+        let e = b.run(&inputs).unwrap_err();
+        assert!(e.to_string().contains("libcuda.so.1"), "{e}");
+    }
+
+    // A directory compiled without its weights says how to get them.
+    let model = mlpc::frontend::parse_model(MODEL, Path::new("."), "api.json").unwrap();
+    let c = Compiler::new().compile_model(model).unwrap();
+    let dir2 = tmp.path().join("no-weights");
+    c.write_to(&dir2).unwrap();
+    let e = mlpc::Bundle::load(&dir2).err().expect("no weights");
+    assert!(e.to_string().contains("--emit-weights"), "{e}");
+    // A kernel file gone missing is named.
+    std::fs::remove_file(dir.join(format!("kernels/{}.cubin", c.plan().kernels[0].name))).unwrap();
+    let e = mlpc::Bundle::load(&dir).err().expect("missing cubin");
+    assert!(e.to_string().contains(".cubin"), "{e}");
+}

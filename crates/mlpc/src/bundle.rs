@@ -1,0 +1,135 @@
+//! Running a compiled directory without the model: `plan.json`, the kernels' CUBINs and launch
+//! descriptions (`kernels/<name>.json`, `.cu`, `.cubin`) and the weights the plan reads
+//! (`weights.safetensors`, written by [`crate::Compiler::emit_weights`]). This is what a
+//! deployment ships: no model file, no NVRTC, only the CUDA driver.
+
+use crate::error::Error;
+use crate::Tensors;
+use mlpc_codegen::CudaKernel;
+use mlpc_ir::{BufferKind, HostTensor, Plan};
+use mlpc_runtime::{Device, Executable, KernelImage, RunOptions};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// A compiled directory, loaded.
+pub struct Bundle {
+    dir: PathBuf,
+    plan: Plan,
+    images: Vec<KernelImage>,
+    weights: BTreeMap<String, Arc<HostTensor>>,
+    exe: Mutex<Option<Arc<Executable>>>,
+}
+
+fn bad(dir: &Path, what: String) -> Error {
+    Error::Bundle {
+        dir: dir.to_path_buf(),
+        what,
+    }
+}
+
+impl Bundle {
+    /// Reads `dir`: the plan, every kernel it names, and the weights it reads.
+    pub fn load(dir: &Path) -> Result<Bundle, Error> {
+        let read = |name: &Path| -> Result<Vec<u8>, Error> {
+            let p = dir.join(name);
+            std::fs::read(&p).map_err(Error::io("read", p))
+        };
+        let plan: Plan = serde_json::from_slice(&read(Path::new("plan.json"))?)
+            .map_err(|e| bad(dir, format!("plan.json is not a plan: {e}")))?;
+        plan.check()
+            .map_err(|e| bad(dir, format!("plan.json is inconsistent: {}", e.join("; "))))?;
+        let mut images = Vec::with_capacity(plan.kernels.len());
+        for k in &plan.kernels {
+            let file = |ext: &str| Path::new("kernels").join(format!("{}.{ext}", k.name));
+            // The launch description is the serialised `CudaKernel`, plus arch and resources.
+            let kernel: CudaKernel =
+                serde_json::from_slice(&read(&file("json"))?).map_err(|e| {
+                    bad(
+                        dir,
+                        format!("kernels/{}.json is not a launch description: {e}", k.name),
+                    )
+                })?;
+            if kernel.name != k.name {
+                return Err(bad(
+                    dir,
+                    format!("kernels/{}.json describes kernel `{}`", k.name, kernel.name),
+                ));
+            }
+            let cubin = read(&file("cubin"))?;
+            images.push(KernelImage { kernel, cubin });
+        }
+        let needs_weights = plan.buffers.iter().any(|b| b.kind == BufferKind::Weight);
+        let weights = if needs_weights {
+            let path = dir.join("weights.safetensors");
+            if !path.exists() {
+                return Err(bad(
+                    dir,
+                    "it has no weights.safetensors (compile with --emit-weights to ship the weights)".into(),
+                ));
+            }
+            mlpc_frontend::read_tensors(&path)?
+                .into_iter()
+                .map(|(k, v)| (k, Arc::new(v)))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        for b in plan.buffers.iter().filter(|b| b.kind == BufferKind::Weight) {
+            let w = weights
+                .get(&b.name)
+                .ok_or_else(|| bad(dir, format!("weights.safetensors has no `{}`", b.name)))?;
+            let want = b.ty.concrete_shape(&mlpc_ir::Bindings::new());
+            if w.dtype() != b.ty.dtype || want.as_deref() != Some(w.shape()) {
+                return Err(bad(
+                    dir,
+                    format!(
+                        "weight `{}` is {}{:?} in weights.safetensors, the plan needs {}",
+                        b.name,
+                        w.dtype(),
+                        w.shape(),
+                        b.ty
+                    ),
+                ));
+            }
+        }
+        Ok(Bundle {
+            dir: dir.to_path_buf(),
+            plan,
+            images,
+            weights,
+            exe: Mutex::new(None),
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The loaded executable on device 0, opened on first use.
+    pub fn executable(&self) -> Result<Arc<Executable>, Error> {
+        let mut slot = self.exe.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = slot.as_ref() {
+            return Ok(e.clone());
+        }
+        let device = Device::open(0)?;
+        let lookup = |name: &str| self.weights.get(name).cloned();
+        let exe = Arc::new(Executable::load(
+            &device,
+            &self.plan,
+            &self.images,
+            &lookup,
+        )?);
+        *slot = Some(exe.clone());
+        Ok(exe)
+    }
+
+    /// Uploads `inputs`, runs the plan, downloads the outputs.
+    pub fn run(&self, inputs: &Tensors) -> Result<Tensors, Error> {
+        Ok(self.executable()?.run_host(inputs, RunOptions::default())?)
+    }
+}
