@@ -186,18 +186,18 @@ def main():
            f"(random data). bf16 peak measured in the same run (8192^3 cuBLAS GEMM): {peak:.0f} TFLOP/s. "
            "torch.compile in its default mode (max-autotune was not run: it compiles for tens of seconds per model). "
            "Ratios are peer time / mlpc time (above 1: mlpc faster).\n",
-           "| model | dtype | T | mlpc kernels | mlpc ms | mlpc TFLOP/s | % of bf16 peak | eager ms | compile ms | eager / mlpc | compile / mlpc |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| model | dtype | T | mlpc kernels | mlpc ms | mlpc TFLOP/s | % of bf16 peak | mlpc host us/run | eager ms | compile ms | eager / mlpc | compile / mlpc |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         m = r["mlpc"]
         if m is None:
-            out.append(f"| {r['name']} | {r['dtype']} | {r['T']} | - | failed: {(r['error'] or '').replace('|', '/')[:120]} | | | "
+            out.append(f"| {r['name']} | {r['dtype']} | {r['T']} | - | failed: {(r['error'] or '').replace('|', '/')[:120]} | | | | "
                        f"{r.get('eager_ms', 0):.4f} | {r.get('compile_ms', 0) or 0:.4f} | | |")
             continue
         ms = m["median_ms"]
         tf = r["flops"] / (ms * 1e-3) / 1e12
         e, c = r.get("eager_ms"), r.get("compile_ms")
-        out.append(f"| {r['name']} | {r['dtype']} | {r['T']} | {len(m['kernels'])} | {ms:.4f} | {tf:.1f} | {100 * tf / peak:.0f}% | "
+        out.append(f"| {r['name']} | {r['dtype']} | {r['T']} | {len(m['kernels'])} | {ms:.4f} | {tf:.1f} | {100 * tf / peak:.0f}% | {m.get('host_us', float('nan')):.1f} | "
                    f"{e:.4f} | {c if c is None else f'{c:.4f}'} | {e / ms:.2f} | {'-' if c is None else f'{c / ms:.2f}'} |")
     write_section(a.out, "\n".join(out[1:]).strip() + "\n")
     with open(a.out.replace(".md", ".json"), "w") as f:

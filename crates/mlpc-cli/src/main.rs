@@ -347,7 +347,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             )?;
             let binds: Vec<String> = bindings.iter().map(|(s, v)| format!("{s}={v}")).collect();
             println!(
-                "{} [{}] {} kernels: median {:.4} ms (min {:.4}, mean {:.4}, {} runs, {} weight sets), {:.1} TFLOP/s",
+                "{} [{}] {} kernels: median {:.4} ms (min {:.4}, mean {:.4}, {} runs, {} weight sets), {:.1} TFLOP/s, host {:.1} us per run",
                 compiled.name(),
                 binds.join(","),
                 compiled.plan().kernels.len(),
@@ -356,7 +356,8 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 r.mean_ms,
                 r.iters,
                 r.weight_sets,
-                r.tflops()
+                r.tflops(),
+                r.host_us
             );
             if let Some(path) = json {
                 let line = serde_json::json!({
@@ -371,6 +372,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     "weight_sets": r.weight_sets,
                     "flops": r.flops,
                     "tflops": r.tflops(),
+                    "host_us": r.host_us,
                 });
                 use std::io::Write;
                 let mut f = std::fs::OpenOptions::new()

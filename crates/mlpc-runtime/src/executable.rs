@@ -375,7 +375,7 @@ pub fn time_runs(
     inputs: &[BTreeMap<String, DeviceTensor>],
     warmup: usize,
     iters: usize,
-) -> Result<Vec<f64>, RuntimeError> {
+) -> Result<Timings, RuntimeError> {
     let (Some(first), false) = (exes.first(), inputs.is_empty()) else {
         return Err(RuntimeError::Mismatch(
             "timing needs at least one executable and one input set".into(),
@@ -385,6 +385,7 @@ pub fn time_runs(
     let ctx = device.context();
     let stream = device.stream();
     let mut pairs = Vec::with_capacity(iters);
+    let mut host_us = Vec::with_capacity(iters);
     for i in 0..warmup + iters {
         let exe = exes[i % exes.len()];
         let inp = &inputs[i % inputs.len()];
@@ -399,18 +400,29 @@ pub fn time_runs(
             .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(driver("creating an event"))?;
         start.record(stream).map_err(driver("recording an event"))?;
+        let host = std::time::Instant::now();
         let out = exe.run(inp, RunOptions::default())?;
+        host_us.push(host.elapsed().as_secs_f64() * 1e6);
         end.record(stream).map_err(driver("recording an event"))?;
         pairs.push((start, end, out));
     }
     device.synchronize()?;
-    pairs
+    let gpu_ms = pairs
         .iter()
         .map(|(s, e, _)| {
             s.elapsed_ms(e)
                 .map(f64::from)
                 .map_err(driver("reading an event"))
         })
-        .collect::<Result<Vec<f64>, DeviceError>>()
-        .map_err(RuntimeError::from)
+        .collect::<Result<Vec<f64>, DeviceError>>()?;
+    Ok(Timings { gpu_ms, host_us })
+}
+
+/// What [`time_runs`] measured, per run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Timings {
+    /// Between CUDA events recorded before and after each run on the stream, in milliseconds.
+    pub gpu_ms: Vec<f64>,
+    /// Host time of each `run` call (guards, allocation, launches; no waiting), in microseconds.
+    pub host_us: Vec<f64>,
 }

@@ -13,5 +13,5 @@ pub mod executable;
 pub mod guard;
 
 pub use device::{driver_present, Device, DeviceError, DeviceTensor, TensorRef};
-pub use executable::{time_runs, Executable, KernelImage, RunOptions, RuntimeError};
+pub use executable::{time_runs, Executable, KernelImage, RunOptions, RuntimeError, Timings};
 pub use guard::{check_guards, GuardError, TensorMeta};

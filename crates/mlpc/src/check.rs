@@ -87,6 +87,8 @@ pub struct BenchReport {
     pub weight_sets: usize,
     /// Floating-point operations of one run (2 per multiply-add of every GEMM).
     pub flops: f64,
+    /// Median host time of one `run` call (guards, allocation, launches), in microseconds.
+    pub host_us: f64,
 }
 
 impl BenchReport {
@@ -202,15 +204,19 @@ impl Compiled {
             .exe
             .check(&inputs[0])
             .map_err(mlpc_runtime::RuntimeError::from)?;
-        let mut times = mlpc_runtime::time_runs(&exes, &inputs, opts.warmup, opts.iters.max(1))?;
+        let timings = mlpc_runtime::time_runs(&exes, &inputs, opts.warmup, opts.iters.max(1))?;
+        let mut times = timings.gpu_ms;
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
+        let mut host = timings.host_us;
+        host.sort_by(f64::total_cmp);
         Ok(BenchReport {
             median_ms: median,
             min_ms: times[0],
             mean_ms: times.iter().sum::<f64>() / times.len() as f64,
             iters: times.len(),
             weight_sets: exes.len(),
+            host_us: host.get(host.len() / 2).copied().unwrap_or(f64::NAN),
             flops: plan_flops(self.plan(), &binding),
         })
     }
