@@ -329,5 +329,6 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             },
         },
         params,
+        small_m: None,
     })
 }

@@ -225,5 +225,6 @@ pub fn generate(ctx: &Ctx<'_>) -> Result<CudaKernel, CodegenError> {
             },
         },
         params,
+        small_m: None,
     })
 }

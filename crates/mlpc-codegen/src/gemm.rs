@@ -307,6 +307,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     ));
     body.push(format!("    p.ldc = {};", syms.expr(&c.row_stride)));
     body.extend(epi_lines);
+    let fill = body.clone();
     body.push("    Kernel::run(p);".to_string());
 
     let symbols = syms.into_sorted();
@@ -340,6 +341,21 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     ));
     src.push_str(&body.join("\n"));
     src.push_str("\n}\n");
+    let small_m = crate::gemv::append(
+        &mut src,
+        &crate::gemv::Parts {
+            dtype,
+            dual,
+            la,
+            lb,
+            m,
+            n,
+            entry: &entry,
+            epilogue: &epi_type,
+            signature: &signature(elem, &arg_names, ctx.args.len(), &symbols),
+            fill: &fill,
+        },
+    );
 
     let mut params = ctx.buffer_params();
     params.extend(dim_params(&symbols));
@@ -358,6 +374,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             },
         },
         params,
+        small_m,
     })
 }
 

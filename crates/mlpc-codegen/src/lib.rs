@@ -12,6 +12,8 @@
 //!   (`gemm_simt.cuh`, exact f32: `allow_tf32` permits but never forces TF32, and no TF32 path
 //!   exists yet). The epilogue chain (bias, activations, residual add, mul, and the dual form
 //!   `epi(gate(A Bg) * up(A Bu))`) is a compile-time type applied in registers.
+//!   When A and the weight are k-contiguous (`x W^T` with an nn.Linear weight), the module also
+//!   holds weight-streaming entries for small M (`gemv.cuh`, see [`SmallM`]).
 //! - `sparse_gemm` / `sparse_dual_gemm` (a weight packed to its kept blocks): `gemm_bsr.cuh`,
 //!   tensor cores for f16 / bf16 and FFMA for f32 like the dense families, with the kept-block
 //!   lists compiled into the source as constant arrays. One CTA per `BM` rows and per share of a
@@ -34,12 +36,21 @@
 //!   `smem_bytes`.
 //! - Kernels are correct for any base alignment and any dims; aligned operands (16 bytes, row
 //!   strides multiples of 16 bytes) take vectorised paths.
+//! - Small-M variants ([`CudaKernel::small_m`], dense GEMMs only): further entries of the same
+//!   module, taking the same arguments, each for outputs of at most [`SmallMVariant::max_m`] rows
+//!   (`M`, the output's leading dims flattened: [`SmallM::m`]). Before each launch the runtime asks
+//!   [`CudaKernel::small_m_variant`] for the bindings' `M`: it names the first variant with
+//!   `0 < M <= max_m`, whose entry and [`Launch`] then replace the kernel's own; with none, the
+//!   kernel's entry runs. Every variant is correct for any `M` (larger ones take several passes
+//!   over the weights), so the choice is one of speed only. JSON without `small_m` is a kernel
+//!   without variants.
 
 mod bsr;
 mod cpp;
 mod elementwise;
 mod error;
 mod gemm;
+mod gemv;
 pub mod samples;
 mod view;
 
@@ -111,6 +122,27 @@ pub struct CudaKernel {
     pub launch: Launch,
     /// The entry's arguments, in order.
     pub params: Vec<Param>,
+    /// Entries for small `M` in the same module (see the crate's ABI notes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_m: Option<SmallM>,
+}
+
+/// The small-M entries of a GEMM kernel: weight-streaming variants for few output rows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmallM {
+    /// `M`: the number of rows of the output matrix (its leading dims flattened).
+    pub m: Extent,
+    /// In increasing `max_m`.
+    pub variants: Vec<SmallMVariant>,
+}
+
+/// One small-M entry: same source and arguments as its kernel, its own symbol and launch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmallMVariant {
+    /// The largest `M` this entry is meant for.
+    pub max_m: u64,
+    pub entry: String,
+    pub launch: Launch,
 }
 
 impl CudaKernel {
@@ -120,10 +152,35 @@ impl CudaKernel {
         // Serialising these plain structs cannot fail.
         let launch = serde_json::to_string(&self.launch).unwrap_or_default();
         let params = serde_json::to_string(&self.params).unwrap_or_default();
+        let small = self.small_m.as_ref().map_or_else(String::new, |s| {
+            format!(
+                "small_m: {}\n",
+                serde_json::to_string(s).unwrap_or_default()
+            )
+        });
         format!(
-            "entry: {}\nlaunch: {launch}\nparams: {params}\n\n{}",
+            "entry: {}\nlaunch: {launch}\nparams: {params}\n{small}\n{}",
             self.entry, self.source
         )
+    }
+
+    /// The small-M variant to launch for `bindings`: the index in `small_m.variants` of the first
+    /// with `0 < M <= max_m`, or `None` to launch the kernel's own entry (no variants, `M` zero
+    /// or above them all).
+    pub fn small_m_variant(&self, bindings: &Bindings) -> Result<Option<usize>, LaunchError> {
+        let Some(small) = &self.small_m else {
+            return Ok(None);
+        };
+        if let Some(s) = small.m.syms.iter().find(|s| bindings.get(s).is_none()) {
+            return Err(LaunchError::Unbound {
+                symbol: s.to_string(),
+            });
+        }
+        // Bound symbols whose product overflows: far above any variant.
+        let m = small.m.resolve(bindings).unwrap_or(u64::MAX);
+        Ok((m > 0)
+            .then(|| small.variants.iter().position(|v| m <= v.max_m))
+            .flatten())
     }
 }
 
@@ -228,6 +285,10 @@ pub fn headers() -> Vec<(&'static str, &'static str)> {
         (
             "elementwise.cuh",
             include_str!("../../../kernels-templates/elementwise.cuh"),
+        ),
+        (
+            "gemv.cuh",
+            include_str!("../../../kernels-templates/gemv.cuh"),
         ),
     ]
 }

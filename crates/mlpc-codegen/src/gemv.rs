@@ -1,0 +1,213 @@
+//! Small-M variants of the dense GEMM kernels: weight-streaming entries (`gemv.cuh`) added to the
+//! same generated module as the tiled entry, with the same parameters, for the runtime to launch
+//! when the output has few rows (decode-time token counts). See [`crate::SmallM`] for the ABI.
+//!
+//! A variant exists when the weight is stored `[N, K]` with k contiguous (layout T, an
+//! nn.Linear weight) and A `[M, K]` with k contiguous; other layouts keep the tiled entry only.
+//! The variants are buckets of M: up to 8, 16, 32, 64 rows for f16 / bf16 (tensor cores), up to
+//! 8 and 16 rows for f32 (8 for a dual f32 GEMM, whose two accumulator sets fill the registers).
+//! When M is a constant only the smallest bucket that holds it is emitted, or none.
+
+use crate::cpp;
+use crate::{Grid, Launch, SmallM, SmallMVariant};
+use mlpc_ir::{DType, Extent, MatLayout};
+
+/// SMs of the target GPUs this is tuned for (H100 / H200: 132). Fewer CTAs than this get twice
+/// the warps each, so that the weight stream still has enough loads in flight.
+const SMS: u64 = 132;
+
+/// One `mlpc::GemvConfig`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GemvConfig {
+    /// Groups of 8 tokens per pass: the variant is for `M <= 8 * mg`.
+    pub mg: u32,
+    /// 16-row weight tiles per CTA.
+    pub rt: u32,
+    /// Warps per CTA (split-K).
+    pub warps: u32,
+    /// 32-wide k steps per chunk (weight loads in flight per lane: 2 rt unroll for f16 / bf16,
+    /// 4 rt unroll for f32, twice that for a dual GEMM).
+    pub unroll: u32,
+    /// CTAs per SM the registers are budgeted for (`__launch_bounds__`' second argument).
+    pub min_blocks: u32,
+}
+
+impl GemvConfig {
+    pub fn max_m(&self) -> u64 {
+        8 * u64::from(self.mg)
+    }
+
+    pub fn threads(&self) -> u32 {
+        32 * self.warps
+    }
+
+    /// Output columns per CTA.
+    pub fn rows(&self) -> u32 {
+        16 * self.rt
+    }
+
+    fn template(&self) -> String {
+        format!(
+            "mlpc::GemvConfig<{}, {}, {}, {}>",
+            self.mg, self.rt, self.warps, self.unroll
+        )
+    }
+}
+
+/// The variants for a GEMM with `m` output rows and `n` output columns.
+pub(crate) fn configs(dtype: DType, dual: bool, m: &Extent, n: &Extent) -> Vec<GemvConfig> {
+    // (token groups, unroll, 256-thread CTAs per SM): as many weight loads in flight as the
+    // registers allow next to the accumulators without spilling (ptxas' reports, checked by the
+    // NVRTC tests); two CTAs per SM cap a thread at 128 registers, one at 255.
+    let buckets: &[(u32, u32, u32)] = match (dtype, dual) {
+        (DType::F16 | DType::Bf16, false) => &[(1, 4, 2), (2, 4, 2), (4, 4, 2), (8, 4, 2)],
+        (DType::F16 | DType::Bf16, true) => &[(1, 2, 2), (2, 2, 2), (4, 2, 2), (8, 2, 1)],
+        (DType::F32, false) => &[(1, 2, 2), (2, 1, 2)],
+        (DType::F32, true) => &[(1, 1, 2)],
+    };
+    let few_ctas = n.as_constant().is_some_and(|n| n.div_ceil(16) < SMS);
+    let all = buckets.iter().map(|&(mg, unroll, per_sm)| {
+        // A 16-warp CTA takes the register budget of two 8-warp ones.
+        let warps = if few_ctas && per_sm == 2 { 16 } else { 8 };
+        GemvConfig {
+            mg,
+            rt: 1,
+            warps,
+            unroll,
+            min_blocks: per_sm * 8 / warps,
+        }
+    });
+    match m.as_constant() {
+        None => all.collect(),
+        Some(0) => Vec::new(),
+        Some(m) => all.filter(|c| c.max_m() >= m).take(1).collect(),
+    }
+}
+
+/// What the small-M entries share with the tiled entry of the same module.
+pub(crate) struct Parts<'a> {
+    pub dtype: DType,
+    pub dual: bool,
+    /// Physical layouts of A and B (which dimension is contiguous).
+    pub la: MatLayout,
+    pub lb: MatLayout,
+    pub m: &'a Extent,
+    pub n: &'a Extent,
+    /// The tiled entry; the variants are named `<entry>_gemv_m<max_m>`.
+    pub entry: &'a str,
+    /// The `mlpc::SingleEpilogue<...>` / `mlpc::DualEpilogue<...>` type.
+    pub epilogue: &'a str,
+    /// The parameter list of the tiled entry (the variants take the same arguments).
+    pub signature: &'a str,
+    /// The body lines that fill `mlpc::GemmParams p`, without the call that runs it.
+    pub fill: &'a [String],
+}
+
+/// Appends the small-M entries for `parts` to `src` and describes them, or does nothing and
+/// returns `None` when no variant applies (operand layouts, a constant M above every bucket).
+pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
+    if parts.la != MatLayout::N || parts.lb != MatLayout::T {
+        return None;
+    }
+    let configs = configs(parts.dtype, parts.dual, parts.m, parts.n);
+    if configs.is_empty() {
+        return None;
+    }
+    let elem = cpp::elem_type(parts.dtype);
+    let template = match parts.dtype {
+        DType::F16 | DType::Bf16 => format!("mlpc::GemvMma<{elem}, "),
+        DType::F32 => "mlpc::GemvSimt<".to_string(),
+    };
+    src.push_str(
+        "\n// Small-M entries (gemv.cuh): same arguments, launched instead of the tiled entry when \
+         the\n// output has at most as many rows as the entry's suffix says.\n",
+    );
+    src.push_str("#include \"gemv.cuh\"\n\nnamespace {\n");
+    src.push_str(&format!("using SmallEpilogue = {};\n", parts.epilogue));
+    for c in &configs {
+        let alias = format!("SmallM{}", c.max_m());
+        src.push_str(&format!(
+            "using {alias} = {template}{}, SmallEpilogue>;\n",
+            c.template()
+        ));
+        src.push_str(&format!(
+            "static_assert({alias}::kThreads == {}, \"block size of the launch description\");\n",
+            c.threads()
+        ));
+    }
+    src.push_str("}  // namespace\n");
+    let mut variants = Vec::with_capacity(configs.len());
+    for c in &configs {
+        let entry = format!("{}_gemv_m{}", parts.entry, c.max_m());
+        src.push_str(&format!(
+            "\nextern \"C\" __global__ void __launch_bounds__({}, {}) {entry}(\n{}) {{\n",
+            c.threads(),
+            c.min_blocks,
+            parts.signature
+        ));
+        for line in parts.fill {
+            src.push_str(line);
+            src.push('\n');
+        }
+        src.push_str(&format!("    SmallM{}::run(p);\n}}\n", c.max_m()));
+        variants.push(SmallMVariant {
+            max_m: c.max_m(),
+            entry,
+            launch: Launch {
+                block: [c.threads(), 1, 1],
+                smem_bytes: 0,
+                grid: Grid::Tiles {
+                    m: parts.n.clone(),
+                    n: Extent::constant(1),
+                    tile_m: c.rows(),
+                    tile_n: 1,
+                },
+            },
+        });
+    }
+    Some(SmallM {
+        m: parts.m.clone(),
+        variants,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlpc_ir::Dim;
+
+    fn sym(s: &str) -> Extent {
+        Extent::of_dim(&Dim::sym(s))
+    }
+
+    #[test]
+    fn buckets_follow_the_dtype_and_a_constant_m() {
+        let n = Extent::constant(4096);
+        let maxes = |d, dual, m: &Extent| -> Vec<u64> {
+            configs(d, dual, m, &n).iter().map(|c| c.max_m()).collect()
+        };
+        assert_eq!(maxes(DType::Bf16, false, &sym("T")), vec![8, 16, 32, 64]);
+        assert_eq!(maxes(DType::F16, true, &sym("T")), vec![8, 16, 32, 64]);
+        assert_eq!(maxes(DType::F32, false, &sym("T")), vec![8, 16]);
+        assert_eq!(maxes(DType::F32, true, &sym("T")), vec![8]);
+        assert_eq!(maxes(DType::Bf16, false, &Extent::constant(9)), vec![16]);
+        assert_eq!(maxes(DType::Bf16, false, &Extent::constant(64)), vec![64]);
+        assert!(maxes(DType::Bf16, false, &Extent::constant(65)).is_empty());
+        assert!(maxes(DType::Bf16, false, &Extent::constant(0)).is_empty());
+        assert!(maxes(DType::F32, true, &Extent::constant(9)).is_empty());
+    }
+
+    #[test]
+    fn few_output_columns_get_more_warps_per_cta() {
+        let t = sym("T");
+        let warps = |n: &Extent| configs(DType::Bf16, false, &t, n)[0].warps;
+        // 768 columns: 48 CTAs, fewer than the SMs.
+        assert_eq!(warps(&Extent::constant(768)), 16);
+        assert_eq!(warps(&Extent::constant(4096)), 8);
+        assert_eq!(warps(&sym("N")), 8);
+        for c in configs(DType::Bf16, true, &t, &Extent::constant(768)) {
+            let regs = 65536 / (c.threads() * c.min_blocks);
+            assert!(regs == 128 || (c.mg == 8 && regs == 256), "{c:?}");
+        }
+    }
+}

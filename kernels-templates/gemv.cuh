@@ -1,0 +1,395 @@
+// mlpc kernel templates: weight-streaming GEMMs for a small number of rows M (decode-time token
+// counts), with the parameter struct and epilogue chain of the tiled families.
+//
+//   C[m, n] = Epi(sum_k A[m, k] * W[n, k])     A row-major [M, K], W = B stored [N, K] (layout T,
+//                                              an nn.Linear weight), C row-major [M, N]
+//   C[m, n] = Out(Gate(A W^T) * Up(A Wu^T))    (dual: gate and up rows of the same n together)
+//
+// At small M a GEMM is bound by reading its weights once, so the decomposition is built around
+// the weight stream: every weight element is loaded exactly once, with 16-byte loads that skip
+// L1, several per lane in flight; the few rows of A are read through L1 and reused from registers.
+//
+// Work decomposition (GemvConfig<MG, RT, WARPS, UNROLL>):
+//   - CTA b owns the ROWS = 16 RT output columns n in [b ROWS, (b + 1) ROWS), i.e. weight rows;
+//   - k is cut into 32-wide steps, grouped into chunks of UNROLL consecutive steps; chunk c goes to
+//     warp c % WARPS of every CTA (split-K inside the CTA, so that a small N still gives every
+//     warp of the machine work). A warp first issues the weight loads of its whole chunk, then
+//     multiplies;
+//   - the rows of A are taken in passes of MAXM = 8 MG (a single pass when M <= MAXM, which is what
+//     the runtime arranges), each pass in groups of 8 rows ("tokens"). Groups past M are skipped;
+//   - each warp accumulates the partial sums of its rows x tokens in f32 registers; then, token
+//     group by token group, the warps write them to shared memory and the CTA sums them in a
+//     fixed warp order (deterministic), applies the epilogue and stores: one output element per
+//     thread, consecutive threads on consecutive n.
+// f16 / bf16: `mma.sync.m16n8k16` computes W A^T: 16 weight rows are the 16x16 "A" operand and 8
+// tokens the 16x8 "B" operand. A dot product may visit k in any order, so k is permuted inside
+// each 32-wide step such that each lane's fragments are one 16-byte load of a weight row and one
+// of an A row: lane (g = lane / 4, t = lane % 4) loads k = 8t .. 8t+7 (words 0..3) of weight rows
+// g and g + 8 and of token g; mma j (0, 1) takes words 2j, 2j + 1 as the fragment elements of
+// logical k (2t, 2t+1) and (2t+8, 2t+9) (see gemm_mma.cuh for the fragment layouts). So mma j
+// covers physical k {8t + 4j .. 8t + 4j + 3 : t = 0..3}, and the two together all 32.
+// f32 (exact, FFMA): lane (r = lane / 8, q = lane % 8) loads k = 4q .. 4q+3 of weight rows
+// r, r + 4, r + 8, r + 12 of each 16-row tile and of every token; the 8 lanes of a row group then
+// combine their partial sums with a shuffle reduce-scatter that leaves token q of a group in lane q.
+//
+// Everything outside the matrices reads as zero (rows n >= N, tokens m >= M, k >= K), and loads
+// fall back to bounds-checked scalars when an operand is not aligned for 16-byte vectors, so any
+// M, N, K and any base alignment is correct.
+#pragma once
+
+#include "common.cuh"
+
+namespace mlpc {
+
+/// Configuration of a weight-streaming GEMM: MG groups of 8 tokens per pass, RT tiles of 16
+/// weight rows per CTA, WARPS warps splitting K, UNROLL 32-wide k steps per chunk.
+template <int MG_, int RT_, int WARPS_, int UNROLL_>
+struct GemvConfig {
+    static constexpr int MG = MG_, RT = RT_, WARPS = WARPS_, UNROLL = UNROLL_;
+    static constexpr int kThreads = WARPS * 32;
+    /// Output columns (weight rows) per CTA.
+    static constexpr int kRows = 16 * RT;
+    /// Tokens (rows of A) per pass.
+    static constexpr int kMaxM = 8 * MG;
+    /// Floats between two tokens of one warp's slice of the reduction buffer: 4 (mod 16), so
+    /// that a warp's fragment stores hit 32 distinct banks.
+    static constexpr int kPitch = kRows + 4;
+    /// Floats of one warp's slice (8 tokens).
+    static constexpr int kSlice = 8 * kPitch;
+    static_assert(MG >= 1 && RT >= 1 && WARPS >= 1 && UNROLL >= 1, "empty configuration");
+};
+
+namespace gemv_detail {
+
+__device__ __forceinline__ u32 bits_of(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ u32 bits_of(bf16 x) { return x.bits; }
+__device__ __forceinline__ u32 bits_of(f16 x) { return x.bits; }
+
+/// 16 bytes of a k-contiguous row from element `k` on, as four 32-bit words (one f32, or two
+/// 16-bit values with the lower k in the low half, per word). Elements at or past `kend`, and all
+/// of them when `!ok`, read as zero. `vec`: the matrix allows 16-byte loads (16-byte aligned base,
+/// row stride a multiple of 16 bytes). STREAM: a weight, read once (do not allocate in L1).
+template <class T, bool STREAM>
+__device__ __forceinline__ void load16(u32 (&v)[4], const T* row, i64 k, i64 kend, bool ok,
+                                       bool vec) {
+    constexpr int E = 16 / (int)sizeof(T);
+    constexpr int PER_WORD = 4 / (int)sizeof(T);
+    if (ok && vec && k + E <= kend) {
+        const T* ptr = row + k;
+        if constexpr (STREAM) {
+            asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                : "l"(ptr));
+        } else {
+            asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                : "l"(ptr));
+        }
+    } else {
+#pragma unroll
+        for (int w = 0; w < 4; ++w) v[w] = 0u;
+        if (ok) {
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                if (k + e < kend) {
+                    v[e / PER_WORD] |= bits_of(row[k + e]) << ((32 / PER_WORD) * (e % PER_WORD));
+                }
+            }
+        }
+    }
+}
+
+/// d += a * b for one m16n8k16 tile (fragments as in gemm_mma.cuh).
+template <class T>
+__device__ __forceinline__ void mma(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                    u32 b1);
+
+template <>
+__device__ __forceinline__ void mma<bf16>(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                          u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma<f16>(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                         u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/// Sums the warps' slices of one token group (tokens m_base .. m_base + 7) in warp order,
+/// applies the epilogue and stores. Thread i takes weight row i % ROWS of token i / ROWS.
+template <class T, class Cfg, class Epi, class P>
+__device__ __forceinline__ void finish(const float* red, const float* red_up, i64 m_base, i64 n0,
+                                       const P& p, int tid) {
+#pragma unroll
+    for (int i = tid; i < Cfg::kRows * 8; i += Cfg::kThreads) {
+        const int row = i % Cfg::kRows, tok = i / Cfg::kRows;
+        const i64 m = m_base + tok, n = n0 + row;
+        if (m >= p.m || n >= p.n) continue;
+        float s = 0.0f, su = 0.0f;
+#pragma unroll
+        for (int w = 0; w < Cfg::WARPS; ++w) {
+            s += red[w * Cfg::kSlice + tok * Cfg::kPitch + row];
+            if constexpr (Epi::kDual) su += red_up[w * Cfg::kSlice + tok * Cfg::kPitch + row];
+        }
+        p.c[m * p.ldc + n] = from_f32<T>(Epi::apply(s, su, m, n, p));
+    }
+}
+
+/// f32 dot product of 4 weight words with 4 A words (both f32 bit patterns).
+__device__ __forceinline__ float dot4(const u32 (&w)[4], const u32 (&a)[4], float acc) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc = fmaf(__uint_as_float(w[e]), __uint_as_float(a[e]), acc);
+    return acc;
+}
+
+/// Reduce-scatter over the 8 lanes of a row group (lanes differing in bits 0..2): on entry
+/// v[i] is this lane's partial sum of token i; on exit v[0] is the group's total of token
+/// `q = lane % 8`. Lanes pair up across bit 2, then 1, then 0; at each level a lane keeps the
+/// half of its tokens selected by its own bit and sends the other half to its partner.
+__device__ __forceinline__ float reduce_scatter8(float (&v)[8], int q) {
+    const bool b2 = (q & 4) != 0, b1 = (q & 2) != 0, b0 = (q & 1) != 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float keep = b2 ? v[i + 4] : v[i], send = b2 ? v[i] : v[i + 4];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const float keep = b1 ? v[i + 2] : v[i], send = b1 ? v[i] : v[i + 2];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+    }
+    const float keep = b0 ? v[1] : v[0], send = b0 ? v[0] : v[1];
+    return keep + __shfl_xor_sync(0xffffffffu, send, 1);
+}
+
+}  // namespace gemv_detail
+
+/// The weight-streaming GEMM on tensor cores (T = f16 or bf16). Launch with `kThreads` threads,
+/// grid `(ceil(N / kRows), 1, 1)`, no dynamic shared memory.
+template <class T, class Cfg, class Epi>
+struct GemvMma {
+    static constexpr bool kDual = Epi::kDual;
+    static constexpr int MG = Cfg::MG, RT = Cfg::RT, WARPS = Cfg::WARPS, U = Cfg::UNROLL;
+    static constexpr int kThreads = Cfg::kThreads;
+    static constexpr int kSmemBytes = 0;
+
+    template <class P>
+    __device__ __forceinline__ static void run(const P& p) {
+        using gemv_detail::load16;
+        using gemv_detail::mma;
+        __shared__ float red[WARPS * Cfg::kSlice];
+        __shared__ float red_up[kDual ? WARPS * Cfg::kSlice : 1];
+
+        const int tid = (int)threadIdx.x;
+        const int warp = tid / 32, lane = tid % 32;
+        const int g = lane / 4, t = lane % 4;
+        const i64 n0 = (i64)blockIdx.x * Cfg::kRows;
+        const bool vec_a = is_aligned(p.a, 16) && (p.lda % 8 == 0);
+        const bool vec_b = is_aligned(p.b, 16) && (p.ldb % 8 == 0);
+        const bool vec_bu = kDual && is_aligned(p.b_up, 16) && (p.ldb_up % 8 == 0);
+        const i64 chunks = ceil_div(ceil_div(p.k, (i64)32), (i64)U);
+
+        for (i64 m0 = 0; m0 < p.m; m0 += Cfg::kMaxM) {
+            float acc[RT][MG][4];
+            float acc_up[kDual ? RT : 1][kDual ? MG : 1][4];
+#pragma unroll
+            for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+                for (int mg = 0; mg < MG; ++mg)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        acc[rt][mg][e] = 0.0f;
+                        if constexpr (kDual) acc_up[rt][mg][e] = 0.0f;
+                    }
+
+            for (i64 c = warp; c < chunks; c += WARPS) {
+                // Weight words: step u, tile rt, half h (row 16 rt + 8 h + g).
+                u32 w[U][RT][2][4];
+                u32 wu[kDual ? U : 1][kDual ? RT : 1][2][4];
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const i64 k = (c * U + u) * 32 + 8 * t;
+#pragma unroll
+                    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const i64 n = n0 + 16 * rt + 8 * h + g;
+                            load16<T, true>(w[u][rt][h], p.b + n * p.ldb, k, p.k, n < p.n, vec_b);
+                            if constexpr (kDual) {
+                                load16<T, true>(wu[u][rt][h], p.b_up + n * p.ldb_up, k, p.k,
+                                                n < p.n, vec_bu);
+                            }
+                        }
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const i64 k = (c * U + u) * 32 + 8 * t;
+#pragma unroll
+                    for (int mg = 0; mg < MG; ++mg) {
+                        if (m0 + 8 * mg >= p.m) break;
+                        const i64 m = m0 + 8 * mg + g;
+                        u32 a[4];
+                        load16<T, false>(a, p.a + m * p.lda, k, p.k, m < p.m, vec_a);
+#pragma unroll
+                        for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+                            for (int j = 0; j < 2; ++j) {
+                                const u32(&lo)[4] = w[u][rt][0];
+                                const u32(&hi)[4] = w[u][rt][1];
+                                mma<T>(acc[rt][mg], lo[2 * j], hi[2 * j], lo[2 * j + 1],
+                                       hi[2 * j + 1], a[2 * j], a[2 * j + 1]);
+                                if constexpr (kDual) {
+                                    const u32(&ulo)[4] = wu[u][rt][0];
+                                    const u32(&uhi)[4] = wu[u][rt][1];
+                                    mma<T>(acc_up[rt][mg], ulo[2 * j], uhi[2 * j], ulo[2 * j + 1],
+                                           uhi[2 * j + 1], a[2 * j], a[2 * j + 1]);
+                                }
+                            }
+                    }
+                }
+            }
+
+            // Fragment of tile rt: c0, c1 = row 16 rt + g, tokens 2t, 2t+1; c2, c3 = row + 8.
+#pragma unroll
+            for (int mg = 0; mg < MG; ++mg) {
+                if (m0 + 8 * mg >= p.m) break;
+                float* r = red + warp * Cfg::kSlice;
+                float* ru = red_up + (kDual ? warp * Cfg::kSlice : 0);
+#pragma unroll
+                for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int at = (2 * t + (e & 1)) * Cfg::kPitch + 16 * rt + g + 8 * (e >> 1);
+                        r[at] = acc[rt][mg][e];
+                        if constexpr (kDual) ru[at] = acc_up[rt][mg][e];
+                    }
+                __syncthreads();
+                gemv_detail::finish<T, Cfg, Epi>(red, red_up, m0 + 8 * mg, n0, p, tid);
+                __syncthreads();
+            }
+        }
+    }
+};
+
+/// The weight-streaming GEMM on the FFMA pipes, in exact f32. Launch like `GemvMma`.
+template <class Cfg, class Epi>
+struct GemvSimt {
+    static constexpr bool kDual = Epi::kDual;
+    static constexpr int MG = Cfg::MG, RT = Cfg::RT, WARPS = Cfg::WARPS, U = Cfg::UNROLL;
+    static constexpr int kThreads = Cfg::kThreads;
+    static constexpr int kSmemBytes = 0;
+
+    template <class P>
+    __device__ __forceinline__ static void run(const P& p) {
+        using gemv_detail::dot4;
+        using gemv_detail::load16;
+        __shared__ float red[WARPS * Cfg::kSlice];
+        __shared__ float red_up[kDual ? WARPS * Cfg::kSlice : 1];
+
+        const int tid = (int)threadIdx.x;
+        const int warp = tid / 32, lane = tid % 32;
+        const int r = lane / 8, q = lane % 8;
+        const i64 n0 = (i64)blockIdx.x * Cfg::kRows;
+        const bool vec_a = is_aligned(p.a, 16) && (p.lda % 4 == 0);
+        const bool vec_b = is_aligned(p.b, 16) && (p.ldb % 4 == 0);
+        const bool vec_bu = kDual && is_aligned(p.b_up, 16) && (p.ldb_up % 4 == 0);
+        const i64 chunks = ceil_div(ceil_div(p.k, (i64)32), (i64)U);
+
+        for (i64 m0 = 0; m0 < p.m; m0 += Cfg::kMaxM) {
+            // acc[rt][j][token]: weight row 16 rt + r + 4 j.
+            float acc[RT][4][8 * MG];
+            float acc_up[kDual ? RT : 1][4][kDual ? 8 * MG : 1];
+#pragma unroll
+            for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int i = 0; i < 8 * MG; ++i) {
+                        acc[rt][j][i] = 0.0f;
+                        if constexpr (kDual) acc_up[rt][j][i] = 0.0f;
+                    }
+
+            for (i64 c = warp; c < chunks; c += WARPS) {
+                u32 w[U][RT][4][4];
+                u32 wu[kDual ? U : 1][kDual ? RT : 1][4][4];
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const i64 k = (c * U + u) * 32 + 4 * q;
+#pragma unroll
+                    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            const i64 n = n0 + 16 * rt + r + 4 * j;
+                            load16<float, true>(w[u][rt][j], p.b + n * p.ldb, k, p.k, n < p.n,
+                                                vec_b);
+                            if constexpr (kDual) {
+                                load16<float, true>(wu[u][rt][j], p.b_up + n * p.ldb_up, k, p.k,
+                                                    n < p.n, vec_bu);
+                            }
+                        }
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const i64 k = (c * U + u) * 32 + 4 * q;
+#pragma unroll
+                    for (int mg = 0; mg < MG; ++mg) {
+                        if (m0 + 8 * mg >= p.m) break;
+#pragma unroll
+                        for (int tok = 0; tok < 8; ++tok) {
+                            const i64 m = m0 + 8 * mg + tok;
+                            u32 a[4];
+                            load16<float, false>(a, p.a + m * p.lda, k, p.k, m < p.m, vec_a);
+#pragma unroll
+                            for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+                                for (int j = 0; j < 4; ++j) {
+                                    float& s = acc[rt][j][8 * mg + tok];
+                                    s = dot4(w[u][rt][j], a, s);
+                                    if constexpr (kDual) {
+                                        float& su = acc_up[rt][j][8 * mg + tok];
+                                        su = dot4(wu[u][rt][j], a, su);
+                                    }
+                                }
+                        }
+                    }
+                }
+            }
+
+#pragma unroll
+            for (int mg = 0; mg < MG; ++mg) {
+                if (m0 + 8 * mg >= p.m) break;
+                float* rs = red + warp * Cfg::kSlice;
+                float* rus = red_up + (kDual ? warp * Cfg::kSlice : 0);
+#pragma unroll
+                for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const int at = q * Cfg::kPitch + 16 * rt + r + 4 * j;
+                        float v[8];
+#pragma unroll
+                        for (int i = 0; i < 8; ++i) v[i] = acc[rt][j][8 * mg + i];
+                        rs[at] = gemv_detail::reduce_scatter8(v, q);
+                        if constexpr (kDual) {
+#pragma unroll
+                            for (int i = 0; i < 8; ++i) v[i] = acc_up[rt][j][8 * mg + i];
+                            rus[at] = gemv_detail::reduce_scatter8(v, q);
+                        }
+                    }
+                __syncthreads();
+                gemv_detail::finish<float, Cfg, Epi>(red, red_up, m0 + 8 * mg, n0, p, tid);
+                __syncthreads();
+            }
+        }
+    }
+};
+
+}  // namespace mlpc
