@@ -270,19 +270,21 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     arg_names.push("out".into());
 
     let cfg = Config::choose(dtype, dual);
-    let threads = cfg.threads();
-    let smem = cfg.smem_bytes(la, lb, dual);
+    // sm_90a: K-major f16 / bf16 operands take the wgmma family (see wgmma.rs).
+    let strides: Vec<&Extent> = [&lda, &ldb].into_iter().chain(up.as_ref()).collect();
+    let hopper = crate::wgmma::select(ctx.opts.arch, dtype, dual, (la, lb), &strides, n);
+    let threads = hopper.map_or_else(|| cfg.threads(), |h| h.threads());
+    let smem = hopper.map_or_else(|| cfg.smem_bytes(la, lb, dual), |h| h.smem_bytes(dual));
+    let (bm, bn) = hopper.map_or((cfg.bm, cfg.bn), |h| (h.bm, h.bn));
     let elem = cpp::elem_type(dtype);
 
     let entry = format!(
-        "mlpc_{}_{}_{}{}_{}x{}x{}",
+        "mlpc_{}_{}_{}{}_{}",
         name_parts.join("_"),
         dtype.name(),
         la.letter(),
         lb.letter(),
-        cfg.bm,
-        cfg.bn,
-        cfg.bk
+        hopper.map_or_else(|| format!("{}x{}x{}", cfg.bm, cfg.bn, cfg.bk), |h| h.tag())
     );
 
     // Body: fill the parameter struct.
@@ -317,10 +319,14 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     } else {
         "gemm_simt.cuh"
     };
+    let (template, include, config) = match hopper {
+        Some(h) => ("GemmWgmma", "gemm_wgmma.cuh", h.template()),
+        None => (template, include, cfg.template()),
+    };
     let mut src = ctx.header(&format!("out[m, n] = {summary}"), &arg_names);
     src.push_str(&format!("#include \"{include}\"\n\n"));
     src.push_str("namespace {\n");
-    src.push_str(&format!("using Config = {};\n", cfg.template()));
+    src.push_str(&format!("using Config = {config};\n"));
     src.push_str(&format!("using Epilogue = {epi_type};\n"));
     src.push_str(&format!(
         "using Kernel = mlpc::{template}<{elem}, {}, {}, Config, Epilogue>;\n",
@@ -336,7 +342,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     src.push_str("}  // namespace\n\n");
     src.push_str(&format!(
         "extern \"C\" __global__ void __launch_bounds__({threads}, {}) {entry}(\n{}) {{\n",
-        cfg.min_blocks,
+        hopper.map_or(cfg.min_blocks, |_| 1),
         signature(elem, &arg_names, ctx.args.len(), &symbols)
     ));
     src.push_str(&body.join("\n"));
@@ -369,8 +375,8 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             grid: Grid::Tiles {
                 m: m.clone(),
                 n: n.clone(),
-                tile_m: cfg.bm,
-                tile_n: cfg.bn,
+                tile_m: bm,
+                tile_n: bn,
             },
         },
         params,

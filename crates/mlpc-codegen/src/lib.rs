@@ -14,6 +14,9 @@
 //!   `epi(gate(A Bg) * up(A Bu))`) is a compile-time type applied in registers.
 //!   When A and the weight are k-contiguous (`x W^T` with an nn.Linear weight), the module also
 //!   holds weight-streaming entries for small M (`gemv.cuh`, see [`SmallM`]).
+//!   For [`Arch::Sm90a`], f16 / bf16 GEMMs whose A and weight are both k-contiguous use
+//!   `gemm_wgmma.cuh` instead of `gemm_mma.cuh` (warpgroup `wgmma.mma_async` from 128B-swizzled
+//!   shared memory; see `wgmma.rs`); other layouts and every other target keep `gemm_mma.cuh`.
 //! - `sparse_gemm` / `sparse_dual_gemm` (a weight packed to its kept blocks): `gemm_bsr.cuh`,
 //!   tensor cores for f16 / bf16 and FFMA for f32 like the dense families, with the kept-block
 //!   lists compiled into the source as constant arrays. One CTA per `BM` rows and per share of a
@@ -31,9 +34,9 @@
 //!   kernel uses, in sorted order of the symbol names. Fixed dims are literals in the source.
 //! - Launch: `block` threads, `smem_bytes` of dynamic shared memory, grid from [`Grid`] (see
 //!   [`Launch::grid`]). A grid with a zero dimension means there is nothing to compute: skip the
-//!   launch. When `smem_bytes` exceeds 48 KiB (the tensor-core GEMMs use up to 60 KiB) the runtime must
-//!   first raise the function's `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` to
-//!   `smem_bytes`.
+//!   launch. When `smem_bytes` exceeds 48 KiB (the tensor-core GEMMs use up to 60 KiB, the
+//!   sm_90a ones 193 KiB) the runtime must first raise the function's
+//!   `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` to `smem_bytes`.
 //! - Kernels are correct for any base alignment and any dims; aligned operands (16 bytes, row
 //!   strides multiples of 16 bytes) take vectorised paths.
 //! - Small-M variants ([`CudaKernel::small_m`], dense GEMMs only): further entries of the same
@@ -53,6 +56,7 @@ mod gemm;
 mod gemv;
 pub mod samples;
 mod view;
+mod wgmma;
 
 pub use error::{CodegenError, LaunchError};
 
@@ -60,8 +64,8 @@ use mlpc_ir::{Bindings, BufferId, Extent, Kernel, Op, Plan};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Target GPU architecture. Every template path emitted today runs on all of them; the choice is
-/// passed on to NVRTC (`--gpu-architecture`).
+/// Target GPU architecture, passed on to NVRTC (`--gpu-architecture`). With `Sm90a` some GEMMs
+/// use wgmma, which exists on Hopper only; the other targets emit the same portable templates.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
@@ -273,6 +277,10 @@ pub fn headers() -> Vec<(&'static str, &'static str)> {
         (
             "gemm_mma.cuh",
             include_str!("../../../kernels-templates/gemm_mma.cuh"),
+        ),
+        (
+            "gemm_wgmma.cuh",
+            include_str!("../../../kernels-templates/gemm_wgmma.cuh"),
         ),
         (
             "gemm_simt.cuh",

@@ -1,0 +1,152 @@
+//! The Hopper (sm_90a) GEMM path: which sample GEMMs take `GemmWgmma`, snapshots of those
+//! kernels, and NVRTC compiles of every sample kernel for sm_90a (wgmma in the PTX, no local
+//! memory). The sm_90 snapshots of `snapshots.rs` are the proof that the default target is
+//! unchanged.
+//!
+//! The NVRTC tests need NVRTC 13.0 (`LD_LIBRARY_PATH=<site-packages>/nvidia/cu13/lib`, or
+//! `MLPC_NVRTC_LIB`, as `scripts/test.sh` sets up); without it they fail rather than skip.
+
+use mlpc_codegen::{generate, samples, Arch, CodegenOptions, CudaKernel, Grid};
+use mlpc_ir::{DType, MatLayout, Op, Plan};
+use mlpc_jit::{compile_all, ensure_nvrtc, JitOptions};
+
+fn sm_90a() -> CodegenOptions {
+    CodegenOptions {
+        arch: Arch::Sm90a,
+        allow_tf32: false,
+    }
+}
+
+/// Every sample plan with its kernels generated for sm_90a.
+fn generated() -> Vec<(Plan, Vec<CudaKernel>)> {
+    samples::all()
+        .into_iter()
+        .map(|p| {
+            let k = generate(&p, &sm_90a()).unwrap_or_else(|e| panic!("plan `{}`: {e}", p.name));
+            (p, k)
+        })
+        .collect()
+}
+
+fn is_wgmma(k: &CudaKernel) -> bool {
+    k.source.contains("mlpc::GemmWgmma<")
+}
+
+#[test]
+fn nt_half_gemms_take_wgmma_and_the_rest_keep_their_family() {
+    let mut n_wgmma = 0;
+    for (plan, kernels) in generated() {
+        for (k, pk) in kernels.iter().zip(&plan.kernels) {
+            let Op::Gemm(g) = &pk.op else {
+                assert!(!is_wgmma(k), "{}", k.name);
+                continue;
+            };
+            // The samples' operands are contiguous: the row stride of A and of B is K, the last
+            // dim of A, and a constant one that is not a multiple of 8 keeps the mma.sync kernel.
+            let k_dim = plan.buffers[pk.args[0]]
+                .ty
+                .shape
+                .last()
+                .and_then(|d| d.fixed());
+            let aligned = k_dim.is_none_or(|k| k % 8 == 0);
+            let expected =
+                plan.dtype != DType::F32 && g.a == MatLayout::N && g.b == MatLayout::T && aligned;
+            assert_eq!(is_wgmma(k), expected, "{}:\n{}", k.name, k.source);
+            if expected {
+                n_wgmma += 1;
+                assert!(k.source.contains("#include \"gemm_wgmma.cuh\""));
+                assert!(k.entry.contains("_wgmma_128x"), "{}", k.entry);
+                assert!(k.source.contains("__launch_bounds__(256, 1)"), "{}", k.name);
+                assert_eq!(k.launch.block, [256, 1, 1]);
+                assert!(k.launch.smem_bytes > 48 * 1024 && k.launch.smem_bytes <= 227 * 1024);
+                let Grid::Tiles { tile_m, tile_n, .. } = k.launch.grid else {
+                    panic!("{}: expected a tiled grid", k.name)
+                };
+                assert_eq!(tile_m, 128);
+                assert!(k
+                    .source
+                    .contains(&format!("mlpc::WgmmaConfig<128, {tile_n}, ")));
+            } else if plan.dtype != DType::F32 {
+                assert!(k.source.contains("mlpc::GemmMma<"), "{}", k.name);
+            }
+        }
+    }
+    // linear_bias, linear_gelu_tanh, swiglu (dual + down), batched_residual, geglu_mul (dual).
+    assert!(n_wgmma >= 6, "only {n_wgmma} kernels took the wgmma path");
+}
+
+#[test]
+fn sm_90a_wgmma_kernels() {
+    for (plan, kernels) in generated() {
+        for k in kernels.iter().filter(|k| is_wgmma(k)) {
+            insta::assert_snapshot!(format!("sm_90a__{}__{}", plan.name, k.name), k.listing());
+        }
+    }
+}
+
+#[test]
+fn other_targets_never_see_wgmma() {
+    for arch in [Arch::Sm90, Arch::Sm80] {
+        let opts = CodegenOptions {
+            arch,
+            allow_tf32: false,
+        };
+        for plan in samples::all() {
+            for k in generate(&plan, &opts).unwrap() {
+                assert!(!is_wgmma(&k), "{} on {arch}", k.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_sample_kernel_compiles_for_sm_90a_without_local_memory() {
+    if let Err(e) = ensure_nvrtc() {
+        panic!("this test needs NVRTC 13.0: {e}");
+    }
+    let kernels: Vec<CudaKernel> = generated().into_iter().flat_map(|(_, k)| k).collect();
+    let opts = JitOptions {
+        arch: Arch::Sm90a,
+        no_cache: true,
+        cache_dir: None,
+    };
+    let compiled = compile_all(&kernels, &opts).unwrap_or_else(|e| panic!("{e}"));
+    for (k, c) in kernels.iter().zip(&compiled) {
+        assert_eq!(&c.cubin[..4], b"\x7fELF", "{}: not an ELF cubin", k.name);
+        assert!(c.ptx.contains(".target sm_90a"), "{}", k.name);
+        assert!(
+            c.resources_known,
+            "{}: no ptxas report in the log:\n{}",
+            k.name, c.log
+        );
+        assert!(
+            !c.resources.uses_local_memory(),
+            "{} uses local memory on sm_90a: {:?}\n{}",
+            k.name,
+            c.resources,
+            c.log
+        );
+        if is_wgmma(k) {
+            assert!(
+                c.ptx.contains("wgmma.mma_async.sync.aligned.m64n"),
+                "{}",
+                k.name
+            );
+            assert!(
+                c.ptx.contains("fence.proxy.async.shared::cta"),
+                "{}",
+                k.name
+            );
+            // ptxas serialises wgmmas it cannot prove independent of other register traffic,
+            // and says so in the log.
+            assert!(
+                !c.log
+                    .contains("wgmma.mma_async instructions are serialized"),
+                "{}: {}",
+                k.name,
+                c.log
+            );
+            assert!(c.resources.registers <= 255 && c.resources.barriers >= 1);
+        }
+    }
+}

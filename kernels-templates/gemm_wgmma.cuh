@@ -1,0 +1,473 @@
+// mlpc kernel templates: the Hopper GEMM for f16 / bf16 (sm_90a only): `wgmma.mma_async` from
+// warpgroups, both operands read from shared memory through matrix descriptors, f32 accumulation,
+// and the compile-time epilogue chain of common.cuh.
+//
+//   C[m, n] = Epi(sum_k A[m, k] * B[k, n])            (plain)
+//   C[m, n] = Out(Gate(A @ Bg) * Up(A @ Bu))[m, n]     (dual: two accumulators per thread)
+//
+// Operands: A is row-major [M, K] (`Layout::N`, k contiguous) and B is row-major [N, K]
+// (`Layout::T`, an nn.Linear weight, k contiguous): both "K-major", which is what wgmma reads for
+// 16-bit types without a transpose (imm-trans-a = imm-trans-b = 0). Other layouts use GemmMma.
+//
+// CTA: BM / 64 consumer warpgroups (128 threads each); warpgroup w owns rows [64w, 64w + 64) of the
+// BM x BN tile and the whole BN width, computed with `wgmma.mma_async.m64nBNk16` (BN = 64, 128 or
+// 256). Every thread both loads and computes (no producer warp yet).
+//
+// Shared memory (one stage; STAGES stages in a ring, the ring base aligned to 1024 bytes):
+//   [A tile: BM rows x 64 k][B tile: BN rows x 64 k][Bu tile (dual): BN rows x 64 k]
+// Each tile is K-major with the 128-byte swizzle: row r (an m or n index) is 128 bytes (64 16-bit
+// k values) at byte r * 128 of the tile, and its 16-byte chunk c (k = 8c .. 8c + 7) is stored at
+// chunk position c ^ (r % 8):
+//
+//   byte_offset(r, k) = r * 128 + (((k / 8) ^ (r % 8)) * 16) + (k % 8) * 2
+//
+// Every tile starts on a 1024-byte boundary (tile sizes are multiples of 1024), so this equals the
+// hardware's 128B swizzle, which XORs address bits [4, 7) with bits [7, 10) of the byte address
+// (PTX ISA, "Shared Memory Matrix Layout": K-major, 128B swizzling, canonical layout
+// Swizzle<3,4,3> o ((8, m), (T, 2k)) : ((8T, SBO), (1, T)) with T = 8 16-bit elements).
+//
+// Matrix descriptors (PTX ISA, "Matrix Descriptor Format"), one 64-bit value per operand:
+//   bits  0-13  start address >> 4   (shared-window byte address)
+//   bits 16-29  leading byte offset >> 4 = 1   (unused by K-major swizzled layouts; "assumed 1")
+//   bits 32-45  stride byte offset >> 4 = 64   (1024 bytes from one group of 8 rows to the next)
+//   bits 49-51  base offset = 0                (atoms start on 1024-byte boundaries)
+//   bits 62-63  layout type = 1                (128-byte swizzle)
+// A wgmma k16 step j (0..3) of the 64-wide slice reads k = 16j .. 16j + 15, the chunks 2j and
+// 2j + 1 of each row: its descriptor is the slice's with the start address advanced by 32j bytes
+// (+2j in the encoded field). The hardware applies the XOR to the full computed address, whose
+// bits [7, 10) still hold r % 8, so the k-advanced descriptor reads the chunks written above.
+// Warpgroup w's A descriptor starts at A + w * 64 * 128 bytes (a multiple of 1024).
+//
+// Accumulators of m64nNk16 with f32 (PTX ISA figure "WGMMA .m64nNk16 register fragment layout
+// for accumulator matrix D"; CUTLASS CLayout_64xN): with q = warp index in the warpgroup,
+// g = lane / 4, t = lane % 4, register d[4i + 2h + e] (i < N/8, h, e in {0, 1}) holds
+//   D[16q + g + 8h][8i + 2t + e]
+// i.e. the mma.sync m16n8 C fragment repeated over n in steps of 8, one 16-row band per warp.
+//
+// Pipeline (STAGES >= 3; prefetch distance STAGES - 2 slices):
+//   prologue: slices 0 .. STAGES - 3 in flight, one cp.async group each.
+//   iteration kt:
+//     cp.async.wait_group(STAGES - 3)  -> this thread's copies of slice kt have landed
+//     fence.proxy.async.shared::cta    -> ...and are visible to the async proxy (wgmma reads)
+//     __syncthreads                    -> every thread's copies of slice kt; and every warpgroup
+//                                         finished slice kt - 2 (its wait_group(1) of kt - 1)
+//     wgmma.fence; 4 x wgmma (x2 dual); wgmma.commit_group
+//     cp.async slice kt + STAGES - 2 into the stage of slice kt - 2; commit (possibly empty)
+//     wgmma.wait_group(1)              -> slice kt - 1's wgmmas are complete; kt may still run
+// so the tensor cores have the next slice queued while the threads cross the barrier.
+//
+// Loads: 16-byte cp.async with zero-fill for operands with a 16-byte aligned base and a row
+// stride that is a multiple of 8 elements (decided at run time, uniformly); plain bounds-checked
+// loads and st.shared otherwise, into the same swizzled positions. Elements outside the matrix
+// read as zero, so any M, N, K is correct.
+#pragma once
+
+#include "common.cuh"
+#include "gemm_mma.cuh"
+
+namespace mlpc {
+
+/// A BM x BN tile per CTA with BM / 64 warpgroups and STAGES shared-memory stages of 64-deep k
+/// slices.
+template <int BM_, int BN_, int STAGES_>
+struct WgmmaConfig {
+    static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_;
+    static constexpr int kWarpgroups = BM / 64;
+    static constexpr int kThreads = kWarpgroups * 128;
+    static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "BM must be 64, 128, 192 or 256");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "BN must be 64, 128 or 256");
+    static_assert(STAGES >= 3, "the ring needs a stage in flight, one computing, one draining");
+};
+
+namespace wgmma_detail {
+
+/// Byte offset of the 16-byte chunk `c` (k = 8c .. 8c + 7) of row `r` in a 128B-swizzled,
+/// K-major tile (see the file comment).
+__device__ __forceinline__ u32 chunk_offset(int r, int c) {
+    return (u32)(r * 128 + ((c ^ (r & 7)) << 4));
+}
+
+/// The descriptor of a K-major, 128B-swizzled operand starting at shared address `addr` (1024-byte
+/// aligned, or advanced from such an address by a k step).
+__device__ __forceinline__ u64 make_desc(u32 addr) {
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) |
+           ((u64)1 << 62);
+}
+
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+
+__device__ __forceinline__ void commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/// Orders this thread's generic-proxy writes to shared memory (cp.async, st.shared) before later
+/// async-proxy reads (wgmma).
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/// Pins the accumulator registers at this point of the program: the compiler may not move their
+/// reads or writes across it (they are written by in-flight wgmmas until the wait).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d[0..32) += A * B for m64n64k16; TY is the PTX type name of A and B.
+#define MLPC_WGMMA_M64N64K16(TY)                                      \
+    asm volatile(                                                     \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"  \
+        "%0, %1, %2, %3, %4, %5, %6, %7, "                            \
+        "%8, %9, %10, %11, %12, %13, %14, %15, "                      \
+        "%16, %17, %18, %19, %20, %21, %22, %23, "                    \
+        "%24, %25, %26, %27, %28, %29, %30, %31"                      \
+        "}, %32, %33, 1, 1, 1, 0, 0;\n"                               \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),             \
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),             \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),           \
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),         \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),         \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),         \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),         \
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])          \
+        : "l"(a), "l"(b))
+
+// d[0..64) += A * B for m64n128k16; TY is the PTX type name of A and B.
+#define MLPC_WGMMA_M64N128K16(TY)                                     \
+    asm volatile(                                                     \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, "                            \
+        "%8, %9, %10, %11, %12, %13, %14, %15, "                      \
+        "%16, %17, %18, %19, %20, %21, %22, %23, "                    \
+        "%24, %25, %26, %27, %28, %29, %30, %31, "                    \
+        "%32, %33, %34, %35, %36, %37, %38, %39, "                    \
+        "%40, %41, %42, %43, %44, %45, %46, %47, "                    \
+        "%48, %49, %50, %51, %52, %53, %54, %55, "                    \
+        "%56, %57, %58, %59, %60, %61, %62, %63"                      \
+        "}, %64, %65, 1, 1, 1, 0, 0;\n"                               \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),             \
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),             \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),           \
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),         \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),         \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),         \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),         \
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),         \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),         \
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),         \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),         \
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),         \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),         \
+          "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),         \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),         \
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])          \
+        : "l"(a), "l"(b))
+
+// d[0..128) += A * B for m64n256k16; TY is the PTX type name of A and B.
+#define MLPC_WGMMA_M64N256K16(TY)                                     \
+    asm volatile(                                                     \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, "                            \
+        "%8, %9, %10, %11, %12, %13, %14, %15, "                      \
+        "%16, %17, %18, %19, %20, %21, %22, %23, "                    \
+        "%24, %25, %26, %27, %28, %29, %30, %31, "                    \
+        "%32, %33, %34, %35, %36, %37, %38, %39, "                    \
+        "%40, %41, %42, %43, %44, %45, %46, %47, "                    \
+        "%48, %49, %50, %51, %52, %53, %54, %55, "                    \
+        "%56, %57, %58, %59, %60, %61, %62, %63, "                    \
+        "%64, %65, %66, %67, %68, %69, %70, %71, "                    \
+        "%72, %73, %74, %75, %76, %77, %78, %79, "                    \
+        "%80, %81, %82, %83, %84, %85, %86, %87, "                    \
+        "%88, %89, %90, %91, %92, %93, %94, %95, "                    \
+        "%96, %97, %98, %99, %100, %101, %102, %103, "                \
+        "%104, %105, %106, %107, %108, %109, %110, %111, "            \
+        "%112, %113, %114, %115, %116, %117, %118, %119, "            \
+        "%120, %121, %122, %123, %124, %125, %126, %127"              \
+        "}, %128, %129, 1, 1, 1, 0, 0;\n"                             \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),             \
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),             \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),           \
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),         \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),         \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),         \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),         \
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),         \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),         \
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),         \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),         \
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),         \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),         \
+          "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),         \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),         \
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),         \
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),         \
+          "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),         \
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]),         \
+          "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),         \
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),         \
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),         \
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),         \
+          "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),         \
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),         \
+          "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),     \
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),     \
+          "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),     \
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),     \
+          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),     \
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]),     \
+          "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])      \
+        : "l"(a), "l"(b))
+
+
+/// `d += A * B` for one m64nNk16 step, A and B through descriptors.
+template <class T, int N>
+struct Mma;
+
+template <>
+struct Mma<bf16, 64> {
+    __device__ __forceinline__ static void run(float (&d)[32], u64 a, u64 b) {
+        MLPC_WGMMA_M64N64K16("bf16");
+    }
+};
+template <>
+struct Mma<f16, 64> {
+    __device__ __forceinline__ static void run(float (&d)[32], u64 a, u64 b) {
+        MLPC_WGMMA_M64N64K16("f16");
+    }
+};
+template <>
+struct Mma<bf16, 128> {
+    __device__ __forceinline__ static void run(float (&d)[64], u64 a, u64 b) {
+        MLPC_WGMMA_M64N128K16("bf16");
+    }
+};
+template <>
+struct Mma<f16, 128> {
+    __device__ __forceinline__ static void run(float (&d)[64], u64 a, u64 b) {
+        MLPC_WGMMA_M64N128K16("f16");
+    }
+};
+template <>
+struct Mma<bf16, 256> {
+    __device__ __forceinline__ static void run(float (&d)[128], u64 a, u64 b) {
+        MLPC_WGMMA_M64N256K16("bf16");
+    }
+};
+template <>
+struct Mma<f16, 256> {
+    __device__ __forceinline__ static void run(float (&d)[128], u64 a, u64 b) {
+        MLPC_WGMMA_M64N256K16("f16");
+    }
+};
+
+#undef MLPC_WGMMA_M64N64K16
+#undef MLPC_WGMMA_M64N128K16
+#undef MLPC_WGMMA_M64N256K16
+
+/// Copies rows [row0, row0 + ROWS) x k [k0, k0 + 64) of a row-major matrix (`rows` x `k`, row
+/// stride `ld`, k contiguous) into the swizzled tile at shared address `dst`, zero-filling
+/// everything outside the matrix. Thread `tid` copies chunk c = tid % 8 of the rows
+/// tid / 8 + p * (THREADS / 8), p = 0, 1, ...: eight consecutive threads cover one 128-byte row
+/// segment, and since THREADS / 8 is a multiple of 8 every row of a thread has the same swizzle
+/// (r % 8), so one shared address and one global pointer per thread, stepped by constants, cover
+/// all its chunks. `vec`: the base is 16-byte aligned and `ld` a multiple of 8, so each chunk is
+/// one 16-byte cp.async (a chunk straddling k copies fewer bytes and zero-fills the rest).
+template <class T, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile(u32 dst, const T* g, i64 ld, i64 row0, i64 k0, i64 rows,
+                                          i64 k, bool vec, int tid) {
+    constexpr int kRowsPerPass = THREADS / 8;
+    constexpr int kPasses = ceil_div(ROWS, kRowsPerPass);
+    static_assert(kRowsPerPass % 8 == 0, "every pass must keep the rows' swizzle phase");
+    const int r0 = tid >> 3;
+    const int c = tid & 7;
+    const u32 s0 = dst + chunk_offset(r0, c);
+    const i64 gk = k0 + c * 8;
+    const i64 gr0 = row0 + r0;
+    if (vec) {
+        const int kbytes = gk < k ? (k - gk >= 8 ? 16 : (int)(k - gk) * 2) : 0;
+        const T* src0 = g + gr0 * ld + gk;
+#pragma unroll
+        for (int pass = 0; pass < kPasses; ++pass) {
+            const int r = r0 + pass * kRowsPerPass;
+            if (ROWS % kRowsPerPass != 0 && r >= ROWS) break;
+            const int bytes = gr0 + pass * kRowsPerPass < rows ? kbytes : 0;
+            // A chunk that reads nothing still needs a valid address.
+            const T* src = bytes > 0 ? src0 + (i64)pass * kRowsPerPass * ld : g;
+            mma_detail::cp_async_16(s0 + pass * kRowsPerPass * 128, src, bytes);
+        }
+    } else {
+#pragma unroll
+        for (int pass = 0; pass < kPasses; ++pass) {
+            const int r = r0 + pass * kRowsPerPass;
+            if (ROWS % kRowsPerPass != 0 && r >= ROWS) break;
+            const i64 gr = gr0 + pass * kRowsPerPass;
+            const bool row_in = gr < rows;
+            const T* src = g + (row_in ? gr * ld : 0);
+            u32 w[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const i64 c0 = gk + 2 * e;
+                const u32 lo = (row_in && c0 < k) ? src[c0].bits : 0u;
+                const u32 hi = (row_in && c0 + 1 < k) ? src[c0 + 1].bits : 0u;
+                w[e] = lo | (hi << 16);
+            }
+            mma_detail::st_shared_v4(s0 + pass * kRowsPerPass * 128, w[0], w[1], w[2], w[3]);
+        }
+    }
+}
+
+}  // namespace wgmma_detail
+
+/// The Hopper GEMM. `T` is `bf16` or `f16`; `LA` must be `Layout::N` and `LB` `Layout::T`; `Cfg` a
+/// `WgmmaConfig`; `Epi` a `SingleEpilogue` or `DualEpilogue`. Launch with `kThreads` threads,
+/// grid `(ceil(M / BM), ceil(N / BN))` and `kSmemBytes` bytes of dynamic shared memory; compile
+/// for sm_90a.
+template <class T, Layout LA, Layout LB, class Cfg, class Epi>
+struct GemmWgmma {
+    static_assert(LA == Layout::N && LB == Layout::T,
+                  "the wgmma path reads both operands K-major: A [M, K] and B [N, K] row-major");
+    static constexpr bool kDual = Epi::kDual;
+    static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
+    static constexpr int kThreads = Cfg::kThreads;
+    static constexpr int kTileABytes = BM * BK * 2;
+    static constexpr int kTileBBytes = BN * BK * 2;
+    static constexpr int kStageBytes = kTileABytes + kTileBBytes * (kDual ? 2 : 1);
+    /// The ring plus 1024 bytes to align its base to the swizzle pattern.
+    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;
+    /// Accumulator registers per thread and product.
+    static constexpr int kAcc = BN / 2;
+    static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
+                  "every tile must start on a 1024-byte swizzle boundary");
+
+    /// Loads the 64-deep slice `kt` of A and B (and Bu) into the stage at shared address `stage`.
+    template <class P>
+    __device__ __forceinline__ static void load_stage(u32 stage, const P& p, i64 m0, i64 n0,
+                                                      i64 kt, bool vec_a, bool vec_b,
+                                                      bool vec_bu, int tid) {
+        using wgmma_detail::load_tile;
+        const i64 k0 = kt * BK;
+        load_tile<T, BM, kThreads>(stage, p.a, p.lda, m0, k0, p.m, p.k, vec_a, tid);
+        load_tile<T, BN, kThreads>(stage + kTileABytes, p.b, p.ldb, n0, k0, p.n, p.k, vec_b, tid);
+        if constexpr (kDual) {
+            load_tile<T, BN, kThreads>(stage + kTileABytes + kTileBBytes, p.b_up, p.ldb_up, n0, k0,
+                                       p.n, p.k, vec_bu, tid);
+        }
+    }
+
+    template <class P>
+    __device__ __forceinline__ static void run(const P& p) {
+        using namespace wgmma_detail;
+        extern __shared__ __align__(1024) unsigned char mlpc_smem[];
+        const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;
+
+        const int tid = (int)threadIdx.x;
+        const int wg = tid >> 7;
+        const i64 m0 = (i64)blockIdx.x * BM;
+        const i64 n0 = (i64)blockIdx.y * BN;
+
+        const bool vec_a = is_aligned(p.a, 16) && (p.lda % 8 == 0);
+        const bool vec_b = is_aligned(p.b, 16) && (p.ldb % 8 == 0);
+        const bool vec_bu = kDual && is_aligned(p.b_up, 16) && (p.ldb_up % 8 == 0);
+
+        float acc[kAcc];
+        float acc_up[kDual ? kAcc : 1];
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) {
+            acc[i] = 0.0f;
+            if constexpr (kDual) acc_up[i] = 0.0f;
+        }
+
+        const i64 ktiles = ceil_div(p.k, (i64)BK);
+
+        // Prologue: slices 0 .. STAGES - 3 in flight, one commit group each.
+#pragma unroll
+        for (int s = 0; s < STAGES - 2; ++s) {
+            if (s < ktiles) {
+                load_stage(ring + s * kStageBytes, p, m0, n0, s, vec_a, vec_b, vec_bu, tid);
+            }
+            mma_detail::cp_async_commit();
+        }
+
+        int read_stage = 0;
+        int write_stage = STAGES - 2;
+        for (i64 kt = 0; kt < ktiles; ++kt) {
+            mma_detail::cp_async_wait<STAGES - 3>();
+            fence_proxy_async();
+            __syncthreads();
+
+            const u32 sa = ring + read_stage * kStageBytes;
+            const u64 da = make_desc(sa + wg * (64 * 128));
+            const u64 db = make_desc(sa + kTileABytes);
+            const u64 dbu = make_desc(sa + kTileABytes + kTileBBytes);
+            fence_regs(acc);
+            if constexpr (kDual) fence_regs(acc_up);
+            fence();
+#pragma unroll
+            for (int j = 0; j < BK / 16; ++j) {
+                // k step j: 32 bytes further along every row, +2 in the encoded start address.
+                Mma<T, BN>::run(acc, da + 2 * j, db + 2 * j);
+                if constexpr (kDual) Mma<T, BN>::run(acc_up, da + 2 * j, dbu + 2 * j);
+            }
+            commit();
+            fence_regs(acc);
+            if constexpr (kDual) fence_regs(acc_up);
+
+            // The stage of slice kt - 2: every warpgroup finished it before the barrier above.
+            const i64 pre = kt + STAGES - 2;
+            if (pre < ktiles) {
+                load_stage(ring + write_stage * kStageBytes, p, m0, n0, pre, vec_a, vec_b, vec_bu,
+                           tid);
+            }
+            mma_detail::cp_async_commit();
+            read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
+            write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
+
+            wait<1>();
+            fence_regs(acc);
+            if constexpr (kDual) fence_regs(acc_up);
+        }
+        wait<0>();
+        fence_regs(acc);
+        if constexpr (kDual) fence_regs(acc_up);
+        mma_detail::cp_async_wait<0>();
+
+        // Epilogue: d[4i + 2h + e] is C[16q + g + 8h][8i + 2t + e] of the warpgroup's 64 rows.
+        const int lane = tid & 31;
+        const int q = (tid >> 5) & 3;
+        const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;
+            if (row >= p.m) continue;
+            T* out_row = p.c + row * p.ldc;
+#pragma unroll
+            for (int i = 0; i < BN / 8; ++i) {
+                const i64 col = n0 + i * 8 + (lane & 3) * 2;
+                if (col >= p.n) continue;
+                const int r = 4 * i + 2 * h;
+                const float up0 = kDual ? acc_up[kDual ? r : 0] : 0.0f;
+                const float up1 = kDual ? acc_up[kDual ? r + 1 : 0] : 0.0f;
+                const float v0 = Epi::apply(acc[r], up0, row, col, p);
+                if (col + 1 < p.n) {
+                    const float v1 = Epi::apply(acc[r + 1], up1, row, col + 1, p);
+                    if (pair_ok) {
+                        *reinterpret_cast<u32*>(out_row + col) = pack2<T>(v0, v1);
+                    } else {
+                        out_row[col] = from_f32<T>(v0);
+                        out_row[col + 1] = from_f32<T>(v1);
+                    }
+                } else {
+                    out_row[col] = from_f32<T>(v0);
+                }
+            }
+        }
+    }
+};
+
+}  // namespace mlpc
