@@ -6,6 +6,9 @@
 //! The NVRTC tests need NVRTC 13.0 (`LD_LIBRARY_PATH=<site-packages>/nvidia/cu13/lib`, or
 //! `MLPC_NVRTC_LIB`, as `scripts/test.sh` sets up); without it they fail rather than skip.
 
+// The emulation indexes its arrays with the kernels' own loop variables, on purpose.
+#![allow(clippy::needless_range_loop)]
+
 use mlpc_codegen::samples::{self, PlanBuilder};
 use mlpc_codegen::{generate, Arch, CodegenOptions, CudaKernel, Grid, SmallM};
 use mlpc_ir::{Activation, Bindings, BufferKind, DType, Dual, Epilogue, Gemm, MatLayout, Op, Plan};
@@ -347,4 +350,668 @@ fn small_m_entries_compile_for_sm_90_without_local_memory() {
 #[test]
 fn small_m_entries_compile_for_sm_80_without_local_memory() {
     check_nvrtc(Arch::Sm80);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU emulation of gemv.cuh's work decomposition
+// ---------------------------------------------------------------------------------------------
+//
+// The functions below replay, thread by thread, the index arithmetic of `GemvMma::run` and
+// `GemvSimt::run` (same names, same order), with every loaded element tagged by the (row, k) it
+// came from. The mma is emulated from the PTX ISA's fragment layouts of m16n8k16, written out
+// independently of the kernel's k permutation. Checked: every product W[n, k] * A[m, k] with
+// n < N, m < M, k < K happens exactly once, only between equal k, and lands in the accumulator
+// that the reduction later assigns to (m, n); every output element is written exactly once; the
+// sums (of small integers, exact in f64) equal the plain matrix product; the reduction buffer
+// stores of a warp hit 32 distinct banks.
+
+/// `mlpc::GemvConfig`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cfg {
+    mg: usize,
+    rt: usize,
+    warps: usize,
+    unroll: usize,
+}
+
+impl Cfg {
+    fn rows(&self) -> usize {
+        16 * self.rt
+    }
+    fn max_m(&self) -> usize {
+        8 * self.mg
+    }
+    fn pitch(&self) -> usize {
+        self.rows() + 4
+    }
+    fn slice(&self) -> usize {
+        8 * self.pitch()
+    }
+    fn threads(&self) -> usize {
+        32 * self.warps
+    }
+}
+
+/// A loaded element: its value and, when it was read from inside the matrix, its (row, k).
+#[derive(Clone, Copy, Debug, Default)]
+struct El {
+    v: f64,
+    at: Option<(usize, usize)>,
+}
+
+/// A row-major `[rows, cols]` matrix of small integers.
+struct Mat {
+    rows: usize,
+    cols: usize,
+    v: Vec<f64>,
+}
+
+impl Mat {
+    fn random(rows: usize, cols: usize, seed: &mut u64) -> Mat {
+        let v = (0..rows * cols)
+            .map(|_| {
+                *seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((*seed >> 33) % 7) as f64 - 3.0
+            })
+            .collect();
+        Mat { rows, cols, v }
+    }
+
+    /// `load16`: `e` consecutive elements of `row` from `k` on; outside the matrix reads as 0.
+    fn load(&self, row: usize, k: usize, e: usize) -> Vec<El> {
+        (k..k + e)
+            .map(|kk| {
+                if row < self.rows && kk < self.cols {
+                    El {
+                        v: self.v[row * self.cols + kk],
+                        at: Some((row, kk)),
+                    }
+                } else {
+                    El::default()
+                }
+            })
+            .collect()
+    }
+}
+
+/// The problem and what the emulated kernel did with it.
+struct Run<'a> {
+    cfg: Cfg,
+    a: &'a Mat,
+    /// Gate (or only) weight, and the up weight of a dual GEMM: `[N, K]`.
+    w: [&'a Mat; 2],
+    dual: bool,
+    /// Products W[n, k] * A[m, k] done, per weight, indexed `(n * M + m) * K + k`.
+    products: [Vec<u32>; 2],
+    /// Output writes per (m, n), and the (gate, up) sums written.
+    writes: Vec<u32>,
+    out: Vec<(f64, f64)>,
+}
+
+impl<'a> Run<'a> {
+    fn new(cfg: Cfg, a: &'a Mat, w: &'a Mat, wu: Option<&'a Mat>) -> Run<'a> {
+        let (m, n, k) = (a.rows, w.rows, a.cols);
+        Run {
+            cfg,
+            a,
+            w: [w, wu.unwrap_or(w)],
+            dual: wu.is_some(),
+            products: [vec![0; n * m * k], vec![0; n * m * k]],
+            writes: vec![0; m * n],
+            out: vec![(0.0, 0.0); m * n],
+        }
+    }
+
+    fn m(&self) -> usize {
+        self.a.rows
+    }
+    fn n(&self) -> usize {
+        self.w[0].rows
+    }
+    fn k(&self) -> usize {
+        self.a.cols
+    }
+    fn chunks(&self) -> usize {
+        self.k().div_ceil(32).div_ceil(self.cfg.unroll)
+    }
+    fn nw(&self) -> usize {
+        if self.dual {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Records the product of a weight element and an A element that should belong to
+    /// accumulator (n, m); returns the product.
+    fn product(&mut self, which: usize, w: El, a: El, n: usize, m: usize) -> f64 {
+        if let (Some((wn, wk)), Some((am, ak))) = (w.at, a.at) {
+            assert_eq!(wk, ak, "a product of different k");
+            assert_eq!((wn, am), (n, m), "a product in the wrong accumulator");
+            let (mm, kk) = (self.m(), self.k());
+            self.products[which][(wn * mm + am) * kk + wk] += 1;
+        }
+        w.v * a.v
+    }
+
+    /// `gemv_detail::finish` for one CTA and token group, from the warps' slices of `red`.
+    fn finish(&mut self, red: &[Vec<f64>; 2], m_base: usize, n0: usize) {
+        let c = self.cfg;
+        for tid in 0..c.threads() {
+            for i in (tid..c.rows() * 8).step_by(c.threads()) {
+                let (row, tok) = (i % c.rows(), i / c.rows());
+                let (m, n) = (m_base + tok, n0 + row);
+                if m >= self.m() || n >= self.n() {
+                    continue;
+                }
+                let mut s = [0.0; 2];
+                for (which, s) in s.iter_mut().enumerate().take(self.nw()) {
+                    for w in 0..c.warps {
+                        *s += red[which][w * c.slice() + tok * c.pitch() + row];
+                    }
+                }
+                let at = m * self.n() + n;
+                self.writes[at] += 1;
+                self.out[at] = (s[0], s[1]);
+            }
+        }
+    }
+
+    /// Checks what the emulated kernel did against the plain product.
+    fn check(&self, what: &str) {
+        let (m, n, k) = (self.m(), self.n(), self.k());
+        for which in 0..self.nw() {
+            for (i, &p) in self.products[which].iter().enumerate() {
+                assert_eq!(
+                    p,
+                    1,
+                    "{what}: product n,m,k = {:?}",
+                    (i / k / m, i / k % m, i % k)
+                );
+            }
+        }
+        for mm in 0..m {
+            for nn in 0..n {
+                assert_eq!(
+                    self.writes[mm * n + nn],
+                    1,
+                    "{what}: writes of (m, n) = ({mm}, {nn})"
+                );
+                for which in 0..self.nw() {
+                    let w = self.w[which];
+                    let want: f64 = (0..k)
+                        .map(|kk| self.a.v[mm * k + kk] * w.v[nn * k + kk])
+                        .sum();
+                    let got = if which == 0 {
+                        self.out[mm * n + nn].0
+                    } else {
+                        self.out[mm * n + nn].1
+                    };
+                    assert_eq!(got, want, "{what}: (m, n) = ({mm}, {nn}), weight {which}");
+                }
+            }
+        }
+    }
+}
+
+/// Asserts that a warp's 32 shared-memory float addresses fall in 32 distinct banks.
+fn assert_conflict_free(addrs: &[usize]) {
+    let mut banks: Vec<usize> = addrs.iter().map(|a| a % 32).collect();
+    banks.sort();
+    banks.dedup();
+    assert_eq!(banks.len(), 32, "bank conflict: {addrs:?}");
+}
+
+/// D (16x8) += A (16x16) B (16x8), from and to lane fragments as the PTX ISA lays them out for
+/// `mma.m16n8k16` with 16-bit inputs (g = lane / 4, t = lane % 4; each A / B register holds two
+/// elements, the first in the low half):
+///   A: a0 = (g, 2t..2t+1), a1 = (g+8, 2t..2t+1), a2 = (g, 2t+8..2t+9), a3 = (g+8, 2t+8..2t+9)
+///   B: b0 = (k 2t..2t+1, col g), b1 = (k 2t+8..2t+9, col g)
+///   D: d0, d1 = (g, 2t), (g, 2t+1); d2, d3 = (g+8, 2t), (g+8, 2t+1).
+/// `rows[i]` / `cols[j]`: the weight row and token the emulation expects in D (i, j).
+#[allow(clippy::too_many_arguments)]
+fn mma(
+    run: &mut Run<'_>,
+    which: usize,
+    d: &mut [[f64; 4]],
+    a: &[[[El; 2]; 4]],
+    b: &[[[El; 2]; 2]],
+    rows: &[usize],
+    cols: &[usize],
+) {
+    let mut fa = [[El::default(); 16]; 16];
+    let mut fb = [[El::default(); 8]; 16];
+    for lane in 0..32 {
+        let (g, t) = (lane / 4, lane % 4);
+        for h in 0..2 {
+            fa[g][2 * t + h] = a[lane][0][h];
+            fa[g + 8][2 * t + h] = a[lane][1][h];
+            fa[g][2 * t + 8 + h] = a[lane][2][h];
+            fa[g + 8][2 * t + 8 + h] = a[lane][3][h];
+            fb[2 * t + h][g] = b[lane][0][h];
+            fb[2 * t + 8 + h][g] = b[lane][1][h];
+        }
+    }
+    let mut dd = [[0.0; 8]; 16];
+    for i in 0..16 {
+        for j in 0..8 {
+            for kk in 0..16 {
+                dd[i][j] += run.product(which, fa[i][kk], fb[kk][j], rows[i], cols[j]);
+            }
+        }
+    }
+    for (lane, d) in d.iter_mut().enumerate() {
+        let (g, t) = (lane / 4, lane % 4);
+        d[0] += dd[g][2 * t];
+        d[1] += dd[g][2 * t + 1];
+        d[2] += dd[g + 8][2 * t];
+        d[3] += dd[g + 8][2 * t + 1];
+    }
+}
+
+/// `GemvMma::run` over the whole grid.
+fn emulate_mma(run: &mut Run<'_>) {
+    let c = run.cfg;
+    let (m_total, chunks) = (run.m(), run.chunks());
+    let words = |v: Vec<El>| -> [[El; 2]; 4] { std::array::from_fn(|i| [v[2 * i], v[2 * i + 1]]) };
+    for block in 0..run.n().div_ceil(c.rows()) {
+        let n0 = block * c.rows();
+        let mut m0 = 0;
+        while m0 < m_total {
+            // acc[which][warp][lane][rt][mg] = the 4 floats of a fragment.
+            let mut acc = vec![vec![vec![vec![vec![[0.0f64; 4]; c.mg]; c.rt]; 32]; c.warps]; 2];
+            for warp in 0..c.warps {
+                for chunk in (warp..chunks).step_by(c.warps) {
+                    // Weight words: [which][u][rt][h][lane].
+                    let mut w =
+                        vec![
+                            vec![vec![vec![vec![[[El::default(); 2]; 4]; 32]; 2]; c.rt]; c.unroll];
+                            2
+                        ];
+                    for u in 0..c.unroll {
+                        for lane in 0..32 {
+                            let (g, t) = (lane / 4, lane % 4);
+                            let k = (chunk * c.unroll + u) * 32 + 8 * t;
+                            for rt in 0..c.rt {
+                                for h in 0..2 {
+                                    let n = n0 + 16 * rt + 8 * h + g;
+                                    for which in 0..run.nw() {
+                                        w[which][u][rt][h][lane] =
+                                            words(run.w[which].load(n, k, 8));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    for u in 0..c.unroll {
+                        for mg in 0..c.mg {
+                            if m0 + 8 * mg >= m_total {
+                                break;
+                            }
+                            let a: Vec<[[El; 2]; 4]> = (0..32)
+                                .map(|lane| {
+                                    let (g, t) = (lane / 4, lane % 4);
+                                    let k = (chunk * c.unroll + u) * 32 + 8 * t;
+                                    words(run.a.load(m0 + 8 * mg + g, k, 8))
+                                })
+                                .collect();
+                            let cols: Vec<usize> = (0..8).map(|j| m0 + 8 * mg + j).collect();
+                            for rt in 0..c.rt {
+                                let rows: Vec<usize> = (0..16).map(|i| n0 + 16 * rt + i).collect();
+                                for j in 0..2 {
+                                    let b: Vec<[[El; 2]; 2]> =
+                                        a.iter().map(|a| [a[2 * j], a[2 * j + 1]]).collect();
+                                    for which in 0..run.nw() {
+                                        let lo = &w[which][u][rt][0];
+                                        let hi = &w[which][u][rt][1];
+                                        let frag: Vec<[[El; 2]; 4]> = (0..32)
+                                            .map(|l| {
+                                                [
+                                                    lo[l][2 * j],
+                                                    hi[l][2 * j],
+                                                    lo[l][2 * j + 1],
+                                                    hi[l][2 * j + 1],
+                                                ]
+                                            })
+                                            .collect();
+                                        let mut d: Vec<[f64; 4]> =
+                                            (0..32).map(|l| acc[which][warp][l][rt][mg]).collect();
+                                        mma(run, which, &mut d, &frag, &b, &rows, &cols);
+                                        for (l, d) in d.into_iter().enumerate() {
+                                            acc[which][warp][l][rt][mg] = d;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            for mg in 0..c.mg {
+                if m0 + 8 * mg >= m_total {
+                    break;
+                }
+                let mut red = [
+                    vec![f64::NAN; c.warps * c.slice()],
+                    vec![f64::NAN; c.warps * c.slice()],
+                ];
+                for warp in 0..c.warps {
+                    for rt in 0..c.rt {
+                        for e in 0..4 {
+                            let mut addrs = Vec::new();
+                            for lane in 0..32 {
+                                let (g, t) = (lane / 4, lane % 4);
+                                let at = (2 * t + (e & 1)) * c.pitch() + 16 * rt + g + 8 * (e >> 1);
+                                let addr = warp * c.slice() + at;
+                                addrs.push(addr);
+                                for (which, red) in red.iter_mut().enumerate().take(run.nw()) {
+                                    red[addr] = acc[which][warp][lane][rt][mg][e];
+                                }
+                            }
+                            assert_conflict_free(&addrs);
+                        }
+                    }
+                }
+                run.finish(&red, m0 + 8 * mg, n0);
+            }
+            m0 += c.max_m();
+        }
+    }
+}
+
+/// `gemv_detail::reduce_scatter8` over the 32 lanes of a warp at once: at each level every
+/// lane computes `keep` and `send` from its own values and bit, then adds its partner's `send`
+/// (`__shfl_xor_sync(send, mask)`).
+fn reduce_scatter8(v: &[[f64; 8]]) -> Vec<f64> {
+    let mut v: Vec<[f64; 8]> = v.to_vec();
+    for (mask, half) in [(4usize, 4usize), (2, 2), (1, 1)] {
+        let keep_send = |lane: usize, v: &[[f64; 8]], i: usize| -> (f64, f64) {
+            let bit = (lane % 8) & mask != 0;
+            if bit {
+                (v[lane][i + half], v[lane][i])
+            } else {
+                (v[lane][i], v[lane][i + half])
+            }
+        };
+        let old = v.clone();
+        for (lane, v) in v.iter_mut().enumerate() {
+            for i in 0..half {
+                let (keep, _) = keep_send(lane, &old, i);
+                let (_, partner_send) = keep_send(lane ^ mask, &old, i);
+                v[i] = keep + partner_send;
+            }
+        }
+    }
+    v.iter().map(|v| v[0]).collect()
+}
+
+/// `GemvSimt::run` over the whole grid.
+fn emulate_simt(run: &mut Run<'_>) {
+    let c = run.cfg;
+    let (m_total, chunks) = (run.m(), run.chunks());
+    for block in 0..run.n().div_ceil(c.rows()) {
+        let n0 = block * c.rows();
+        let mut m0 = 0;
+        while m0 < m_total {
+            // acc[which][warp][lane][rt][j][token]
+            let mut acc =
+                vec![vec![vec![vec![vec![vec![0.0f64; c.max_m()]; 4]; c.rt]; 32]; c.warps]; 2];
+            for warp in 0..c.warps {
+                for chunk in (warp..chunks).step_by(c.warps) {
+                    for lane in 0..32 {
+                        let (r, q) = (lane / 8, lane % 8);
+                        // w[which][u][rt][j]
+                        let mut w = vec![vec![vec![vec![Vec::new(); 4]; c.rt]; c.unroll]; 2];
+                        for u in 0..c.unroll {
+                            let k = (chunk * c.unroll + u) * 32 + 4 * q;
+                            for rt in 0..c.rt {
+                                for j in 0..4 {
+                                    let n = n0 + 16 * rt + r + 4 * j;
+                                    for which in 0..run.nw() {
+                                        w[which][u][rt][j] = run.w[which].load(n, k, 4);
+                                    }
+                                }
+                            }
+                        }
+                        for u in 0..c.unroll {
+                            let k = (chunk * c.unroll + u) * 32 + 4 * q;
+                            for mg in 0..c.mg {
+                                if m0 + 8 * mg >= m_total {
+                                    break;
+                                }
+                                for tok in 0..8 {
+                                    let m = m0 + 8 * mg + tok;
+                                    let a = run.a.load(m, k, 4);
+                                    for rt in 0..c.rt {
+                                        for j in 0..4 {
+                                            let n = n0 + 16 * rt + r + 4 * j;
+                                            for which in 0..run.nw() {
+                                                let mut s =
+                                                    acc[which][warp][lane][rt][j][8 * mg + tok];
+                                                for e in 0..4 {
+                                                    s += run.product(
+                                                        which,
+                                                        w[which][u][rt][j][e],
+                                                        a[e],
+                                                        n,
+                                                        m,
+                                                    );
+                                                }
+                                                acc[which][warp][lane][rt][j][8 * mg + tok] = s;
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            for mg in 0..c.mg {
+                if m0 + 8 * mg >= m_total {
+                    break;
+                }
+                let mut red = [
+                    vec![f64::NAN; c.warps * c.slice()],
+                    vec![f64::NAN; c.warps * c.slice()],
+                ];
+                for warp in 0..c.warps {
+                    for rt in 0..c.rt {
+                        for j in 0..4 {
+                            let addrs: Vec<usize> = (0..32)
+                                .map(|lane| {
+                                    let (r, q) = (lane / 8, lane % 8);
+                                    warp * c.slice() + q * c.pitch() + 16 * rt + r + 4 * j
+                                })
+                                .collect();
+                            assert_conflict_free(&addrs);
+                            for (which, red) in red.iter_mut().enumerate().take(run.nw()) {
+                                let v: Vec<[f64; 8]> = (0..32)
+                                    .map(|lane| {
+                                        std::array::from_fn(|i| {
+                                            acc[which][warp][lane][rt][j][8 * mg + i]
+                                        })
+                                    })
+                                    .collect();
+                                for (lane, total) in reduce_scatter8(&v).into_iter().enumerate() {
+                                    red[addrs[lane]] = total;
+                                }
+                            }
+                        }
+                    }
+                }
+                run.finish(&red, m0 + 8 * mg, n0);
+            }
+            m0 += c.max_m();
+        }
+    }
+}
+
+/// Emulates `cfg` on every shape of a grid of awkward sizes, single and dual.
+fn emulate_shapes(cfg: Cfg, tensor_cores: bool, ms: &[usize], ns: &[usize], ks: &[usize]) {
+    let mut seed = 0x5eed_u64 ^ (cfg.mg * 1000 + cfg.rt * 100 + cfg.warps * 10 + cfg.unroll) as u64;
+    for &m in ms {
+        for &n in ns {
+            for &k in ks {
+                let a = Mat::random(m, k, &mut seed);
+                let w = Mat::random(n, k, &mut seed);
+                let wu = Mat::random(n, k, &mut seed);
+                for dual in [false, true] {
+                    let mut run = Run::new(cfg, &a, &w, dual.then_some(&wu));
+                    if tensor_cores {
+                        emulate_mma(&mut run);
+                    } else {
+                        emulate_simt(&mut run);
+                    }
+                    run.check(&format!(
+                        "{cfg:?} {} M={m} N={n} K={k} dual={dual}",
+                        if tensor_cores { "mma" } else { "simt" }
+                    ));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_reduce_scatter_leaves_token_q_in_lane_q() {
+    let v: Vec<[f64; 8]> = (0..32)
+        .map(|lane| std::array::from_fn(|i| ((lane * 8 + i) * 37 % 101) as f64))
+        .collect();
+    let got = reduce_scatter8(&v);
+    for lane in 0..32 {
+        let (group, q) = (lane / 8, lane % 8);
+        let want: f64 = (0..8).map(|l| v[group * 8 + l][q]).sum();
+        assert_eq!(got[lane], want, "lane {lane}");
+    }
+}
+
+#[test]
+fn the_mma_decomposition_covers_every_product_once() {
+    let ms = [1, 2, 3, 7, 8, 9, 16, 17, 31, 64];
+    for cfg in [
+        Cfg {
+            mg: 1,
+            rt: 1,
+            warps: 8,
+            unroll: 4,
+        },
+        Cfg {
+            mg: 2,
+            rt: 1,
+            warps: 16,
+            unroll: 2,
+        },
+        Cfg {
+            mg: 4,
+            rt: 2,
+            warps: 2,
+            unroll: 1,
+        },
+        Cfg {
+            mg: 8,
+            rt: 1,
+            warps: 3,
+            unroll: 3,
+        },
+    ] {
+        emulate_shapes(
+            cfg,
+            true,
+            &ms,
+            &[1, 5, 16, 17, 40],
+            &[1, 7, 8, 31, 32, 33, 100, 264],
+        );
+    }
+}
+
+#[test]
+fn the_simt_decomposition_covers_every_product_once() {
+    let ms = [1, 2, 3, 7, 8, 9, 16, 17];
+    for cfg in [
+        Cfg {
+            mg: 1,
+            rt: 1,
+            warps: 8,
+            unroll: 2,
+        },
+        Cfg {
+            mg: 2,
+            rt: 1,
+            warps: 16,
+            unroll: 1,
+        },
+        Cfg {
+            mg: 1,
+            rt: 2,
+            warps: 3,
+            unroll: 3,
+        },
+    ] {
+        emulate_shapes(
+            cfg,
+            false,
+            &ms,
+            &[1, 5, 16, 17, 40],
+            &[1, 3, 4, 31, 32, 33, 100, 264],
+        );
+    }
+}
+
+/// The configurations the generator emits, read back from the generated sources.
+fn generated_configs() -> Vec<(Cfg, bool)> {
+    let mut v = Vec::new();
+    for k in kernels_with_small_m() {
+        let src = small_m_source(&k);
+        for (i, var) in small(&k).variants.iter().enumerate() {
+            let alias = format!("using SmallM{} = ", var.max_m);
+            let line = src[src.find(&alias).unwrap()..].lines().next().unwrap();
+            let nums: Vec<usize> = line[line.find("GemvConfig<").unwrap() + 11..]
+                .split('>')
+                .next()
+                .unwrap()
+                .split(", ")
+                .map(|x| x.parse().unwrap())
+                .collect();
+            let cfg = Cfg {
+                mg: nums[0],
+                rt: nums[1],
+                warps: nums[2],
+                unroll: nums[3],
+            };
+            // The launch description agrees with the configuration.
+            assert_eq!(
+                var.launch.block,
+                [cfg.threads() as u32, 1, 1],
+                "{}",
+                var.entry
+            );
+            assert_eq!(cfg.max_m() as u64, var.max_m, "{}", var.entry);
+            let Grid::Tiles { tile_m, .. } = &var.launch.grid else {
+                unreachable!()
+            };
+            assert_eq!(*tile_m as usize, cfg.rows(), "{}", var.entry);
+            assert!(i == 0 || small(&k).variants[i - 1].max_m < var.max_m);
+            let tc = line.contains("GemvMma<");
+            assert_eq!(tc, !k.entry.contains("_f32_"), "{}", var.entry);
+            if !v.contains(&(cfg, tc)) {
+                v.push((cfg, tc));
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn the_generated_configurations_cover_every_product_once() {
+    let configs = generated_configs();
+    assert!(configs.len() >= 8, "{configs:?}");
+    for (cfg, tc) in configs {
+        // M around the bucket's bounds, and past it (a second pass).
+        let top = cfg.max_m();
+        let ms = [1, top / 2 + 1, top, top + 3];
+        emulate_shapes(cfg, tc, &ms, &[3, 33], &[5, 40, 129]);
+    }
 }
