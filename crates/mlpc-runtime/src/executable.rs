@@ -44,6 +44,8 @@ pub struct KernelImage {
 struct Loaded {
     kernel: CudaKernel,
     function: CudaFunction,
+    /// The entries of `kernel.small_m`'s variants, in order.
+    small_m: Vec<CudaFunction>,
 }
 
 /// What the last run allocated for intermediates, reused while the bindings stay the same.
@@ -113,9 +115,23 @@ impl Executable {
                         k.name
                     )))?;
             }
+            // Small-M variants take no dynamic shared memory (mlpc-codegen's ABI notes).
+            let small_m = img
+                .kernel
+                .small_m
+                .iter()
+                .flat_map(|s| &s.variants)
+                .map(|v| {
+                    module.load_function(&v.entry).map_err(driver(format!(
+                        "finding entry `{}` of kernel `{}`",
+                        v.entry, k.name
+                    )))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             kernels.push(Loaded {
                 kernel: img.kernel.clone(),
                 function,
+                small_m,
             });
         }
         let mut uploaded = BTreeMap::new();
@@ -263,7 +279,17 @@ impl Executable {
         }
 
         for (k, loaded) in self.plan.kernels.iter().zip(&self.kernels) {
-            let launch = &loaded.kernel.launch;
+            // A small-M variant of a GEMM, when one fits the bindings' M.
+            let small = loaded
+                .kernel
+                .small_m_variant(&bindings)
+                .map_err(|source| RuntimeError::Launch {
+                    kernel: k.name.clone(),
+                    source,
+                })?
+                .zip(loaded.kernel.small_m.as_ref())
+                .map(|(i, s)| (&loaded.small_m[i], &s.variants[i].launch));
+            let (function, launch) = small.unwrap_or((&loaded.function, &loaded.kernel.launch));
             let grid = launch
                 .grid(&bindings)
                 .map_err(|source| RuntimeError::Launch {
@@ -294,7 +320,7 @@ impl Executable {
                 block_dim: (launch.block[0], launch.block[1], launch.block[2]),
                 shared_mem_bytes: launch.smem_bytes,
             };
-            let mut builder = stream.launch_builder(&loaded.function);
+            let mut builder = stream.launch_builder(function);
             for v in &values {
                 builder.arg(v);
             }
