@@ -1015,3 +1015,8 @@ fn the_generated_configurations_cover_every_product_once() {
         emulate_shapes(cfg, tc, &ms, &[3, 33], &[5, 40, 129]);
     }
 }
+
+#[test]
+fn small_m_entries_compile_for_sm_90a_without_local_memory() {
+    check_nvrtc(Arch::Sm90a);
+}
