@@ -30,6 +30,8 @@ MODELS = [
     ("gemm 4096x4096x11008", None, 4096, [4096, 11008], None, False, False, "bf16"),
     ("llama-swiglu T=16", "examples/llama-swiglu/model.json", 16, [4096, 11008, 4096], "silu", True, False, "bf16"),
     ("gpt2-mlp T=16", "examples/gpt2-mlp/model.json", 16, [768, 3072, 768], "gelu_tanh", False, True, "bf16"),
+    ("llama-swiglu T=1", "examples/llama-swiglu/model.json", 1, [4096, 11008, 4096], "silu", True, False, "bf16"),
+    ("gpt2-mlp T=1", "examples/gpt2-mlp/model.json", 1, [768, 3072, 768], "gelu_tanh", False, True, "bf16"),
     ("gemm 4096^3 dense", None, 4096, [4096, 4096], None, False, False, "bf16"),
     ("bsr 4096^2 b32 d=0.5", None, 4096, [4096, 4096], None, False, False, "bf16"),
     ("bsr 4096^2 b32 d=0.25", None, 4096, [4096, 4096], None, False, False, "bf16"),

@@ -26,12 +26,13 @@ def models(quick):
     cases = sorted(glob.glob("tests/cases/*/model.json"))
     examples = sorted(glob.glob("examples/*/model.json"))
     jobs = []
+    # Token counts cover the small-M buckets (8, 16, 32, 64), their edges and the tiled kernels.
     for m in cases:
-        for t in ([1, 129] if quick else [1, 5, 129]):
+        for t in ([1, 129] if quick else [1, 2, 7, 16, 17, 33, 65, 129]):
             jobs.append((m, t))
     for m in examples:
         big = "llama" in m
-        for t in ([1, 33] if big else [1, 67]):
+        for t in ([1, 16, 33] if big else [1, 16, 67]):
             jobs.append((m, t))
     return jobs
 
