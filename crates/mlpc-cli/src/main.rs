@@ -132,10 +132,11 @@ struct CompileArgs {
     /// Verify the graph after every pass [default: on in debug builds].
     #[arg(long, value_name = "BOOL")]
     verify_each: Option<bool>,
-    /// The CUDA target: `cuda:sm_90` (default), `cuda:sm_90a`, `cuda:sm_80`, or `cpu` to skip
-    /// CUDA kernels.
-    #[arg(long, value_name = "TARGET", default_value = "cuda:sm_90")]
-    target: String,
+    /// The CUDA target: `cuda:sm_90`, `cuda:sm_90a` (Hopper's wgmma kernels), `cuda:sm_80`, or
+    /// `cpu` to skip CUDA kernels. Default: artifacts for sm_90, and on a GPU, kernels for that
+    /// GPU's own architecture (sm_90a on Hopper).
+    #[arg(long, value_name = "TARGET")]
+    target: Option<String>,
     /// Neither read nor write the kernel cache.
     #[arg(long)]
     no_cache: bool,
@@ -153,14 +154,12 @@ impl CompileArgs {
         if let Some(p) = print_after {
             c = c.print_after(mlpc::PrintAfter::parse(p));
         }
-        if self.target == "cpu" {
-            c = c.cuda_kernels(CudaKernels::Skip);
-        } else {
-            let arch = Arch::parse(&self.target)
-                .ok_or_else(|| mlpc::Error::BadTarget(self.target.clone()))?;
-            c = c.arch(arch);
-            if self.target != "cuda:sm_90" {
-                c = c.cuda_kernels(CudaKernels::Require);
+        match self.target.as_deref() {
+            None => {}
+            Some("cpu") => c = c.cuda_kernels(CudaKernels::Skip),
+            Some(t) => {
+                let arch = Arch::parse(t).ok_or_else(|| mlpc::Error::BadTarget(t.to_string()))?;
+                c = c.arch(arch).cuda_kernels(CudaKernels::Require);
             }
         }
         Ok(c)

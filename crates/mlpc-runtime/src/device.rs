@@ -79,6 +79,13 @@ impl Device {
         &self.stream
     }
 
+    /// The compute capability `(major, minor)`, e.g. `(9, 0)` for an H100 or H200.
+    pub fn compute_capability(&self) -> Result<(i32, i32), DeviceError> {
+        self.ctx
+            .compute_capability()
+            .map_err(driver("reading the compute capability"))
+    }
+
     /// The device's name and compute capability, e.g. `NVIDIA H200 (sm_90)`.
     pub fn describe(&self) -> String {
         let name = self.ctx.name().unwrap_or_else(|_| "unknown GPU".into());

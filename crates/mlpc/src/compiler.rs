@@ -32,7 +32,8 @@ pub struct Compiler {
     passes: Option<Vec<String>>,
     verify_each: Option<bool>,
     print_after: Option<PrintAfter>,
-    arch: Arch,
+    /// `None`: compile for sm_90 and, when running on a GPU, for that GPU's own architecture.
+    arch: Option<Arch>,
     cuda: CudaKernels,
     no_cache: bool,
     respecialize: usize,
@@ -63,9 +64,11 @@ impl Compiler {
         self
     }
 
-    /// The GPU architecture CUDA kernels are compiled for.
+    /// The GPU architecture CUDA kernels are compiled for. Without it, the artifacts are compiled
+    /// for `sm_90` (they run on any Hopper GPU) and a run on a GPU uses kernels compiled for that
+    /// GPU's own architecture: `sm_90a` (the wgmma kernels) on Hopper, `sm_80` on Ampere.
     pub fn arch(mut self, arch: Arch) -> Compiler {
-        self.arch = arch;
+        self.arch = Some(arch);
         self
     }
 
@@ -133,7 +136,7 @@ impl Compiler {
                 let kernels = mlpc_codegen::generate(
                     &plan,
                     &CodegenOptions {
-                        arch: self.arch,
+                        arch: self.arch.unwrap_or(Arch::Sm90),
                         allow_tf32: model.allow_tf32,
                     },
                 )?;
@@ -161,7 +164,7 @@ impl Compiler {
             plan,
             explain,
             cuda,
-            arch: self.arch,
+            arch: self.arch.unwrap_or(Arch::Sm90),
             cpu: Mutex::new(None),
             gpu: Mutex::new(None),
         })
@@ -169,7 +172,7 @@ impl Compiler {
 
     fn jit_options(&self) -> JitOptions {
         JitOptions {
-            arch: self.arch,
+            arch: self.arch.unwrap_or(Arch::Sm90),
             no_cache: self.no_cache,
             cache_dir: None,
         }
@@ -281,8 +284,48 @@ impl Compiled {
         Ok((build.kernels.clone(), compiled))
     }
 
+    /// The architecture the artifacts' kernels were compiled for.
     pub fn arch(&self) -> Arch {
         self.arch
+    }
+
+    /// The architecture the CUDA backend compiles for on a device of compute capability
+    /// `(major, minor)`: the one asked for, else the device's own.
+    pub(crate) fn arch_for_device(&self, cc: (i32, i32)) -> Result<Arch, Error> {
+        if let Some(a) = self.compiler.arch {
+            return Ok(a);
+        }
+        match cc {
+            (9, 0) => Ok(Arch::Sm90a),
+            (8, _) => Ok(Arch::Sm80),
+            (9, _) => Ok(Arch::Sm90),
+            (major, minor) => Err(Error::UnsupportedDevice(format!(
+                "compute capability {major}.{minor}: mlpc generates kernels for sm_80 and sm_90 (Hopper)"
+            ))),
+        }
+    }
+
+    /// The plan's kernels generated and compiled for `arch` (the disk cache makes a repeat cheap).
+    pub(crate) fn kernels_for(
+        &self,
+        arch: Arch,
+    ) -> Result<(Vec<CudaKernel>, Arc<Vec<CompiledKernel>>), Error> {
+        if arch == self.arch {
+            return self.compiled_kernels();
+        }
+        let kernels = mlpc_codegen::generate(
+            &self.plan,
+            &CodegenOptions {
+                arch,
+                allow_tf32: self.model.allow_tf32,
+            },
+        )?;
+        let jit = JitOptions {
+            arch,
+            ..self.compiler.jit_options()
+        };
+        let compiled = mlpc_jit::compile_all(&kernels, &jit)?;
+        Ok((kernels, Arc::new(compiled)))
     }
 
     pub fn name(&self) -> &str {
@@ -576,4 +619,30 @@ pub struct Summary {
     /// The plan's kernels, in launch order.
     pub kernels: Vec<String>,
     pub cuda: CudaStatus,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MODEL: &str = r#"{ "mlpc": 1, "dtype": "bf16", "seed": 1,
+        "inputs": { "x": { "shape": ["T", 16] } },
+        "layers": [ { "op": "linear", "out": 8 }, { "op": "relu" } ] }"#;
+
+    fn compiled(c: Compiler) -> Compiled {
+        let model = mlpc_frontend::parse_model(MODEL, Path::new("."), "m.json").unwrap();
+        c.cuda_kernels(CudaKernels::Skip).compile_model(model).unwrap()
+    }
+
+    #[test]
+    fn a_run_on_a_gpu_compiles_for_its_architecture_unless_told_otherwise() {
+        let auto = compiled(Compiler::new());
+        assert_eq!(auto.arch(), Arch::Sm90, "artifacts are portable");
+        assert_eq!(auto.arch_for_device((9, 0)).unwrap(), Arch::Sm90a);
+        assert_eq!(auto.arch_for_device((8, 6)).unwrap(), Arch::Sm80);
+        let e = auto.arch_for_device((12, 0)).unwrap_err().to_string();
+        assert!(e.contains("compute capability 12.0"), "{e}");
+        let fixed = compiled(Compiler::new().arch(Arch::Sm90));
+        assert_eq!(fixed.arch_for_device((9, 0)).unwrap(), Arch::Sm90);
+    }
 }

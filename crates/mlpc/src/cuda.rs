@@ -13,9 +13,9 @@ pub(crate) struct GpuState {
     pub(crate) images: Vec<KernelImage>,
 }
 
-/// The images of every kernel of `c`, compiling them now if needed.
-pub(crate) fn images(c: &Compiled) -> Result<Vec<KernelImage>, Error> {
-    let (kernels, compiled) = c.compiled_kernels()?;
+/// The images of every kernel of `c` for `arch`, compiling them now if needed.
+pub(crate) fn images(c: &Compiled, arch: mlpc_codegen::Arch) -> Result<Vec<KernelImage>, Error> {
+    let (kernels, compiled) = c.kernels_for(arch)?;
     Ok(kernels
         .into_iter()
         .zip(compiled.iter())
@@ -28,8 +28,9 @@ pub(crate) fn images(c: &Compiled) -> Result<Vec<KernelImage>, Error> {
 
 impl GpuState {
     pub(crate) fn new(c: &Compiled) -> Result<GpuState, Error> {
-        let images = images(c)?;
         let device = Device::open(0)?;
+        let arch = c.arch_for_device(device.compute_capability()?)?;
+        let images = images(c, arch)?;
         let weights = |name: &str| c.optimized().weight(name).cloned();
         let exe = Executable::load(&device, c.plan(), &images, &weights)?;
         Ok(GpuState { exe, images })

@@ -49,6 +49,9 @@ pub enum Error {
     /// A backend's outputs differ from the reference interpreter's.
     #[error("`{0}`: the backend's outputs differ from the reference interpreter's")]
     CheckFailed(String),
+    /// The GPU is of an architecture mlpc generates no kernels for.
+    #[error("unsupported GPU: {0}")]
+    UnsupportedDevice(String),
     /// A compiled directory cannot be run.
     #[error("compiled directory `{}`: {what}", dir.display())]
     Bundle { dir: PathBuf, what: String },
