@@ -143,7 +143,7 @@ def table(tokens, ours, theirs):
 
 
 def update_docs(path, text):
-    section = "{}\n## CPU backend (mlpc-cpu) vs numpy\n\n{}\n{}\n".format(BEGIN, text, END)
+    section = "{}\n### CPU backend (mlpc-cpu) vs numpy\n\n{}\n{}\n".format(BEGIN, text, END)
     old = open(path).read() if os.path.exists(path) else "# Benchmarks\n\n"
     if BEGIN in old and END in old:
         new = old[: old.index(BEGIN)] + section + old[old.index(END) + len(END) + 1:]
