@@ -39,8 +39,8 @@ def models(quick):
 
 def check(mlpc, model, t, cache, target):
     env = dict(os.environ, MLPC_CACHE_DIR=cache)
-    cmd = [mlpc, "check", model, "--backend", "cuda", "--bind", f"T={t}", "--bind", "B=3", "--seed", str(t),
-           "--target", target]
+    cmd = [mlpc, "check", model, "--backend", "cuda", "--bind", f"T={t}", "--bind", "B=3", "--seed", str(t)]
+    cmd += [] if target == "auto" else ["--target", target]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     rows = []
     for line in p.stdout.splitlines():
@@ -61,7 +61,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--target", default="cuda:sm_90", help="the CUDA target the models are compiled for")
+    ap.add_argument("--target", default="cuda:sm_90", help="the CUDA target the models are compiled for; `auto`: mlpc's default (the GPU's own architecture)")
     ap.add_argument("--sanitize", default="tests/cases/seed-geglu/model.json,tests/cases/batched-bf16/model.json,tests/cases/prime-dims-f16/model.json,tests/cases/residual/model.json,tests/cases/transposed-input/model.json")
     a = ap.parse_args()
     dev = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -82,7 +82,8 @@ def main():
     san = []
     for m in [s for s in a.sanitize.split(",") if s]:
         p = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "9", a.mlpc, "check", m,
-                            "--backend", "cuda", "--bind", "T=129", "--bind", "B=3", "--target", a.target],
+                            "--backend", "cuda", "--bind", "T=129", "--bind", "B=3"]
+                           + ([] if a.target == "auto" else ["--target", a.target]),
                            capture_output=True, text=True,
                            env=dict(os.environ, MLPC_CACHE_DIR=cache + "/san"))
         summary = [l for l in (p.stdout + p.stderr).splitlines() if "ERROR SUMMARY" in l]

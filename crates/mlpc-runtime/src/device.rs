@@ -59,6 +59,11 @@ impl Device {
             return Err(DeviceError::BadOrdinal { ordinal, count });
         }
         let ctx = CudaContext::new(ordinal).map_err(driver(format!("opening device {ordinal}")))?;
+        // SAFETY: every allocation, copy and launch of this `Device` goes to its one stream, so
+        // the stream's order already orders every use of every buffer; cudarc's per-buffer event
+        // tracking would only add host work (an event record per buffer per run). Callers that
+        // touch a `DeviceTensor` from another stream must synchronise with `Device::stream` first.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(driver("creating a stream"))?;
         Ok(Device {
             ctx,
