@@ -9,8 +9,8 @@
 //! of more rows than that is split over several CTAs.
 
 use crate::cpp::{self, Symbols};
-use crate::gemm::epilogue_code;
-use crate::view::{is_one, matrix_view};
+use crate::gemm::{a_layout, check_output_columns, epilogue_code};
+use crate::view::matrix_view;
 use crate::{dim_params, signature, CodegenError, Ctx, CudaKernel, Grid, Launch};
 use mlpc_ir::{DType, Extent, MatLayout, SparseGemm};
 use std::fmt::Write;
@@ -205,25 +205,8 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             ));
         }
     }
-    if !is_one(&c.col_stride) && c.cols.as_constant() != Some(1) {
-        return Err(layout_err(
-            ctx.out,
-            format!(
-                "the output's columns must be contiguous, not {} apart",
-                c.col_stride
-            ),
-        ));
-    }
-    let (la, lda) = if is_one(&a.col_stride) {
-        (MatLayout::N, a.row_stride.clone())
-    } else if is_one(&a.row_stride) {
-        (MatLayout::T, a.col_stride.clone())
-    } else {
-        return Err(layout_err(
-            ctx.args[0],
-            "neither M nor K is contiguous".into(),
-        ));
-    };
+    check_output_columns(ctx, &c)?;
+    let (la, lda) = a_layout(ctx, &a)?;
 
     let mut syms = Symbols::default();
     let epi = epilogue_code(ctx, g, m, n, &mut syms)?;

@@ -202,27 +202,10 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             &b.cols,
         ));
     }
-    if !is_one(&c.col_stride) && c.cols.as_constant() != Some(1) {
-        return Err(layout_err(
-            ctx.out,
-            format!(
-                "the output's columns must be contiguous, not {} apart",
-                c.col_stride
-            ),
-        ));
-    }
+    check_output_columns(ctx, &c)?;
 
     // Physical layouts: which dimension of each operand is contiguous.
-    let (la, lda) = if is_one(&a.col_stride) {
-        (MatLayout::N, a.row_stride.clone())
-    } else if is_one(&a.row_stride) {
-        (MatLayout::T, a.col_stride.clone())
-    } else {
-        return Err(layout_err(
-            ctx.args[0],
-            "neither M nor K is contiguous".to_string(),
-        ));
-    };
+    let (la, lda) = a_layout(ctx, &a)?;
     let b_phys = |bv: &MatrixView, buf: &mlpc_ir::Buffer| {
         if is_one(&bv.row_stride) {
             Ok((MatLayout::T, bv.col_stride.clone()))
@@ -402,6 +385,45 @@ pub(crate) struct EpilogueCode {
 
 /// Checks the epilogue operands of the GEMM `g` (operands after its matrix operands) against the
 /// `[m, n]` output and renders the epilogue; symbols used by strides go to `syms`.
+fn layout_error(ctx: &Ctx<'_>, b: &mlpc_ir::Buffer, reason: String) -> CodegenError {
+    CodegenError::Layout {
+        kernel: ctx.name(),
+        buffer: b.name.clone(),
+        ty: b.ty.to_string(),
+        reason,
+    }
+}
+
+/// The output's columns must be contiguous (or there is only one).
+pub(crate) fn check_output_columns(ctx: &Ctx<'_>, c: &MatrixView) -> Result<(), CodegenError> {
+    if !is_one(&c.col_stride) && c.cols.as_constant() != Some(1) {
+        return Err(layout_error(
+            ctx,
+            ctx.out,
+            format!(
+                "the output's columns must be contiguous, not {} apart",
+                c.col_stride
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The physical layout of A (which of M and K is contiguous) and its leading dimension.
+pub(crate) fn a_layout(ctx: &Ctx<'_>, a: &MatrixView) -> Result<(MatLayout, Extent), CodegenError> {
+    if is_one(&a.col_stride) {
+        Ok((MatLayout::N, a.row_stride.clone()))
+    } else if is_one(&a.row_stride) {
+        Ok((MatLayout::T, a.col_stride.clone()))
+    } else {
+        Err(layout_error(
+            ctx,
+            ctx.args[0],
+            "neither M nor K is contiguous".to_string(),
+        ))
+    }
+}
+
 pub(crate) fn epilogue_code(
     ctx: &Ctx<'_>,
     g: &Gemm,

@@ -631,7 +631,9 @@ mod tests {
 
     fn compiled(c: Compiler) -> Compiled {
         let model = mlpc_frontend::parse_model(MODEL, Path::new("."), "m.json").unwrap();
-        c.cuda_kernels(CudaKernels::Skip).compile_model(model).unwrap()
+        c.cuda_kernels(CudaKernels::Skip)
+            .compile_model(model)
+            .unwrap()
     }
 
     #[test]
