@@ -66,8 +66,9 @@ def flops(T, dims, gated):
 
 
 def bench_mlpc(mlpc, path, T, iters, target):
+    flags = [] if target == "auto" else ["--target", target]
     p = subprocess.run([mlpc, "bench", path, "--bind", f"T={T}", "--iters", str(iters), "--warmup", "10",
-                        "--target", target, "--json", "/dev/stdout"], capture_output=True, text=True)
+                        *flags, "--json", "/dev/stdout"], capture_output=True, text=True)
     if p.returncode != 0:
         return None, (p.stderr or p.stdout).strip()[-300:]
     line = [l for l in p.stdout.splitlines() if l.startswith("{")][-1]
@@ -208,7 +209,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--targets", default="cuda:sm_90", help="comma-separated CUDA targets to time mlpc for")
+    ap.add_argument("--targets", default="auto,cuda:sm_90",
+                    help="comma-separated CUDA targets to time mlpc for; `auto` is mlpc's default (the GPU's own "
+                         "architecture: sm_90a on Hopper)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
     rows = []
