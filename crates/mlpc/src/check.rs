@@ -98,11 +98,21 @@ impl BenchReport {
 }
 
 /// Floating-point operations of one run of `plan` under `bindings`: 2·M·N·K per GEMM (twice that
-/// for a dual GEMM); elementwise work is not counted.
+/// for a dual GEMM); for a block-sparse GEMM only the kept blocks count; elementwise work is not
+/// counted.
 pub fn plan_flops(plan: &Plan, bindings: &Bindings) -> f64 {
     let mut total = 0.0;
     for k in &plan.kernels {
-        let Op::Gemm(g) = &k.op else { continue };
+        let (g, kept_fraction) = match &k.op {
+            Op::Gemm(g) => (g, 1.0),
+            Op::SparseGemm(sg) => {
+                let p = &sg.pattern;
+                let blocks =
+                    (p.out / u64::from(p.block[0]).max(1)) * (p.inp / u64::from(p.block[1]).max(1));
+                (&sg.gemm, p.kept.len() as f64 / blocks.max(1) as f64)
+            }
+            _ => continue,
+        };
         let out = &plan.buffers[k.out].ty;
         let a = &plan.buffers[k.args[0]].ty;
         let numel: f64 = out
@@ -114,7 +124,7 @@ pub fn plan_flops(plan: &Plan, bindings: &Bindings) -> f64 {
             mlpc_ir::MatLayout::T => a.shape.first(),
         };
         let kdim = kdim.and_then(|d| d.resolve(bindings)).unwrap_or(0) as f64;
-        total += 2.0 * numel * kdim * if g.dual.is_some() { 2.0 } else { 1.0 };
+        total += 2.0 * numel * kdim * kept_fraction * if g.dual.is_some() { 2.0 } else { 1.0 };
     }
     total
 }

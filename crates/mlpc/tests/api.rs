@@ -247,3 +247,15 @@ fn a_compiled_directory_with_its_weights_loads_on_its_own() {
     let e = mlpc::Bundle::load(&dir).err().expect("missing cubin");
     assert!(e.to_string().contains(".cubin"), "{e}");
 }
+
+#[test]
+fn flops_count_every_gemm_and_only_the_kept_blocks_of_sparse_ones() {
+    let c = compiled();
+    let b = |t| {
+        let mut b = mlpc::ir::Bindings::new();
+        b.bind(&std::sync::Arc::from("T"), t).unwrap();
+        b
+    };
+    // fc1 (6 -> 10) keeps 2 of its 4 blocks; fc2 (10 -> 6) is dense: 2*T*(60/2 + 60).
+    assert_eq!(mlpc::plan_flops(c.plan(), &b(4)), 2.0 * 4.0 * (30.0 + 60.0));
+}
