@@ -294,6 +294,12 @@ fn every_kernel_compiles_with_nvrtc_and_gemms_use_no_local_memory() {
                     k.name, k.entry
                 ));
             }
+            if !ck.resources_known {
+                errors.push(format!(
+                    "`{}`: the NVRTC log has no ptxas report, so spills cannot be checked:\n{}",
+                    k.name, ck.log
+                ));
+            }
             if is_gemm(&pk.op) && ck.resources.uses_local_memory() {
                 errors.push(format!(
                     "GEMM kernel `{}` uses local memory: {:?}\n{}",

@@ -35,6 +35,11 @@ fn check(arch: Arch) {
             k.entry
         );
         assert!(
+            c.resources_known,
+            "{}: no ptxas report in the log:\n{}",
+            k.name, c.log
+        );
+        assert!(
             !c.resources.uses_local_memory(),
             "{} uses local memory on {arch}: {:?}\n{}",
             k.name,

@@ -120,6 +120,11 @@ fn every_sample_kernel_compiles_for_sm_90a_without_local_memory() {
             k.name, c.log
         );
         assert!(
+            c.resources_known,
+            "{}: no ptxas report in the log:\n{}",
+            k.name, c.log
+        );
+        assert!(
             !c.resources.uses_local_memory(),
             "{} uses local memory on sm_90a: {:?}\n{}",
             k.name,
