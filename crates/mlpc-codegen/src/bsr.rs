@@ -9,116 +9,65 @@
 //! of more rows than that is split over several CTAs.
 
 use crate::cpp::{self, Symbols};
-use crate::gemm::{a_layout, check_output_columns, epilogue_code};
+use crate::gemm::{a_layout, check_output_columns, epilogue_code, Config};
 use crate::view::matrix_view;
 use crate::{dim_params, signature, CodegenError, Ctx, CudaKernel, Grid, Launch};
 use mlpc_ir::{DType, Extent, MatLayout, SparseGemm};
 use std::fmt::Write;
 
-/// The tile configuration of a BSR kernel.
-#[derive(Clone, Copy, Debug)]
-struct Config {
-    bm: u32,
-    bn: u32,
-    bk: u32,
-    /// `MmaConfig`: warps along M and N. `SimtConfig`: the thread block TM x TN.
-    x: u32,
-    y: u32,
-    stages: u32,
-    mma: bool,
-}
-
 fn round_up(v: u32, to: u32) -> u32 {
     v.div_ceil(to) * to
 }
 
-impl Config {
-    fn choose(dtype: DType, dual: bool, block: [u32; 2]) -> Config {
-        let [br, bc] = block;
-        let cap = if dual { 64 } else { 128 };
-        let bn = round_up(br, 16).clamp(16, cap);
-        match dtype {
-            DType::F16 | DType::Bf16 => {
-                // Warps: 4 along M below 64 columns (32 x BN each), 2 x 4 at 128 (like the dense
-                // kernel); BK = the block's columns rounded to the mma k, at most 32.
-                let (bm, x, y) = match bn {
-                    16 | 32 => (128, 4, 1),
-                    64 => (128, 4, 2),
-                    _ => (128, 2, 4),
-                };
-                Config {
-                    bm,
-                    bn,
-                    bk: round_up(bc, 16).min(32),
-                    x,
-                    y,
-                    stages: 3,
-                    mma: true,
-                }
-            }
-            DType::F32 => {
-                // Threads hold TM x TN outputs: TM 8 (4 for dual), TN 4 below 64 columns, else 8.
-                let tm = if dual { 4 } else { 8 };
-                let bm = if dual { 64 } else { 128 };
-                let tn = if bn >= 64 { 8 } else { 4 };
-                let bk = if bn == 128 { 8 } else { 16 };
-                Config {
-                    bm,
-                    bn,
-                    bk: round_up(bc, 4).min(bk),
-                    x: tm,
-                    y: tn,
-                    stages: 2,
-                    mma: false,
-                }
-            }
-        }
-    }
-
-    fn threads(&self) -> u32 {
-        if self.mma {
-            self.x * self.y * 32
-        } else {
-            (self.bm / self.x) * (self.bn / self.y)
-        }
-    }
-
-    /// CTAs per SM the registers are budgeted for: 512 threads per SM on tensor cores (at most
-    /// 128 registers each, as the dense kernel), 256 on the FFMA path (whose 64 accumulators and
-    /// slice registers need more).
-    fn min_blocks(&self) -> u32 {
-        let per_sm = if self.mma { 512 } else { 256 };
-        (per_sm / self.threads()).max(1)
-    }
-
-    /// Mirrors `GemmBsrMma::kSmemBytes` / `GemmBsrSimt::kSmemBytes`.
-    fn smem_bytes(&self, la: MatLayout, dual: bool) -> u32 {
-        let nb = if dual { 2 } else { 1 };
-        if self.mma {
-            let tile = |rows: u32, cols: u32| rows * (cols + 8);
-            let a = match la {
-                MatLayout::N => tile(self.bm, self.bk),
-                MatLayout::T => tile(self.bk, self.bm),
+/// The tile configuration of a BSR kernel, in the dense kernel's terms (`MmaConfig`/`SimtConfig`).
+fn choose(dtype: DType, dual: bool, block: [u32; 2]) -> Config {
+    let [br, bc] = block;
+    let cap = if dual { 64 } else { 128 };
+    let bn = round_up(br, 16).clamp(16, cap);
+    let mut c = match dtype {
+        DType::F16 | DType::Bf16 => {
+            // Warps: 4 along M below 64 columns (32 x BN each), 2 x 4 at 128 (like the dense
+            // kernel); BK = the block's columns rounded to the mma k, at most 32.
+            let (bm, x, y) = match bn {
+                16 | 32 => (128, 4, 1),
+                64 => (128, 4, 2),
+                _ => (128, 2, 4),
             };
-            self.stages * (a + nb * tile(self.bn, self.bk)) * 2
-        } else {
-            2 * (self.bk * self.bm + nb * self.bk * self.bn) * 4
+            Config {
+                bm,
+                bn,
+                bk: round_up(bc, 16).min(32),
+                x,
+                y,
+                stages: 3,
+                min_blocks: 0,
+                mma: true,
+            }
         }
-    }
-
-    fn template(&self) -> String {
-        if self.mma {
-            format!(
-                "mlpc::MmaConfig<{}, {}, {}, {}, {}, {}>",
-                self.bm, self.bn, self.bk, self.x, self.y, self.stages
-            )
-        } else {
-            format!(
-                "mlpc::SimtConfig<{}, {}, {}, {}, {}>",
-                self.bm, self.bn, self.bk, self.x, self.y
-            )
+        DType::F32 => {
+            // Threads hold TM x TN outputs: TM 8 (4 for dual), TN 4 below 64 columns, else 8.
+            let tm = if dual { 4 } else { 8 };
+            let bm = if dual { 64 } else { 128 };
+            let tn = if bn >= 64 { 8 } else { 4 };
+            let bk = if bn == 128 { 8 } else { 16 };
+            Config {
+                bm,
+                bn,
+                bk: round_up(bc, 4).min(bk),
+                x: tm,
+                y: tn,
+                stages: 2,
+                min_blocks: 0,
+                mma: false,
+            }
         }
-    }
+    };
+    // CTAs per SM the registers are budgeted for: 512 threads per SM on tensor cores (at most
+    // 128 registers each, as the dense kernel), 256 on the FFMA path (whose 64 accumulators and
+    // slice registers need more).
+    let per_sm = if c.mma { 512 } else { 256 };
+    c.min_blocks = (per_sm / c.threads()).max(1);
+    c
 }
 
 /// `name[len] = {v, v, ...};`, 16 values per line.
@@ -218,9 +167,10 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     arg_names.push("out".into());
 
     let [br, bc] = p.block;
-    let cfg = Config::choose(dtype, dual, p.block);
+    let cfg = choose(dtype, dual, p.block);
     let threads = cfg.threads();
-    let smem = cfg.smem_bytes(la, dual);
+    // Kept blocks are read as the `[N, K]` weight, B layout `t`.
+    let smem = cfg.smem_bytes(la, MatLayout::T, dual);
     let nsub = br.div_ceil(cfg.bn);
     let col_tiles = p.block_rows() * u64::from(nsub);
     let elem = cpp::elem_type(dtype);
@@ -288,7 +238,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     src.push_str("}  // namespace\n\n");
     src.push_str(&format!(
         "extern \"C\" __global__ void __launch_bounds__({threads}, {}) {entry}(\n{}) {{\n",
-        cfg.min_blocks(),
+        cfg.min_blocks,
         signature(elem, &arg_names, ctx.args.len(), &symbols)
     ));
     src.push_str(&body.join("\n"));

@@ -22,19 +22,19 @@ pub fn plain_matmul() -> Gemm {
     }
 }
 
-/// A tile configuration and the template that runs it.
+/// A tile configuration and the template that runs it (the block-sparse kernel uses it too).
 #[derive(Clone, Copy, Debug)]
-struct Config {
-    bm: u32,
-    bn: u32,
-    bk: u32,
+pub(crate) struct Config {
+    pub(crate) bm: u32,
+    pub(crate) bn: u32,
+    pub(crate) bk: u32,
     /// `MmaConfig`: warps along M and N, stages. `SimtConfig`: the thread block TM x TN.
-    x: u32,
-    y: u32,
-    stages: u32,
+    pub(crate) x: u32,
+    pub(crate) y: u32,
+    pub(crate) stages: u32,
     /// CTAs per SM the registers are budgeted for (`__launch_bounds__`' second argument).
-    min_blocks: u32,
-    mma: bool,
+    pub(crate) min_blocks: u32,
+    pub(crate) mma: bool,
 }
 
 impl Config {
@@ -90,7 +90,7 @@ impl Config {
         }
     }
 
-    fn threads(&self) -> u32 {
+    pub(crate) fn threads(&self) -> u32 {
         if self.mma {
             self.x * self.y * 32
         } else {
@@ -100,7 +100,7 @@ impl Config {
 
     /// Mirrors `GemmMma::kSmemBytes` / `GemmSimt::kSmemBytes`; the generated file checks the two
     /// agree with a `static_assert`.
-    fn smem_bytes(&self, la: MatLayout, lb: MatLayout, dual: bool) -> u32 {
+    pub(crate) fn smem_bytes(&self, la: MatLayout, lb: MatLayout, dual: bool) -> u32 {
         let nb = if dual { 2 } else { 1 };
         if self.mma {
             let tile = |rows: u32, cols: u32| rows * (cols + 8);
@@ -118,7 +118,7 @@ impl Config {
         }
     }
 
-    fn template(&self) -> String {
+    pub(crate) fn template(&self) -> String {
         if self.mma {
             format!(
                 "mlpc::MmaConfig<{}, {}, {}, {}, {}, {}>",
