@@ -106,14 +106,7 @@ impl Device {
             .stream
             .clone_htod(t.bytes())
             .map_err(driver("copying a tensor to the device"))?;
-        let shape = t.shape().to_vec();
-        Ok(DeviceTensor {
-            strides: TensorMeta::contiguous_strides(&shape),
-            shape,
-            dtype: t.dtype(),
-            data,
-            device: self.ordinal,
-        })
+        Ok(self.row_major(data, t.dtype(), t.shape()))
     }
 
     /// A zero-filled row-major device tensor.
@@ -123,13 +116,7 @@ impl Device {
             .stream
             .alloc_zeros::<u8>(bytes.max(1))
             .map_err(driver("allocating device memory"))?;
-        Ok(DeviceTensor {
-            dtype,
-            shape: shape.to_vec(),
-            strides: TensorMeta::contiguous_strides(shape),
-            data,
-            device: self.ordinal,
-        })
+        Ok(self.row_major(data, dtype, shape))
     }
 
     /// A row-major device tensor whose contents are undefined until a kernel writes them.
@@ -139,13 +126,17 @@ impl Device {
         // they were filled); `u8` has no invalid bit patterns.
         let data = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
             .map_err(driver("allocating device memory"))?;
-        Ok(DeviceTensor {
+        Ok(self.row_major(data, dtype, shape))
+    }
+
+    fn row_major(&self, data: CudaSlice<u8>, dtype: DType, shape: &[usize]) -> DeviceTensor {
+        DeviceTensor {
             dtype,
             shape: shape.to_vec(),
             strides: TensorMeta::contiguous_strides(shape),
             data,
             device: self.ordinal,
-        })
+        }
     }
 
     /// Copies a row-major device tensor back to the host.
