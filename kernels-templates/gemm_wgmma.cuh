@@ -75,8 +75,15 @@ struct WgmmaConfig {
     static constexpr int kWarpgroups = BM / 64;
     static constexpr int kThreads = kWarpgroups * 128;
     static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "BM must be 64, 128, 192 or 256");
-    static_assert(BN == 64 || BN == 128 || BN == 256, "BN must be 64, 128 or 256");
+    static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
+                  "BN must be 64, 128, 192 or 256");
     static_assert(STAGES >= 3, "the ring needs a stage in flight, one computing, one draining");
+};
+
+/// A CUDA tensor map (`CUtensorMap`): 128 opaque bytes encoded on the host by
+/// `cuTensorMapEncodeTiled`, passed by value as a `const __grid_constant__` kernel parameter.
+struct alignas(128) TensorMap {
+    unsigned long long opaque[16];
 };
 
 namespace wgmma_detail {
@@ -225,6 +232,49 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
         : "l"(a), "l"(b))
 
 
+// d[0..96) += A * B for m64n192k16; TY is the PTX type name of A and B.
+#define MLPC_WGMMA_M64N192K16(TY)                                        \
+    asm volatile(                                                        \
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY " {"    \
+        "%0, %1, %2, %3, %4, %5, %6, %7, "                               \
+        "%8, %9, %10, %11, %12, %13, %14, %15, "                         \
+        "%16, %17, %18, %19, %20, %21, %22, %23, "                       \
+        "%24, %25, %26, %27, %28, %29, %30, %31, "                       \
+        "%32, %33, %34, %35, %36, %37, %38, %39, "                       \
+        "%40, %41, %42, %43, %44, %45, %46, %47, "                       \
+        "%48, %49, %50, %51, %52, %53, %54, %55, "                       \
+        "%56, %57, %58, %59, %60, %61, %62, %63, "                       \
+        "%64, %65, %66, %67, %68, %69, %70, %71, "                       \
+        "%72, %73, %74, %75, %76, %77, %78, %79, "                       \
+        "%80, %81, %82, %83, %84, %85, %86, %87, "                       \
+        "%88, %89, %90, %91, %92, %93, %94, %95"                         \
+        "}, %96, %97, 1, 1, 1, 0, 0;\n"                                  \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),                \
+          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),              \
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),            \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),            \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),            \
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),            \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),            \
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),            \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),            \
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),            \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),            \
+          "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),            \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),            \
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),            \
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),            \
+          "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),            \
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]),            \
+          "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),            \
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),            \
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),            \
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),            \
+          "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])             \
+        : "l"(a), "l"(b))
+
 /// `d += A * B` for one m64nNk16 step, A and B through descriptors.
 template <class T, int N>
 struct Mma;
@@ -266,9 +316,88 @@ struct Mma<f16, 256> {
     }
 };
 
+template <>
+struct Mma<bf16, 192> {
+    __device__ __forceinline__ static void run(float (&d)[96], u64 a, u64 b) {
+        MLPC_WGMMA_M64N192K16("bf16");
+    }
+};
+template <>
+struct Mma<f16, 192> {
+    __device__ __forceinline__ static void run(float (&d)[96], u64 a, u64 b) {
+        MLPC_WGMMA_M64N192K16("f16");
+    }
+};
+
 #undef MLPC_WGMMA_M64N64K16
 #undef MLPC_WGMMA_M64N128K16
 #undef MLPC_WGMMA_M64N256K16
+#undef MLPC_WGMMA_M64N192K16
+
+
+/// Initialises the mbarrier at shared address `bar` for `count` arrivals per phase.
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+/// Makes the initialised barriers visible to the async proxy (the copy engine completes on them).
+__device__ __forceinline__ void mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/// One arrival that also announces `bytes` more bytes of transactions for the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+/// Waits until the phase of parity `parity` of the barrier has completed (a fresh barrier is in
+/// phase 0: waiting for parity 1 returns at once, for parity 0 blocks until phase 0 completes).
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 done = 0;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+/// Copy engine: the box of `map` at element coordinates (x = k, y = row) into shared memory at
+/// `dst`, completing `box bytes` of transactions on the barrier `bar`. Elements outside the
+/// tensor are written as zero.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap& map, int x, int y, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(bar)
+        : "memory");
+}
+
+__device__ __forceinline__ void tma_prefetch_map(const TensorMap& map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(&map)) : "memory");
+}
+
+/// Register budget handover between warpgroups (sm_90a): the producer gives registers up, the
+/// consumers take them.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 
 /// Copies rows [row0, row0 + ROWS) x k [k0, k0 + 64) of a row-major matrix (`rows` x `k`, row
 /// stride `ld`, k contiguous) into the swizzled tile at shared address `dst`, zero-filling
@@ -318,6 +447,44 @@ __device__ __forceinline__ void load_tile(u32 dst, const T* g, i64 ld, i64 row0,
                 w[e] = lo | (hi << 16);
             }
             mma_detail::st_shared_v4(s0 + pass * kRowsPerPass * 128, w[0], w[1], w[2], w[3]);
+        }
+    }
+}
+
+/// The epilogue of one warpgroup's 64 x BN accumulator tile whose first output row is `row0` and
+/// first column `n0`: d[4i + 2h + e] is C[row0 + 16q + g + 8h][n0 + 8i + 2t + e] (q = warp in the
+/// warpgroup, g = lane / 4, t = lane % 4; `wtid` = thread index in the warpgroup). Applies the
+/// epilogue chain and stores bf16 / f16 pairs; rows past M and columns past N are not written.
+template <class T, int BN, bool kDual, class Epi, class P, int NACC, int NUP>
+__device__ __forceinline__ void store_tile(const float (&acc)[NACC], const float (&acc_up)[NUP],
+                                           i64 row0, i64 n0, int wtid, const P& p) {
+    const int lane = wtid & 31;
+    const int q = wtid >> 5;
+    const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const i64 row = row0 + q * 16 + (lane >> 2) + h * 8;
+        if (row >= p.m) continue;
+        T* out_row = p.c + row * p.ldc;
+#pragma unroll
+        for (int i = 0; i < BN / 8; ++i) {
+            const i64 col = n0 + i * 8 + (lane & 3) * 2;
+            if (col >= p.n) continue;
+            const int r = 4 * i + 2 * h;
+            const float up0 = kDual ? acc_up[kDual ? r : 0] : 0.0f;
+            const float up1 = kDual ? acc_up[kDual ? r + 1 : 0] : 0.0f;
+            const float v0 = Epi::apply(acc[r], up0, row, col, p);
+            if (col + 1 < p.n) {
+                const float v1 = Epi::apply(acc[r + 1], up1, row, col + 1, p);
+                if (pair_ok) {
+                    *reinterpret_cast<u32*>(out_row + col) = pack2<T>(v0, v1);
+                } else {
+                    out_row[col] = from_f32<T>(v0);
+                    out_row[col + 1] = from_f32<T>(v1);
+                }
+            } else {
+                out_row[col] = from_f32<T>(v0);
+            }
         }
     }
 }
@@ -438,34 +605,185 @@ struct GemmWgmma {
         mma_detail::cp_async_wait<0>();
 
         // Epilogue: d[4i + 2h + e] is C[16q + g + 8h][8i + 2t + e] of the warpgroup's 64 rows.
-        const int lane = tid & 31;
-        const int q = (tid >> 5) & 3;
-        const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
+        store_tile<T, BN, kDual, Epi>(acc, acc_up, m0 + wg * 64, n0, tid & 127, p);
+    }
+};
+
+/// A `GemmWgmmaTma` configuration: BM x BN tiles, STAGES shared-memory stages of 64-deep k slices,
+/// BM / 64 consumer warpgroups plus one producer warpgroup, tiles visited in groups of GROUP_M
+/// row tiles.
+template <int BM_, int BN_, int STAGES_, int GROUP_M_>
+struct WgmmaTmaConfig {
+    static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_, GROUP_M = GROUP_M_;
+    static constexpr int kConsumers = BM / 64;
+    static constexpr int kThreads = (kConsumers + 1) * 128;
+    static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
+    static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
+                  "BN must be 64, 128, 192 or 256 (a TMA box has at most 256 rows)");
+    static_assert(STAGES >= 2, "the ring needs a stage loading while one computes");
+    static_assert(GROUP_M >= 1, "tile groups hold at least one row of tiles");
+};
+
+/// The Hopper GEMM with the copy engine: persistent, warp-specialised, TMA-fed.
+///
+/// - Operands: as `GemmWgmma` (A `[M, K]`, B `[N, K]`, both k-contiguous), read through tensor
+///   maps encoded by the runtime (mlpc-codegen's `Param::TensorMap`): box 64 (k) x BM rows for A,
+///   64 x BN for B (and Bu), 128-byte swizzle, zero fill outside the tensor. The copy engine
+///   writes exactly the swizzled layout described at the top of this file (each tile starts on a
+///   1024-byte boundary), so the descriptors are `GemmWgmma`'s.
+/// - Warpgroup 0 is the producer: `setmaxnreg.dec` to 40 registers, then one thread walks the
+///   same (tile, k slice) sequence as the consumers and, per slice, waits for the stage's `empty`
+///   barrier, announces the stage's bytes on its `full` barrier and issues the two (three) TMA
+///   copies. Warpgroups 1 .. BM / 64 are consumers (`setmaxnreg.inc` to 232): per slice, wait on
+///   `full`, issue the four (eight) wgmmas, commit, wait until the previous slice's wgmmas are done
+///   and arrive on that slice's `empty` barrier (every consumer thread arrives; the barrier counts
+///   them all). No CTA-wide barrier after the set-up.
+/// - Persistent: the grid is at most one CTA per SM; CTA b computes tiles b, b + gridDim.x, ...
+///   in a grouped order (GROUP_M row tiles, then the next column; see `tile_of`), so that the
+///   CTAs running at the same time share A and B tiles in L2. While the consumers run one tile's
+///   epilogue, the producer already fills the ring with the next tile's slices.
+/// - Epilogue: `store_tile` from the accumulators (the same as `GemmWgmma`).
+/// Launch with `kThreads` threads, `kSmemBytes` of dynamic shared memory, a 1-D grid of
+/// min(tiles, SMs) CTAs; compile for sm_90a.
+template <class T, class Cfg, class Epi>
+struct GemmWgmmaTma {
+    static constexpr bool kDual = Epi::kDual;
+    static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
+    static constexpr int kConsumers = Cfg::kConsumers;
+    static constexpr int kThreads = Cfg::kThreads;
+    static constexpr int kTileABytes = BM * BK * 2;
+    static constexpr int kTileBBytes = BN * BK * 2;
+    static constexpr int kStageBytes = kTileABytes + kTileBBytes * (kDual ? 2 : 1);
+    /// The ring, 1024 bytes to align its base to the swizzle pattern, and the barriers.
+    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024 + 2 * STAGES * 8;
+    static constexpr int kAcc = BN / 2;
+    static constexpr int kProducerRegs = 40;
+    static constexpr int kConsumerRegs = 232;
+    static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
+                  "every tile must start on a 1024-byte swizzle boundary");
+    static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
+                  "the register handover must fit the register file");
+
+    /// Row tile and column tile of linear tile `t`: tiles are taken GROUP_M row tiles at a time,
+    /// column by column inside a group.
+    __device__ __forceinline__ static void tile_of(i64 t, i64 tiles_m, i64 tiles_n, i64& tm,
+                                                   i64& tn) {
+        const i64 per_group = (i64)Cfg::GROUP_M * tiles_n;
+        const i64 first = t / per_group * Cfg::GROUP_M;
+        const i64 rows = tiles_m - first < Cfg::GROUP_M ? tiles_m - first : Cfg::GROUP_M;
+        const i64 r = t % per_group;
+        tm = first + r % rows;
+        tn = r / rows;
+    }
+
+    template <class P>
+    __device__ __forceinline__ static void run(const P& p, const TensorMap& map_a,
+                                               const TensorMap& map_b, const TensorMap& map_bu) {
+        using namespace wgmma_detail;
+        extern __shared__ __align__(1024) unsigned char mlpc_smem[];
+        const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;
+        const u32 full = ring + STAGES * kStageBytes;
+        const u32 empty = full + STAGES * 8;
+
+        const int tid = (int)threadIdx.x;
+        const int wg = tid >> 7;
+        if (tid == 0) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;
-            if (row >= p.m) continue;
-            T* out_row = p.c + row * p.ldc;
-#pragma unroll
-            for (int i = 0; i < BN / 8; ++i) {
-                const i64 col = n0 + i * 8 + (lane & 3) * 2;
-                if (col >= p.n) continue;
-                const int r = 4 * i + 2 * h;
-                const float up0 = kDual ? acc_up[kDual ? r : 0] : 0.0f;
-                const float up1 = kDual ? acc_up[kDual ? r + 1 : 0] : 0.0f;
-                const float v0 = Epi::apply(acc[r], up0, row, col, p);
-                if (col + 1 < p.n) {
-                    const float v1 = Epi::apply(acc[r + 1], up1, row, col + 1, p);
-                    if (pair_ok) {
-                        *reinterpret_cast<u32*>(out_row + col) = pack2<T>(v0, v1);
-                    } else {
-                        out_row[col] = from_f32<T>(v0);
-                        out_row[col + 1] = from_f32<T>(v1);
+            for (int s = 0; s < STAGES; ++s) {
+                mbar_init(full + 8 * s, 1);
+                mbar_init(empty + 8 * s, kConsumers * 128);
+            }
+            mbar_fence_init();
+        }
+        __syncthreads();
+
+        const i64 tiles_m = ceil_div(p.m, (i64)BM);
+        const i64 tiles_n = ceil_div(p.n, (i64)BN);
+        const i64 tiles = tiles_m * tiles_n;
+        const i64 ktiles = ceil_div(p.k, (i64)BK);
+
+        if (wg == 0) {
+            setmaxnreg_dec<kProducerRegs>();
+            if (tid == 0) {
+                tma_prefetch_map(map_a);
+                tma_prefetch_map(map_b);
+                if constexpr (kDual) tma_prefetch_map(map_bu);
+                int stage = 0;
+                u32 phase = 0;
+                for (i64 t = blockIdx.x; t < tiles; t += gridDim.x) {
+                    i64 tm, tn;
+                    tile_of(t, tiles_m, tiles_n, tm, tn);
+                    const int m0 = (int)(tm * BM);
+                    const int n0 = (int)(tn * BN);
+                    for (i64 kt = 0; kt < ktiles; ++kt) {
+                        mbar_wait(empty + 8 * stage, phase ^ 1);
+                        const u32 bar = full + 8 * stage;
+                        const u32 sa = ring + stage * kStageBytes;
+                        mbar_arrive_expect_tx(bar, kStageBytes);
+                        const int k0 = (int)(kt * BK);
+                        tma_load_2d(sa, map_a, k0, m0, bar);
+                        tma_load_2d(sa + kTileABytes, map_b, k0, n0, bar);
+                        if constexpr (kDual) {
+                            tma_load_2d(sa + kTileABytes + kTileBBytes, map_bu, k0, n0, bar);
+                        }
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1;
+                        }
                     }
-                } else {
-                    out_row[col] = from_f32<T>(v0);
                 }
             }
+            return;
+        }
+
+        setmaxnreg_inc<kConsumerRegs>();
+        const int cw = wg - 1;
+        float acc[kAcc];
+        float acc_up[kDual ? kAcc : 1];
+        int stage = 0;
+        u32 phase = 0;
+        for (i64 t = blockIdx.x; t < tiles; t += gridDim.x) {
+            i64 tm, tn;
+            tile_of(t, tiles_m, tiles_n, tm, tn);
+#pragma unroll
+            for (int i = 0; i < kAcc; ++i) {
+                acc[i] = 0.0f;
+                if constexpr (kDual) acc_up[i] = 0.0f;
+            }
+            int prev = -1;
+            for (i64 kt = 0; kt < ktiles; ++kt) {
+                mbar_wait(full + 8 * stage, phase);
+                const u32 sa = ring + stage * kStageBytes;
+                const u64 da = make_desc(sa + cw * (64 * 128));
+                const u64 db = make_desc(sa + kTileABytes);
+                const u64 dbu = make_desc(sa + kTileABytes + kTileBBytes);
+                fence_regs(acc);
+                if constexpr (kDual) fence_regs(acc_up);
+                fence();
+#pragma unroll
+                for (int j = 0; j < BK / 16; ++j) {
+                    Mma<T, BN>::run(acc, da + 2 * j, db + 2 * j);
+                    if constexpr (kDual) Mma<T, BN>::run(acc_up, da + 2 * j, dbu + 2 * j);
+                }
+                commit();
+                fence_regs(acc);
+                if constexpr (kDual) fence_regs(acc_up);
+                // The previous slice's wgmmas are complete: its stage may be refilled.
+                wait<1>();
+                fence_regs(acc);
+                if constexpr (kDual) fence_regs(acc_up);
+                if (prev >= 0) mbar_arrive(empty + 8 * prev);
+                prev = stage;
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            wait<0>();
+            fence_regs(acc);
+            if constexpr (kDual) fence_regs(acc_up);
+            if (prev >= 0) mbar_arrive(empty + 8 * prev);
+            store_tile<T, BN, kDual, Epi>(acc, acc_up, tm * BM + cw * 64, tn * BN, tid & 127, p);
         }
     }
 };

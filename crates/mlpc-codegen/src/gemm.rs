@@ -8,7 +8,8 @@
 
 use crate::cpp::{self, Symbols};
 use crate::view::{is_one, matrix_view, MatrixView};
-use crate::{dim_params, signature, CodegenError, Ctx, CudaKernel, Grid, Launch};
+use crate::wgmma::Family;
+use crate::{dim_params, signature, CodegenError, Ctx, CudaKernel, Grid, Launch, Param};
 use mlpc_ir::{DType, Epilogue, Extent, Gemm, MatLayout};
 use smallvec::SmallVec;
 
@@ -293,7 +294,13 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     body.push(format!("    p.ldc = {};", syms.expr(&c.row_stride)));
     body.extend(epi_lines);
     let fill = body.clone();
-    body.push("    Kernel::run(p);".to_string());
+    let tma = hopper.is_some_and(|h| h.family == Family::Tma);
+    if tma {
+        let bu = if dual { "tm_bu" } else { "tm_b" };
+        body.push(format!("    Kernel::run(p, tm_a, tm_b, {bu});"));
+    } else {
+        body.push("    Kernel::run(p);".to_string());
+    }
 
     let symbols = syms.into_sorted();
     let template = if cfg.mma { "GemmMma" } else { "GemmSimt" };
@@ -303,19 +310,50 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         "gemm_simt.cuh"
     };
     let (template, include, config) = match hopper {
+        Some(h) if tma => ("GemmWgmmaTma", "gemm_wgmma.cuh", h.template()),
         Some(h) => ("GemmWgmma", "gemm_wgmma.cuh", h.template()),
         None => (template, include, cfg.template()),
     };
+    // The TMA kernel reads A, B (and Bu) through tensor maps, passed after the symbols; the
+    // small-M entries of the module take the same arguments and ignore them.
+    let mut maps: Vec<(&str, Param)> = Vec::new();
+    if let Some(h) = hopper.filter(|_| tma) {
+        let map = |buf: usize, rows: &Extent, ld: &Extent, box_rows: u32| Param::TensorMap {
+            buffer: ctx.kernel.args[buf],
+            rows: rows.clone(),
+            cols: k.clone(),
+            row_stride: ld.clone(),
+            box_rows,
+            box_cols: crate::wgmma::BK,
+        };
+        maps.push(("tm_a", map(0, m, &lda, h.bm)));
+        maps.push(("tm_b", map(1, n, &ldb, h.bn)));
+        if let Some(ldbu) = &up {
+            maps.push(("tm_bu", map(2, n, ldbu, h.bn)));
+        }
+    }
+    let mut sig = signature(elem, &arg_names, ctx.args.len(), &symbols);
+    for (name, _) in &maps {
+        sig.push_str(&format!(
+            ",\n    const __grid_constant__ mlpc::TensorMap {name}"
+        ));
+    }
     let mut src = ctx.header(&format!("out[m, n] = {summary}"), &arg_names);
     src.push_str(&format!("#include \"{include}\"\n\n"));
     src.push_str("namespace {\n");
     src.push_str(&format!("using Config = {config};\n"));
     src.push_str(&format!("using Epilogue = {epi_type};\n"));
-    src.push_str(&format!(
-        "using Kernel = mlpc::{template}<{elem}, {}, {}, Config, Epilogue>;\n",
-        cpp::layout(la),
-        cpp::layout(lb)
-    ));
+    if tma {
+        src.push_str(&format!(
+            "using Kernel = mlpc::{template}<{elem}, Config, Epilogue>;\n"
+        ));
+    } else {
+        src.push_str(&format!(
+            "using Kernel = mlpc::{template}<{elem}, {}, {}, Config, Epilogue>;\n",
+            cpp::layout(la),
+            cpp::layout(lb)
+        ));
+    }
     src.push_str(&format!(
         "static_assert(Kernel::kThreads == {threads}, \"block size of the launch description\");\n"
     ));
@@ -326,7 +364,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     src.push_str(&format!(
         "extern \"C\" __global__ void __launch_bounds__({threads}, {}) {entry}(\n{}) {{\n",
         hopper.map_or(cfg.min_blocks, |_| 1),
-        signature(elem, &arg_names, ctx.args.len(), &symbols)
+        sig
     ));
     src.push_str(&body.join("\n"));
     src.push_str("\n}\n");
@@ -341,13 +379,30 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             n,
             entry: &entry,
             epilogue: &epi_type,
-            signature: &signature(elem, &arg_names, ctx.args.len(), &symbols),
+            signature: &sig,
             fill: &fill,
         },
     );
 
     let mut params = ctx.buffer_params();
     params.extend(dim_params(&symbols));
+    params.extend(maps.into_iter().map(|(_, p)| p));
+    let (m, n) = (m.clone(), n.clone());
+    let grid = if tma {
+        Grid::Persistent {
+            m,
+            n,
+            tile_m: bm,
+            tile_n: bn,
+        }
+    } else {
+        Grid::Tiles {
+            m,
+            n,
+            tile_m: bm,
+            tile_n: bn,
+        }
+    };
     Ok(CudaKernel {
         name: kname.clone(),
         entry,
@@ -355,12 +410,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         launch: Launch {
             block: [threads, 1, 1],
             smem_bytes: smem,
-            grid: Grid::Tiles {
-                m: m.clone(),
-                n: n.clone(),
-                tile_m: bm,
-                tile_n: bn,
-            },
+            grid,
         },
         params,
         small_m,

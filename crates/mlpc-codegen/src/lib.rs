@@ -196,6 +196,22 @@ pub enum Param {
     Buffer { buffer: BufferId },
     /// The run-time value of a symbolic dimension, as a signed 64-bit integer (`long long`).
     Dim { symbol: String },
+    /// A CUDA tensor map (`CUtensorMap`: 128 bytes, 128-byte aligned, passed by value as a
+    /// `const __grid_constant__` parameter) over `buffer` (whose element type is the buffer's
+    /// dtype) read as a 2-D matrix of `rows` x `cols` elements, columns contiguous, `row_stride`
+    /// elements from one row to the next; the copy engine reads boxes of `box_rows` x `box_cols`
+    /// elements into shared memory with the 128-byte swizzle and fills elements outside the matrix
+    /// with zeros. The runtime encodes it (`cuTensorMapEncodeTiled`) for each launch from the
+    /// buffer's address and the bound symbols; it needs a 16-byte aligned address and a row
+    /// stride of a multiple of 16 bytes.
+    TensorMap {
+        buffer: BufferId,
+        rows: Extent,
+        cols: Extent,
+        row_stride: Extent,
+        box_rows: u32,
+        box_cols: u32,
+    },
 }
 
 /// How to launch a kernel.
@@ -222,12 +238,21 @@ pub enum Grid {
     },
     /// One block per `per_block` consecutive elements: `[ceil(numel / per_block), 1, 1]`.
     Elements { numel: Extent, per_block: u32 },
+    /// A persistent kernel over the `tile_m x tile_n` tiles of an `[m, n]` output: one block per
+    /// multiprocessor, at most one per tile: `[min(tiles, SMs), 1, 1]`. Each block loops over
+    /// tiles itself.
+    Persistent {
+        m: Extent,
+        n: Extent,
+        tile_m: u32,
+        tile_n: u32,
+    },
 }
 
 impl Launch {
-    /// The grid for the symbol values in `bindings`. A zero dimension means an empty problem:
-    /// the launch must be skipped.
-    pub fn grid(&self, bindings: &Bindings) -> Result<[u32; 3], LaunchError> {
+    /// The grid for the symbol values in `bindings` on a device with `sms` multiprocessors. A zero
+    /// dimension means an empty problem: the launch must be skipped.
+    pub fn grid(&self, bindings: &Bindings, sms: u32) -> Result<[u32; 3], LaunchError> {
         let resolve = |e: &Extent| {
             e.syms
                 .iter()
@@ -262,6 +287,17 @@ impl Launch {
             ]),
             Grid::Elements { numel, per_block } => {
                 Ok([blocks(0, resolve(numel)?, *per_block, (1 << 31) - 1)?, 1, 1])
+            }
+            Grid::Persistent {
+                m,
+                n,
+                tile_m,
+                tile_n,
+            } => {
+                let tiles = resolve(m)?
+                    .div_ceil(u64::from((*tile_m).max(1)))
+                    .saturating_mul(resolve(n)?.div_ceil(u64::from((*tile_n).max(1))));
+                Ok([tiles.min(u64::from(sms.max(1))) as u32, 1, 1])
             }
         }
     }
@@ -470,16 +506,40 @@ mod tests {
         };
         let mut b = Bindings::new();
         assert_eq!(
-            launch.grid(&b),
+            launch.grid(&b, 132),
             Err(LaunchError::Unbound {
                 symbol: "T".to_string()
             })
         );
         b.bind(&"T".into(), 129).unwrap();
-        assert_eq!(launch.grid(&b), Ok([2, 24, 1]));
+        assert_eq!(launch.grid(&b, 132), Ok([2, 24, 1]));
         let mut z = Bindings::new();
         z.bind(&"T".into(), 0).unwrap();
-        assert_eq!(launch.grid(&z), Ok([0, 24, 1]));
+        assert_eq!(launch.grid(&z, 132), Ok([0, 24, 1]));
+    }
+
+    #[test]
+    fn persistent_grids_take_one_block_per_sm_at_most() {
+        let launch = Launch {
+            block: [384, 1, 1],
+            smem_bytes: 0,
+            grid: Grid::Persistent {
+                m: Extent::of_dim(&Dim::sym("T")),
+                n: Extent::constant(768),
+                tile_m: 128,
+                tile_n: 192,
+            },
+        };
+        let at = |t: u64, sms: u32| {
+            let mut b = Bindings::new();
+            b.bind(&"T".into(), t).unwrap();
+            launch.grid(&b, sms)
+        };
+        // 64 x 4 tiles on 132 SMs; 1 x 4 tiles; nothing to do.
+        assert_eq!(at(8192, 132), Ok([132, 1, 1]));
+        assert_eq!(at(100, 132), Ok([4, 1, 1]));
+        assert_eq!(at(0, 132), Ok([0, 1, 1]));
+        assert_eq!(at(8192, 16), Ok([16, 1, 1]));
     }
 
     #[test]

@@ -27,35 +27,70 @@ pub(crate) const BK: u32 = 64;
 /// The dynamic shared memory a block may use on sm_90 (227 KiB).
 const SMEM_LIMIT: u32 = 227 * 1024;
 
-/// A `GemmWgmma` tile configuration (`mlpc::WgmmaConfig<BM, BN, STAGES>`).
+/// Which Hopper kernel a configuration instantiates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// `GemmWgmmaTma`: persistent, one TMA producer warpgroup, BM / 64 consumer warpgroups.
+    Tma,
+    /// `GemmWgmma`: every thread loads with cp.async and computes (the first Hopper kernel, kept
+    /// as the reference point of the notes in docs/perf-notes.md).
+    CpAsync,
+}
+
+/// A Hopper tile configuration (`mlpc::WgmmaTmaConfig<BM, BN, STAGES, GROUP_M>` or
+/// `mlpc::WgmmaConfig<BM, BN, STAGES>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct WgmmaConfig {
+    pub family: Family,
     pub bm: u32,
     pub bn: u32,
     pub stages: u32,
 }
 
+/// Row tiles per group of the persistent kernel's tile order.
+const GROUP_M: u32 = 8;
+
 impl WgmmaConfig {
-    /// One consumer warpgroup (128 threads) per 64 rows.
+    /// One consumer warpgroup (128 threads) per 64 rows, plus the producer warpgroup of the TMA
+    /// kernel.
     pub fn threads(&self) -> u32 {
-        self.bm / 64 * 128
+        let consumers = self.bm / 64 * 128;
+        match self.family {
+            Family::Tma => consumers + 128,
+            Family::CpAsync => consumers,
+        }
     }
 
-    /// Mirrors `GemmWgmma::kSmemBytes`: the stage ring plus 1024 bytes of alignment slack.
+    /// Mirrors `kSmemBytes`: the stage ring, 1024 bytes of alignment slack and, for the TMA
+    /// kernel, a full and an empty barrier (8 bytes each) per stage.
     pub fn smem_bytes(&self, dual: bool) -> u32 {
-        self.stages * stage_bytes(self.bm, self.bn, dual) + 1024
+        let ring = self.stages * stage_bytes(self.bm, self.bn, dual) + 1024;
+        match self.family {
+            Family::Tma => ring + 2 * 8 * self.stages,
+            Family::CpAsync => ring,
+        }
     }
 
     pub fn template(&self) -> String {
-        format!(
-            "mlpc::WgmmaConfig<{}, {}, {}>",
-            self.bm, self.bn, self.stages
-        )
+        match self.family {
+            Family::Tma => format!(
+                "mlpc::WgmmaTmaConfig<{}, {}, {}, {GROUP_M}>",
+                self.bm, self.bn, self.stages
+            ),
+            Family::CpAsync => format!(
+                "mlpc::WgmmaConfig<{}, {}, {}>",
+                self.bm, self.bn, self.stages
+            ),
+        }
     }
 
-    /// The tile part of the entry name, e.g. `wgmma_128x256x64`.
+    /// The tile part of the entry name, e.g. `wgmma_tma_128x256x64`.
     pub fn tag(&self) -> String {
-        format!("wgmma_{}x{}x{}", self.bm, self.bn, BK)
+        let family = match self.family {
+            Family::Tma => "wgmma_tma",
+            Family::CpAsync => "wgmma",
+        };
+        format!("{family}_{}x{}x{}", self.bm, self.bn, BK)
     }
 }
 
@@ -88,17 +123,43 @@ pub(crate) fn select(
         return None;
     }
     // Narrow outputs get a narrower tile; the widest is 256 (128 for the two accumulators of a
-    // dual GEMM, which hold as many registers).
+    // dual GEMM, which hold as many registers). A width that 192 divides but 256 does not, or
+    // that makes few 256-wide column tiles (N = 768: 3 of 256 or 4 of 192), takes 192 wide
+    // tiles: more, smaller tiles fill the 132 SMs in fuller waves.
     let widest = if dual { 128 } else { 256 };
     let bn = match n.as_constant() {
         Some(c) if c <= 64 => 64,
         Some(c) if c <= 128 => 128,
+        Some(c) if !dual && c % 192 == 0 && (c % 256 != 0 || c / 256 < 8) => 192,
         _ => widest,
     }
     .min(widest);
     let bm = 128;
-    let stages = ((SMEM_LIMIT - 1024) / stage_bytes(bm, bn, dual)).min(4);
-    Some(WgmmaConfig { bm, bn, stages })
+    // A tensor map needs row strides of a multiple of 16 bytes, which only a constant stride
+    // guarantees at compile time; a symbolic one keeps the cp.async kernel, which checks it at
+    // run time and falls back to plain loads.
+    let family = if strides.iter().all(|s| s.as_constant().is_some()) {
+        Family::Tma
+    } else {
+        Family::CpAsync
+    };
+    let fits = |stages: u32| {
+        WgmmaConfig {
+            family,
+            bm,
+            bn,
+            stages,
+        }
+        .smem_bytes(dual)
+            <= SMEM_LIMIT
+    };
+    let stages = (2..=5).rev().find(|&s| fits(s)).unwrap_or(2);
+    Some(WgmmaConfig {
+        family,
+        bm,
+        bn,
+        stages,
+    })
 }
 
 #[cfg(test)]
@@ -131,6 +192,8 @@ mod tests {
             "((u64)1 << 62);",
             "Mma<T, BN>::run(acc, da + 2 * j, db + 2 * j);",
             "const u64 da = make_desc(sa + wg * (64 * 128));",
+            "const u64 da = make_desc(sa + cw * (64 * 128));",
+            "Mma<T, BN>::run(acc, da + 2 * j, db + 2 * j);",
             "const u64 db = make_desc(sa + kTileABytes);",
             "const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;",
         ] {
@@ -233,9 +296,10 @@ mod tests {
         // Stepping k by 16 elements (32 bytes) stays inside the 14-bit field for every stage
         // address of the largest configuration.
         let cfg = WgmmaConfig {
+            family: Family::Tma,
             bm: 128,
-            bn: 256,
-            stages: 4,
+            bn: 192,
+            stages: 5,
         };
         let top = cfg.smem_bytes(false);
         assert!(top <= SMEM_LIMIT);
@@ -252,6 +316,7 @@ mod tests {
             select(arch, dtype, dual, l, strides, n)
         };
         let big = Some(WgmmaConfig {
+            family: Family::Tma,
             bm: 128,
             bn: 256,
             stages: 4,
@@ -287,13 +352,36 @@ mod tests {
             pick(Arch::Sm90a, DType::Bf16, false, nt, &[&odd, &s], &n),
             None
         );
-        // A symbolic stride is checked in the kernel.
+        // A symbolic stride is checked in the kernel: the cp.async kernel, which can fall back to
+        // plain loads, takes it.
         let sym = Extent::of_dim(&mlpc_ir::Dim::sym("T"));
-        assert!(pick(Arch::Sm90a, DType::Bf16, false, nt, &[&sym, &s], &n).is_some());
-        // Dual GEMMs: 128 wide, two B tiles per stage.
+        let cp = pick(Arch::Sm90a, DType::Bf16, false, nt, &[&sym, &s], &n).unwrap();
+        assert_eq!(cp.family, Family::CpAsync);
+        assert_eq!(
+            (cp.threads(), cp.smem_bytes(false)),
+            (256, 4 * 384 * 128 + 1024)
+        );
+        // Dual GEMMs: 128 wide, two B tiles per stage; a producer warpgroup and two barriers
+        // per stage.
         let dual = pick(Arch::Sm90a, DType::Bf16, true, nt, &[&s, &s, &s], &n).unwrap();
         assert_eq!((dual.bm, dual.bn, dual.stages), (128, 128, 4));
-        assert_eq!(dual.smem_bytes(true), 4 * (128 + 256) * 128 + 1024);
+        assert_eq!(dual.threads(), 384);
+        assert_eq!(dual.smem_bytes(true), 4 * (128 + 256) * 128 + 1024 + 4 * 16);
+        // N = 768: four 192-wide column tiles instead of three 256-wide ones; N = 1536 too
+        // (six of 256 would be few); N = 6144 keeps 256 (24 column tiles).
+        for (cols, bn, stages) in [(768, 192, 5), (1536, 192, 5), (6144, 256, 4)] {
+            let c = pick(
+                Arch::Sm90a,
+                DType::Bf16,
+                false,
+                nt,
+                &[&s, &s],
+                &Extent::constant(cols),
+            )
+            .unwrap();
+            assert_eq!((c.bn, c.stages), (bn, stages), "N = {cols}");
+            assert!(c.smem_bytes(false) <= SMEM_LIMIT);
+        }
         // Narrow outputs.
         let narrow = pick(
             Arch::Sm90a,

@@ -6,7 +6,7 @@
 //! The NVRTC tests need NVRTC 13.0 (`LD_LIBRARY_PATH=<site-packages>/nvidia/cu13/lib`, or
 //! `MLPC_NVRTC_LIB`, as `scripts/test.sh` sets up); without it they fail rather than skip.
 
-use mlpc_codegen::{generate, samples, Arch, CodegenOptions, CudaKernel, Grid};
+use mlpc_codegen::{generate, samples, Arch, CodegenOptions, CudaKernel, Grid, Param};
 use mlpc_ir::{DType, MatLayout, Op, Plan};
 use mlpc_jit::{compile_all, ensure_nvrtc, JitOptions};
 
@@ -29,7 +29,11 @@ fn generated() -> Vec<(Plan, Vec<CudaKernel>)> {
 }
 
 fn is_wgmma(k: &CudaKernel) -> bool {
-    k.source.contains("mlpc::GemmWgmma<")
+    k.source.contains("mlpc::GemmWgmma<") || is_tma(k)
+}
+
+fn is_tma(k: &CudaKernel) -> bool {
+    k.source.contains("mlpc::GemmWgmmaTma<")
 }
 
 #[test]
@@ -55,17 +59,47 @@ fn nt_half_gemms_take_wgmma_and_the_rest_keep_their_family() {
             if expected {
                 n_wgmma += 1;
                 assert!(k.source.contains("#include \"gemm_wgmma.cuh\""));
-                assert!(k.entry.contains("_wgmma_128x"), "{}", k.entry);
-                assert!(k.source.contains("__launch_bounds__(256, 1)"), "{}", k.name);
-                assert_eq!(k.launch.block, [256, 1, 1]);
+                // The samples' strides are constants: every one takes the TMA kernel, with one
+                // producer and two consumer warpgroups, a persistent grid and one tensor map per
+                // matrix operand.
+                assert!(is_tma(k), "{}", k.name);
+                assert!(k.entry.contains("_wgmma_tma_128x"), "{}", k.entry);
+                assert!(k.source.contains("__launch_bounds__(384, 1)"), "{}", k.name);
+                assert_eq!(k.launch.block, [384, 1, 1]);
                 assert!(k.launch.smem_bytes > 48 * 1024 && k.launch.smem_bytes <= 227 * 1024);
-                let Grid::Tiles { tile_m, tile_n, .. } = k.launch.grid else {
-                    panic!("{}: expected a tiled grid", k.name)
+                let Grid::Persistent { tile_m, tile_n, .. } = k.launch.grid else {
+                    panic!("{}: expected a persistent grid", k.name)
                 };
                 assert_eq!(tile_m, 128);
                 assert!(k
                     .source
-                    .contains(&format!("mlpc::WgmmaConfig<128, {tile_n}, ")));
+                    .contains(&format!("mlpc::WgmmaTmaConfig<128, {tile_n}, ")));
+                let maps: Vec<_> = k
+                    .params
+                    .iter()
+                    .filter_map(|p| match p {
+                        Param::TensorMap {
+                            buffer,
+                            box_rows,
+                            box_cols,
+                            ..
+                        } => Some((*buffer, *box_rows, *box_cols)),
+                        _ => None,
+                    })
+                    .collect();
+                let mut want = vec![(pk.args[0], 128, 64), (pk.args[1], tile_n, 64)];
+                if g.dual.is_some() {
+                    want.push((pk.args[2], tile_n, 64));
+                }
+                assert_eq!(maps, want, "{}", k.name);
+                assert_eq!(
+                    k.source
+                        .matches("const __grid_constant__ mlpc::TensorMap")
+                        .count(),
+                    maps.len() * (1 + k.small_m.as_ref().map_or(0, |s| s.variants.len())),
+                    "every entry of the module takes the maps: {}",
+                    k.name
+                );
             } else if plan.dtype != DType::F32 {
                 assert!(k.source.contains("mlpc::GemmMma<"), "{}", k.name);
             }
@@ -137,8 +171,10 @@ fn every_sample_kernel_compiles_for_sm_90a_without_local_memory() {
                 "{}",
                 k.name
             );
+            // The cp.async kernel's own stores must be made visible to wgmma (the async proxy);
+            // the copy engine writes through the async proxy itself.
             assert!(
-                c.ptx.contains("fence.proxy.async.shared::cta"),
+                is_tma(k) || c.ptx.contains("fence.proxy.async.shared::cta"),
                 "{}",
                 k.name
             );
@@ -152,6 +188,23 @@ fn every_sample_kernel_compiles_for_sm_90a_without_local_memory() {
                 c.log
             );
             assert!(c.resources.registers <= 255 && c.resources.barriers >= 1);
+        }
+        if is_tma(k) {
+            eprintln!("{}: {:?}", k.name, c.resources);
+            for needle in [
+                "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+                "setmaxnreg.dec.sync.aligned.u32 40",
+                "setmaxnreg.inc.sync.aligned.u32 232",
+                "mbarrier.try_wait.parity.shared::cta.b64",
+            ] {
+                assert!(
+                    c.ptx.contains(needle),
+                    "{}: no `{needle}` in the PTX",
+                    k.name
+                );
+            }
+            // ptxas ignores setmaxnreg it cannot honour, with a warning in the log.
+            assert!(!c.log.contains("setmaxnreg"), "{}: {}", k.name, c.log);
         }
     }
 }

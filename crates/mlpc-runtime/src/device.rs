@@ -35,6 +35,7 @@ pub struct Device {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     ordinal: usize,
+    sms: u32,
 }
 
 /// Whether the CUDA driver library can be loaded on this machine. Checking first matters:
@@ -65,15 +66,26 @@ impl Device {
         // touch a `DeviceTensor` from another stream must synchronise with `Device::stream` first.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(driver("creating a stream"))?;
+        let sms = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(driver("reading the multiprocessor count"))?;
         Ok(Device {
             ctx,
             stream,
             ordinal,
+            sms: sms.max(1) as u32,
         })
     }
 
     pub fn ordinal(&self) -> usize {
         self.ordinal
+    }
+
+    /// The number of multiprocessors (the block count of a persistent kernel's grid).
+    pub fn sm_count(&self) -> u32 {
+        self.sms
     }
 
     pub fn context(&self) -> &Arc<CudaContext> {

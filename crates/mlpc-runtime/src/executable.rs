@@ -2,6 +2,7 @@
 
 use crate::device::{driver, Device, DeviceError, DeviceTensor, TensorRef};
 use crate::guard::{check_guards, GuardError, TensorMeta};
+use crate::tensor_map::{MapRequest, TensorMapArg, TensorMapError};
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
@@ -21,6 +22,13 @@ pub enum RuntimeError {
         kernel: String,
         #[source]
         source: LaunchError,
+    },
+    #[error("kernel `{kernel}` reads `{buffer}` through a tensor map, but {source}")]
+    TensorMap {
+        kernel: String,
+        buffer: String,
+        #[source]
+        source: TensorMapError,
     },
     #[error("the plan and its kernels disagree: {0}")]
     Mismatch(String),
@@ -291,7 +299,7 @@ impl Executable {
                 .map(|(i, s)| (&loaded.small_m[i], &s.variants[i].launch));
             let (function, launch) = small.unwrap_or((&loaded.function, &loaded.kernel.launch));
             let grid = launch
-                .grid(&bindings)
+                .grid(&bindings, self.device.sm_count())
                 .map_err(|source| RuntimeError::Launch {
                     kernel: k.name.clone(),
                     source,
@@ -299,19 +307,57 @@ impl Executable {
             if grid.contains(&0) {
                 continue;
             }
-            let mut values: Vec<u64> = Vec::with_capacity(loaded.kernel.params.len());
+            let mut values: Vec<Arg> = Vec::with_capacity(loaded.kernel.params.len());
+            let unbound = |symbol: &str| RuntimeError::Launch {
+                kernel: k.name.clone(),
+                source: LaunchError::Unbound {
+                    symbol: symbol.to_string(),
+                },
+            };
+            let address = |buffer: &usize| {
+                addr.get(buffer).map(|a| a.0).ok_or_else(|| {
+                    RuntimeError::Mismatch(format!("kernel `{}` names buffer {buffer}", k.name))
+                })
+            };
             for p in &loaded.kernel.params {
                 values.push(match p {
-                    Param::Buffer { buffer } => addr.get(buffer).map(|a| a.0).ok_or_else(|| {
-                        RuntimeError::Mismatch(format!("kernel `{}` names buffer {buffer}", k.name))
-                    })?,
+                    Param::Buffer { buffer } => Arg::U64(address(buffer)?),
                     Param::Dim { symbol } => {
-                        bindings.get(symbol).ok_or_else(|| RuntimeError::Launch {
-                            kernel: k.name.clone(),
-                            source: LaunchError::Unbound {
-                                symbol: symbol.clone(),
-                            },
-                        })?
+                        Arg::U64(bindings.get(symbol).ok_or_else(|| unbound(symbol))?)
+                    }
+                    Param::TensorMap {
+                        buffer,
+                        rows,
+                        cols,
+                        row_stride,
+                        box_rows,
+                        box_cols,
+                    } => {
+                        let resolve = |e: &mlpc_ir::Extent| {
+                            e.syms
+                                .iter()
+                                .find(|s| bindings.get(s).is_none())
+                                .map_or_else(
+                                    || Ok(e.resolve(&bindings).unwrap_or(u64::MAX)),
+                                    |s| Err(unbound(s)),
+                                )
+                        };
+                        let req = MapRequest {
+                            address: address(buffer)?,
+                            dtype: self.plan.buffers[*buffer].ty.dtype,
+                            rows: resolve(rows)?,
+                            cols: resolve(cols)?,
+                            row_stride: resolve(row_stride)?,
+                            box_rows: *box_rows,
+                            box_cols: *box_cols,
+                        };
+                        Arg::Map(Box::new(req.encode().map_err(|source| {
+                            RuntimeError::TensorMap {
+                                kernel: k.name.clone(),
+                                buffer: self.plan.buffers[*buffer].name.clone(),
+                                source,
+                            }
+                        })?))
                     }
                 });
             }
@@ -322,10 +368,13 @@ impl Executable {
             };
             let mut builder = stream.launch_builder(function);
             for v in &values {
-                builder.arg(v);
+                match v {
+                    Arg::U64(x) => builder.arg(x),
+                    Arg::Map(m) => builder.arg(m.as_ref()),
+                };
             }
             // SAFETY: the argument list matches the entry's signature by the kernel ABI
-            // (pointers and 64-bit dims, in `params` order); every pointer addresses a live buffer
+            // (pointers, 64-bit dims and tensor maps by value, in `params` order); every pointer addresses a live buffer
             // of the size the plan gives it, as checked by the guards for inputs.
             unsafe { builder.launch(cfg) }
                 .map_err(driver(format!("launching kernel `{}`", k.name)))?;
@@ -384,6 +433,14 @@ impl Executable {
         self.device.synchronize()?;
         Ok(host)
     }
+}
+
+/// One kernel argument by value.
+enum Arg {
+    /// A device pointer or a symbol's value.
+    U64(u64),
+    /// A tensor map (boxed: 128 bytes, 128-byte aligned).
+    Map(Box<TensorMapArg>),
 }
 
 fn refs(inputs: &BTreeMap<String, DeviceTensor>) -> BTreeMap<String, TensorRef<'_>> {

@@ -11,6 +11,7 @@
 pub mod device;
 pub mod executable;
 pub mod guard;
+pub mod tensor_map;
 
 pub use device::{driver_present, Device, DeviceError, DeviceTensor, TensorRef};
 pub use executable::{time_runs, Executable, KernelImage, RunOptions, RuntimeError, Timings};

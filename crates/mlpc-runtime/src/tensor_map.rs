@@ -1,0 +1,225 @@
+//! Tensor maps for kernels fed by the copy engine (TMA): mlpc-codegen's `Param::TensorMap`,
+//! encoded with `cuTensorMapEncodeTiled` from a buffer's address and the bound symbols.
+//!
+//! The checks the driver would make are made here first, so that a tensor the copy engine cannot
+//! read (a base address or row stride that is not a multiple of 16 bytes) is refused with the
+//! tensor's name and the rule it breaks instead of a bare `CUDA_ERROR_INVALID_VALUE`.
+
+use cudarc::driver::sys::{
+    self, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave,
+    CUtensorMapL2promotion, CUtensorMapSwizzle,
+};
+use cudarc::driver::DeviceRepr;
+use mlpc_ir::DType;
+
+/// A `CUtensorMap` as a kernel argument: 128 bytes, 128-byte aligned (CUDA 13), passed by value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct TensorMapArg(pub CUtensorMap);
+
+// SAFETY: a `CUtensorMap` is plain bytes that the kernel takes by value (`const
+// __grid_constant__ mlpc::TensorMap`, the same size and alignment).
+unsafe impl DeviceRepr for TensorMapArg {}
+
+/// What a tensor map describes: a row-major matrix in device memory and the box the kernel reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MapRequest {
+    pub address: u64,
+    pub dtype: DType,
+    pub rows: u64,
+    pub cols: u64,
+    /// Elements from one row to the next.
+    pub row_stride: u64,
+    pub box_rows: u32,
+    pub box_cols: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TensorMapError {
+    #[error("its address {0:#x} is not a multiple of 16 bytes, which the copy engine (TMA) needs")]
+    Address(u64),
+    #[error(
+        "its row stride of {stride} elements ({bytes} bytes) is not a multiple of 16 bytes, which \
+         the copy engine (TMA) needs"
+    )]
+    Stride { stride: u64, bytes: u64 },
+    #[error("its {what} ({value}) exceeds what a tensor map can describe ({limit})")]
+    TooLarge {
+        what: &'static str,
+        value: u64,
+        limit: u64,
+    },
+    #[error("the kernel's box of {rows} x {cols} elements is not one a 128-byte swizzled tensor map can read")]
+    Box { rows: u32, cols: u32 },
+    #[error("cuTensorMapEncodeTiled failed: {0:?}")]
+    Driver(sys::CUresult),
+}
+
+impl MapRequest {
+    /// Checks the request against the copy engine's rules (CUDA driver API,
+    /// `cuTensorMapEncodeTiled`): 16-byte aligned address, row stride a multiple of 16 bytes and
+    /// below 2^40, dims at most 2^32, box dims 1..=256 with the inner one at most 128 bytes (the
+    /// 128-byte swizzle).
+    pub fn check(&self) -> Result<(), TensorMapError> {
+        let elem = self.dtype.size_bytes() as u64;
+        if !self.address.is_multiple_of(16) {
+            return Err(TensorMapError::Address(self.address));
+        }
+        let bytes = self.row_stride.saturating_mul(elem);
+        // One row needs no stride; every other matrix needs a 16-byte multiple.
+        if self.rows > 1 && !bytes.is_multiple_of(16) {
+            return Err(TensorMapError::Stride {
+                stride: self.row_stride,
+                bytes,
+            });
+        }
+        if bytes >= 1 << 40 {
+            return Err(TensorMapError::TooLarge {
+                what: "row stride in bytes",
+                value: bytes,
+                limit: 1 << 40,
+            });
+        }
+        for (what, value) in [("row count", self.rows), ("column count", self.cols)] {
+            if value > 1 << 32 {
+                return Err(TensorMapError::TooLarge {
+                    what,
+                    value,
+                    limit: 1 << 32,
+                });
+            }
+        }
+        let ok_box = |d: u32| (1..=256).contains(&d);
+        if !ok_box(self.box_rows) || !ok_box(self.box_cols) || u64::from(self.box_cols) * elem > 128
+        {
+            return Err(TensorMapError::Box {
+                rows: self.box_rows,
+                cols: self.box_cols,
+            });
+        }
+        Ok(())
+    }
+
+    /// Encodes the map: 2-D, dims (cols, rows) innermost first, 128-byte swizzle, zero fill
+    /// outside the matrix, L2 promotion of 256 bytes. An empty dimension is encoded as 1: a
+    /// kernel with nothing to read along it issues no copy.
+    pub fn encode(&self) -> Result<TensorMapArg, TensorMapError> {
+        self.check()?;
+        let dtype = match self.dtype {
+            DType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            DType::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            DType::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        };
+        let elem = self.dtype.size_bytes() as u64;
+        let dims = [self.cols.max(1), self.rows.max(1)];
+        // A single row's stride is unused; any multiple of 16 satisfies the driver.
+        let stride = (self.row_stride * elem).max(16).next_multiple_of(16);
+        let strides = [stride];
+        let boxes = [self.box_cols, self.box_rows];
+        let element_strides = [1u32, 1];
+        let mut map = CUtensorMap { opaque: [0; 16] };
+        // SAFETY: every pointer addresses a live local array of the length the rank (2) asks
+        // for; the driver only reads them and writes `map`. The address is a device address the
+        // copy engine reads at launch time, not now.
+        let r = unsafe {
+            sys::cuTensorMapEncodeTiled(
+                &mut map,
+                dtype,
+                2,
+                self.address as *mut std::ffi::c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                element_strides.as_ptr(),
+                CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+                CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(TensorMapError::Driver(r));
+        }
+        Ok(TensorMapArg(map))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> MapRequest {
+        MapRequest {
+            address: 0x7f00_0000_0000,
+            dtype: DType::Bf16,
+            rows: 8192,
+            cols: 768,
+            row_stride: 768,
+            box_rows: 128,
+            box_cols: 64,
+        }
+    }
+
+    #[test]
+    fn the_copy_engines_rules_are_checked_before_the_driver() {
+        assert_eq!(req().check(), Ok(()));
+        let misaligned = MapRequest {
+            address: 0x7f00_0000_0008,
+            ..req()
+        };
+        assert_eq!(
+            misaligned.check(),
+            Err(TensorMapError::Address(0x7f00_0000_0008))
+        );
+        let odd = MapRequest {
+            row_stride: 769,
+            ..req()
+        };
+        assert_eq!(
+            odd.check(),
+            Err(TensorMapError::Stride {
+                stride: 769,
+                bytes: 1538
+            })
+        );
+        // A single row has no stride to check.
+        let one = MapRequest {
+            rows: 1,
+            row_stride: 13,
+            ..req()
+        };
+        assert_eq!(one.check(), Ok(()));
+        let wide_box = MapRequest {
+            box_cols: 128,
+            ..req()
+        };
+        assert!(matches!(wide_box.check(), Err(TensorMapError::Box { .. })));
+        let tall_box = MapRequest {
+            box_rows: 512,
+            ..req()
+        };
+        assert!(matches!(tall_box.check(), Err(TensorMapError::Box { .. })));
+        let f32_box = MapRequest {
+            dtype: DType::F32,
+            ..req()
+        };
+        assert!(matches!(f32_box.check(), Err(TensorMapError::Box { .. })));
+        let huge = MapRequest {
+            rows: (1 << 32) + 1,
+            ..req()
+        };
+        assert!(matches!(
+            huge.check(),
+            Err(TensorMapError::TooLarge {
+                what: "row count",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn the_argument_has_the_kernels_size_and_alignment() {
+        assert_eq!(std::mem::size_of::<TensorMapArg>(), 128);
+        assert_eq!(std::mem::align_of::<TensorMapArg>(), 128);
+    }
+}

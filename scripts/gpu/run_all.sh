@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One call on a CUDA machine: a smoke check under a time limit (a kernel that deadlocks must not
+# eat the session), then the full validation, then the benchmark. Run from the repository root
+# after `scripts/gpu/build.sh` (binaries carried over); results go to $OUT (default /tmp/mlpc-gpu).
+#
+#   scripts/gpu/run_all.sh [validate|bench|all] [extra bench.py arguments...]
+set -uo pipefail
+what=${1:-all}
+shift || true
+bench_args=("$@")
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PATH=/usr/local/cuda/bin:$PATH
+OUT=${OUT:-/tmp/mlpc-gpu}
+mkdir -p "$OUT"
+MLPC=target/release/mlpc
+export MLPC_CACHE_DIR=${MLPC_CACHE_DIR:-/tmp/mlpc-cache}
+
+echo "== smoke: tiled kernels (T > 64) of gpt2-mlp and seed-geglu on the default target"
+for spec in "examples/gpt2-mlp/model.json 129" "examples/seed-geglu/model.json 300"; do
+    model=${spec% *}
+    t=${spec#* }
+    if ! timeout 180 "$MLPC" check "$model" --backend cuda --bind T="$t" >>"$OUT/smoke.txt" 2>&1; then
+        echo "smoke check of $model failed or timed out; stopping" | tee -a "$OUT/smoke.txt"
+        tail -20 "$OUT/smoke.txt"
+        exit 1
+    fi
+done
+tail -4 "$OUT/smoke.txt"
+
+if [ "$what" = validate ] || [ "$what" = all ]; then
+    echo "== validate"
+    timeout 400 python3 scripts/gpu/validate.py --mlpc "$MLPC" \
+        --guards target/release/examples/gpu_guards --out docs/gpu-validation.md --target auto \
+        >"$OUT/validate.log" 2>&1
+    echo "validate exit $?"
+    tail -5 "$OUT/validate.log"
+    cp docs/gpu-validation.md "$OUT/"
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+    echo "== bench"
+    timeout 500 python3 scripts/gpu/bench.py --mlpc "$MLPC" --out docs/benchmarks.md "${bench_args[@]}" \
+        >"$OUT/bench.log" 2>&1
+    echo "bench exit $?"
+    cp docs/benchmarks.md docs/benchmarks.json "$OUT/" 2>/dev/null
+    grep -E "^\| " docs/benchmarks.md | head -40
+fi
