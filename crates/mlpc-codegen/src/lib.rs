@@ -291,6 +291,10 @@ pub fn headers() -> Vec<(&'static str, &'static str)> {
             include_str!("../../../kernels-templates/gemm_bsr.cuh"),
         ),
         (
+            "gemm_bsr_wgmma.cuh",
+            include_str!("../../../kernels-templates/gemm_bsr_wgmma.cuh"),
+        ),
+        (
             "elementwise.cuh",
             include_str!("../../../kernels-templates/elementwise.cuh"),
         ),
