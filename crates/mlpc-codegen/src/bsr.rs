@@ -472,3 +472,638 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         small_m: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The CPU proof of `GemmBsrWgmma`'s address math. The functions below transcribe the
+    //! template's (a test checks the template still says what they transcribe); `wgmma_reads`
+    //! follows the PTX ISA instead. An emulator runs whole CTAs: the loads of every thread write
+    //! tagged elements into a model of shared memory, the ring is walked in the template's order,
+    //! and every element each wgmma reads through its descriptors must be the operand element the
+    //! product needs; the accumulated values must equal the pruned GEMM.
+
+    use super::*;
+    use std::collections::{HashMap, HashSet};
+
+    const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_bsr_wgmma.cuh");
+    const THREADS: u32 = 256;
+
+    /// `bsr_wgmma::SliceAtom<BK>::SW`.
+    fn atom(bk: u32) -> u32 {
+        if bk.is_multiple_of(64) {
+            64
+        } else if bk.is_multiple_of(32) {
+            32
+        } else {
+            16
+        }
+    }
+
+    /// `bsr_wgmma::chunk_offset<ROWS, BK>(r, c)`.
+    fn chunk_offset(rows: u32, bk: u32, r: u32, c: u32) -> u32 {
+        let sw = atom(bk);
+        let (row_bytes, chunks) = (2 * sw, sw / 8);
+        let shift = match sw {
+            64 => 0,
+            32 => 1,
+            _ => 2,
+        };
+        (c / chunks) * (rows * row_bytes)
+            + r * row_bytes
+            + (((c % chunks) ^ ((r >> shift) & (chunks - 1))) << 4)
+    }
+
+    /// `bsr_wgmma::make_desc<SW>(addr)`.
+    fn descriptor(sw: u32, addr: u32) -> u64 {
+        let layout: u64 = match sw {
+            64 => 1,
+            32 => 2,
+            _ => 3,
+        };
+        u64::from((addr & 0x3FFFF) >> 4)
+            | (1 << 16)
+            | (u64::from((8 * 2 * sw) >> 4) << 32)
+            | (layout << 62)
+    }
+
+    /// `bsr_wgmma::kstep_offset<ROWS, BK>(j)`.
+    fn kstep_offset(rows: u32, bk: u32, j: u32) -> u32 {
+        let sw = atom(bk);
+        (16 * j / sw) * (rows * 2 * sw) + (16 * j % sw) * 2
+    }
+
+    /// The shared address wgmma reads element `(r, k)` (k < 16) of a K-major 16-bit operand from,
+    /// following the PTX ISA ("Shared Memory Matrix Layout"): the canonical layouts
+    /// `Swizzle<b,4,3> o ((8, m), (T, 2k)) : ((nT, SBO), (1, T))` with T = 8 elements (16 bytes)
+    /// and (n, b) = (8, 3), (4, 2), (2, 1) for the 128-, 64- and 32-byte swizzles (layout types
+    /// 1, 2, 3): rows of a group of 8 are n * 16 bytes apart, groups SBO bytes apart, the two
+    /// 8-element halves of the k16 step 16 bytes apart; the swizzle XORs byte-address bits
+    /// [4, 4 + b) with bits [7, 7 + b).
+    fn wgmma_reads(desc: u64, r: u32, k: u32) -> u32 {
+        let (row_bytes, b) = match desc >> 62 {
+            1 => (128, 3),
+            2 => (64, 2),
+            3 => (32, 1),
+            other => panic!("layout type {other} is not a swizzled K-major layout"),
+        };
+        assert_eq!((desc >> 49) & 7, 0, "base offset");
+        assert_eq!((desc >> 16) & 0x3FFF, 1, "leading byte offset (unused, 1)");
+        assert_eq!(
+            (desc >> 14) & 3,
+            0,
+            "start address overflow into reserved bits"
+        );
+        let start = ((desc & 0x3FFF) as u32) << 4;
+        let sbo = (((desc >> 32) & 0x3FFF) as u32) << 4;
+        let linear = start + (r / 8) * sbo + (r % 8) * row_bytes + (k / 8) * 16 + (k % 8) * 2;
+        linear ^ (((linear >> 7) & ((1 << b) - 1)) << 4)
+    }
+
+    #[test]
+    fn the_model_is_the_templates_address_math() {
+        for line in [
+            "static constexpr int kSbo = 8 * kRowBytes;",
+            "static constexpr int kLayout = SW == 64 ? 1 : (SW == 32 ? 2 : 3);",
+            "static constexpr int kShift = SW == 64 ? 0 : (SW == 32 ? 1 : 2);",
+            "static constexpr int SW = BK % 64 == 0 ? 64 : (BK % 32 == 0 ? 32 : 16);",
+            "return (u32)(atom * (ROWS * A::kRowBytes) + r * A::kRowBytes +",
+            "((cc ^ ((r >> A::kShift) & (A::kChunks - 1))) << 4));",
+            "return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(A::kSbo >> 4) << 32) |",
+            "((u64)A::kLayout << 62);",
+            "return (u32)((16 * j / SliceAtom<BK>::SW) * (ROWS * 2 * SliceAtom<BK>::SW) +",
+            "(16 * j % SliceAtom<BK>::SW) * 2);",
+            "static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);",
+            "const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;",
+            "const i64 k0 = (i64)(info >> 16) * BC + (i64)ks * BK;",
+            "const int r = i / kChunks, c = i % kChunks;",
+            "copy_chunk(stage + chunk_offset<BM, BK>(r, c), p.a, p.lda, m0 + r, k0, c, p.m, vec_a);",
+            "const int g = i / kSlotChunks;",
+            "const int r = (i % kSlotChunks) / kChunks, c = i % kChunks;",
+            "const int blk = p.step_blk[first + __popc(mask & ((1u << g) - 1u))];",
+            "const u32 dst = stage + kTileABytes + g * kSlotBytes + chunk_offset<BR, BK>(r, c);",
+            "copy_chunk(dst, p.b + off, BC, r, (i64)ks * BK, c, BR, vec_b);",
+            "copy_chunk(dst + kSlotsBytes, p.b_up + off, BC, r, (i64)ks * BK, c, BR, vec_bu);",
+            "const T* src = g + (row_in ? gr * ld + k0 + 8 * c : 0);",
+            "load_slice(stage, p, m0, s0 + sl / kKSub, sl % kKSub, vec_a, vec_b, vec_bu, tid);",
+            "const u32 mask = (u32)p.step_info[s0 + kt / kKSub] & 0xffffu;",
+            "const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));",
+            "const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);",
+            "const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);",
+            "const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);",
+            "bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));",
+            "const int pre = kt + STAGES - 2;",
+            "const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2;",
+            "const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;",
+            "if (n0 + g * BR >= p.n) break;",
+        ] {
+            assert!(
+                TEMPLATE.contains(line),
+                "gemm_bsr_wgmma.cuh no longer says `{line}`"
+            );
+        }
+    }
+
+    /// What the loads put at a shared-memory element.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Elem {
+        /// A[m, k].
+        A { m: u64, k: u64 },
+        /// The weight (or the up weight) at [n, k], from a packed block.
+        W { up: bool, n: u64, k: u64 },
+        /// Zero-fill (A rows past M).
+        Zero,
+    }
+
+    /// Small integers, so that every sum below is exact in f64.
+    fn a_val(m: u64, k: u64) -> f64 {
+        ((m * 7 + k * 3) % 11) as f64 - 5.0
+    }
+
+    fn w_val(up: bool, n: u64, k: u64) -> f64 {
+        ((n * 5 + k * 13 + u64::from(up) * 3) % 9) as f64 - 4.0
+    }
+
+    fn value(e: Elem) -> f64 {
+        match e {
+            Elem::A { m, k } => a_val(m, k),
+            Elem::W { up, n, k } => w_val(up, n, k),
+            Elem::Zero => 0.0,
+        }
+    }
+
+    /// The emulated outputs: gate (or plain) and up accumulators by (row, col).
+    type Acc = HashMap<(u64, u64), f64>;
+
+    /// Runs every CTA of the kernel for `pattern` over `m` rows, checking each read; returns the
+    /// accumulators and how often each output element is written by the epilogue.
+    fn emulate(
+        pattern: &BlockPattern,
+        cfg: WgmmaBsr,
+        dual: bool,
+        m: u64,
+    ) -> (Acc, Acc, HashMap<(u64, u64), u32>) {
+        let [br, bc] = pattern.block;
+        let (g, bk, bm, stages) = (cfg.g, cfg.bk, cfg.bm, cfg.stages);
+        assert_eq!(cfg.threads(), THREADS);
+        let sw = atom(bk);
+        let chunks = bk / 8;
+        let kksub = bc / bk;
+        let tile_a = bm * bk * 2;
+        let slot = br * bk * 2;
+        let slots = g * slot;
+        let stage_bytes = tile_a + slots * if dual { 2 } else { 1 };
+        assert_eq!(cfg.smem_bytes(br, dual), stages * stage_bytes + 1024);
+        let steps = GroupSteps::new(pattern, g);
+        let groups = steps.grp_ptr.len() - 1;
+        // The template aligns the ring to 1024 bytes inside the dynamic allocation.
+        let ring = 1024u32;
+        let (mut acc, mut acc_up) = (Acc::new(), Acc::new());
+        let mut written: HashMap<(u64, u64), u32> = HashMap::new();
+
+        for bx in 0..m.div_ceil(u64::from(bm)) {
+            let m0 = bx * u64::from(bm);
+            for group in 0..groups {
+                let n0 = (group as u64) * u64::from(g * br);
+                let mut smem: HashMap<u32, Elem> = HashMap::new();
+                let s0 = steps.grp_ptr[group] as usize;
+                let slices = (steps.grp_ptr[group + 1] as usize - s0) * kksub as usize;
+                let load = |smem: &mut HashMap<u32, Elem>, stage: u32, sl: usize| {
+                    let s = s0 + sl / kksub as usize;
+                    let ks = (sl % kksub as usize) as u32;
+                    let info = steps.step_info[s];
+                    let mask = info & 0xffff;
+                    let k0 = u64::from(info >> 16) * u64::from(bc) + u64::from(ks * bk);
+                    let mut seen = HashSet::new();
+                    let mut put =
+                        |smem: &mut HashMap<u32, Elem>, dst: u32, e: &dyn Fn(u64) -> Elem| {
+                            assert_eq!(dst % 16, 0, "a chunk is 16-byte aligned");
+                            assert!(
+                                dst >= stage && dst + 16 <= stage + stage_bytes,
+                                "outside the stage"
+                            );
+                            assert!(seen.insert(dst), "two chunks of one slice at {dst}");
+                            for i in 0..8u32 {
+                                smem.insert(dst + 2 * i, e(u64::from(i)));
+                            }
+                        };
+                    for tid in 0..THREADS {
+                        for pass in 0..(bm * chunks).div_ceil(THREADS) {
+                            let i = tid + pass * THREADS;
+                            if i >= bm * chunks {
+                                break;
+                            }
+                            let (r, c) = (i / chunks, i % chunks);
+                            let row = m0 + u64::from(r);
+                            let k = k0 + u64::from(8 * c);
+                            put(smem, stage + chunk_offset(bm, bk, r, c), &|e| {
+                                if row < m {
+                                    Elem::A { m: row, k: k + e }
+                                } else {
+                                    Elem::Zero
+                                }
+                            });
+                        }
+                        let slot_chunks = br * chunks;
+                        for pass in 0..(g * slot_chunks).div_ceil(THREADS) {
+                            let i = tid + pass * THREADS;
+                            if i >= g * slot_chunks {
+                                break;
+                            }
+                            let gg = i / slot_chunks;
+                            if (mask >> gg) & 1 == 0 {
+                                continue;
+                            }
+                            let (r, c) = ((i % slot_chunks) / chunks, i % chunks);
+                            let at = steps.step_first[s] + (mask & ((1 << gg) - 1)).count_ones();
+                            let blk = steps.step_blk[at as usize] as usize;
+                            // The packed block's own place in the weight, not the step's claim.
+                            let (brow, bcol) = pattern.kept[blk];
+                            let n = u64::from(brow * br + r);
+                            let k = u64::from(bcol * bc + ks * bk + 8 * c);
+                            let dst = stage + tile_a + gg * slot + chunk_offset(br, bk, r, c);
+                            put(smem, dst, &|e| Elem::W {
+                                up: false,
+                                n,
+                                k: k + e,
+                            });
+                            if dual {
+                                put(smem, dst + slots, &|e| Elem::W {
+                                    up: true,
+                                    n,
+                                    k: k + e,
+                                });
+                            }
+                        }
+                    }
+                };
+
+                // The ring, in the template's order; `held[stage]` is the slice a stage holds.
+                let mut held: Vec<Option<usize>> = vec![None; stages as usize];
+                for (s, h) in held.iter_mut().enumerate().take((stages - 2) as usize) {
+                    if s < slices {
+                        load(&mut smem, ring + s as u32 * stage_bytes, s);
+                        *h = Some(s);
+                    }
+                }
+                let (mut read_stage, mut write_stage) = (0usize, (stages - 2) as usize);
+                for kt in 0..slices {
+                    assert_eq!(
+                        held[read_stage],
+                        Some(kt),
+                        "stage {read_stage} at slice {kt}"
+                    );
+                    let mask = steps.step_info[s0 + kt / kksub as usize] & 0xffff;
+                    let sa = ring + read_stage as u32 * stage_bytes;
+                    for wg in 0..bm / 64 {
+                        let da = descriptor(sw, sa + wg * (64 * 2 * sw));
+                        for gg in (0..g).filter(|gg| (mask >> gg) & 1 == 1) {
+                            let db = descriptor(sw, sa + tile_a + gg * slot);
+                            for j in 0..bk / 16 {
+                                let a_j = da + u64::from(kstep_offset(bm, bk, j) >> 4);
+                                let b_j = db + u64::from(kstep_offset(br, bk, j) >> 4);
+                                let read = |d: u64, r: u32, k: u32| {
+                                    let at = wgmma_reads(d, r, k);
+                                    *smem.get(&at).unwrap_or_else(|| {
+                                        panic!("slice {kt}: wgmma reads {at}, never written")
+                                    })
+                                };
+                                let a: Vec<Vec<Elem>> = (0..64)
+                                    .map(|r| (0..16).map(|k| read(a_j, r, k)).collect())
+                                    .collect();
+                                let mut products = vec![(false, b_j)];
+                                if dual {
+                                    products.push((true, b_j + u64::from(slots >> 4)));
+                                }
+                                for (up, d) in products {
+                                    for nn in 0..br {
+                                        let col = n0 + u64::from(gg * br + nn);
+                                        for kk in 0..16 {
+                                            let w = read(d, nn, kk);
+                                            let Elem::W { up: wu, n, k } = w else {
+                                                panic!("B ({nn}, {kk}) of slot {gg} holds {w:?}")
+                                            };
+                                            assert_eq!((wu, n), (up, col), "slot {gg} row {nn}");
+                                            for (r, arow) in a.iter().enumerate() {
+                                                match arow[kk as usize] {
+                                                    Elem::A { m: am, k: ak } => {
+                                                        assert_eq!(
+                                                            am,
+                                                            m0 + u64::from(wg * 64) + r as u64
+                                                        );
+                                                        assert_eq!(ak, k, "A's k against B's");
+                                                    }
+                                                    Elem::Zero => {
+                                                        assert!(
+                                                            m0 + u64::from(wg * 64) + r as u64 >= m
+                                                        )
+                                                    }
+                                                    other => {
+                                                        panic!("A ({r}, {kk}) holds {other:?}")
+                                                    }
+                                                }
+                                            }
+                                        }
+                                        for (r, arow) in a.iter().enumerate() {
+                                            let row = m0 + u64::from(wg * 64) + r as u64;
+                                            if row >= m {
+                                                continue;
+                                            }
+                                            let dot: f64 = (0..16)
+                                                .map(|kk| {
+                                                    value(arow[kk]) * value(read(d, nn, kk as u32))
+                                                })
+                                                .sum();
+                                            let target = if up { &mut acc_up } else { &mut acc };
+                                            *target.entry((row, col)).or_insert(0.0) += dot;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    let pre = kt + stages as usize - 2;
+                    if pre < slices {
+                        // Slices kt and kt - 1 may still be read by in-flight wgmmas.
+                        if let Some(old) = held[write_stage] {
+                            assert!(old + 2 <= kt, "slice {pre} overwrites slice {old} at {kt}");
+                        }
+                        load(&mut smem, ring + write_stage as u32 * stage_bytes, pre);
+                        held[write_stage] = Some(pre);
+                    }
+                    read_stage = (read_stage + 1) % stages as usize;
+                    write_stage = (write_stage + 1) % stages as usize;
+                }
+
+                // The epilogue's stores.
+                for tid in 0..THREADS {
+                    let (wg, lane, q) = (tid >> 7, tid & 31, (tid >> 5) & 3);
+                    for h in 0..2 {
+                        let row = m0 + u64::from(wg * 64 + q * 16 + (lane >> 2) + h * 8);
+                        if row >= m {
+                            continue;
+                        }
+                        for gg in 0..g {
+                            if n0 + u64::from(gg * br) >= pattern.out {
+                                break;
+                            }
+                            for i in 0..br / 8 {
+                                let col = n0 + u64::from(gg * br + i * 8 + (lane & 3) * 2);
+                                for c in [col, col + 1] {
+                                    *written.entry((row, c)).or_insert(0) += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        (acc, acc_up, written)
+    }
+
+    /// The pruned GEMM on the CPU: (gate or plain, up) at (row, col).
+    fn reference(pattern: &BlockPattern, m: u64, up: bool) -> Acc {
+        let [br, bc] = pattern.block.map(u64::from);
+        let mut out = Acc::new();
+        for &(r, c) in &pattern.kept {
+            for row in 0..m {
+                for n in u64::from(r) * br..(u64::from(r) + 1) * br {
+                    let dot: f64 = (u64::from(c) * bc..(u64::from(c) + 1) * bc)
+                        .map(|k| a_val(row, k) * w_val(up, n, k))
+                        .sum();
+                    *out.entry((row, n)).or_insert(0.0) += dot;
+                }
+            }
+        }
+        out
+    }
+
+    fn check(pattern: &BlockPattern, dual: bool, m: u64, expect: Option<(u32, u32)>) {
+        let la = (MatLayout::N, &Extent::constant(pattern.inp));
+        let cfg = select_wgmma(Arch::Sm90a, DType::Bf16, dual, la, pattern)
+            .unwrap_or_else(|| panic!("{:?} takes the wgmma kernel", pattern.block));
+        if let Some((g, bk)) = expect {
+            assert_eq!((cfg.g, cfg.bk), (g, bk), "{:?}", pattern.block);
+        }
+        let (acc, acc_up, written) = emulate(pattern, cfg, dual, m);
+        let what = format!("{:?} dual={dual} M={m}", pattern.block);
+        let nonzero = |a: &Acc| -> Acc {
+            a.iter()
+                .filter(|e| *e.1 != 0.0)
+                .map(|(k, v)| (*k, *v))
+                .collect()
+        };
+        assert_eq!(
+            nonzero(&acc),
+            nonzero(&reference(pattern, m, false)),
+            "{what}"
+        );
+        if dual {
+            assert_eq!(
+                nonzero(&acc_up),
+                nonzero(&reference(pattern, m, true)),
+                "{what}"
+            );
+        } else {
+            assert!(acc_up.is_empty());
+        }
+        // Every output element is stored once, none outside [M, N].
+        assert_eq!(written.len() as u64, m * pattern.out, "{what}");
+        assert!(
+            written
+                .iter()
+                .all(|(&(r, c), &n)| n == 1 && r < m && c < pattern.out),
+            "{what}"
+        );
+    }
+
+    /// A random-looking pattern with about `density` of the blocks, and block row `empty` kept
+    /// empty (an LCG: the tests need no crate for it).
+    fn scattered(
+        block: [u32; 2],
+        out: u64,
+        inp: u64,
+        density: f64,
+        seed: u64,
+        empty: Option<u32>,
+    ) -> BlockPattern {
+        let mut x = seed;
+        let rows = (out / u64::from(block[0])) as u32;
+        let cols = (inp / u64::from(block[1])) as u32;
+        let mut kept = Vec::new();
+        for r in 0..rows {
+            for c in 0..cols {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let u = (x >> 33) as f64 / (1u64 << 31) as f64;
+                if u < density && Some(r) != empty {
+                    kept.push((r, c));
+                }
+            }
+        }
+        if kept.is_empty() {
+            kept.push((0, 0));
+        }
+        let p = BlockPattern {
+            block,
+            out,
+            inp,
+            kept,
+        };
+        p.check().unwrap();
+        p
+    }
+
+    #[test]
+    fn every_element_wgmma_reads_is_the_one_the_loads_wrote() {
+        // (block, weight, dual, expected (G, BK)): the three swizzle modes, several atom columns
+        // per slice (48), two slices per block (128), tall blocks, G = 16, a last group with
+        // fewer rows, dual; long k loops that wrap the ring several times.
+        type Case = ([u32; 2], u64, u64, bool, (u32, u32));
+        let cases: [Case; 12] = [
+            ([32, 32], 256, 2048, false, (8, 32)),
+            ([64, 64], 256, 1024, true, (2, 64)),
+            ([32, 32], 384, 256, false, (8, 32)),
+            ([16, 16], 256, 64, false, (16, 16)),
+            ([64, 64], 256, 256, false, (4, 64)),
+            ([16, 48], 96, 144, false, (6, 48)),
+            ([16, 128], 64, 256, false, (4, 64)),
+            ([8, 16], 256, 64, false, (16, 16)),
+            ([192, 32], 384, 64, false, (1, 32)),
+            ([32, 32], 256, 128, true, (4, 32)),
+            ([16, 16], 160, 64, true, (8, 16)),
+            ([64, 32], 192, 96, true, (2, 32)),
+        ];
+        for (i, (block, out, inp, dual, expect)) in cases.into_iter().enumerate() {
+            let p = scattered(block, out, inp, 0.45, 17 + i as u64, Some(1));
+            check(&p, dual, 130, Some(expect));
+        }
+    }
+
+    #[test]
+    fn edge_densities() {
+        // Every block kept; a single block; all but one block row empty; M below one tile.
+        let full = scattered([32, 32], 256, 128, 1.0, 1, None);
+        check(&full, false, 64, None);
+        let single = BlockPattern {
+            block: [32, 32],
+            out: 256,
+            inp: 128,
+            kept: vec![(5, 2)],
+        };
+        check(&single, false, 128, None);
+        check(&single, true, 1, None);
+        let one_row = scattered([16, 32], 512, 128, 0.6, 9, None);
+        let one_row = BlockPattern {
+            kept: one_row.kept.into_iter().filter(|&(r, _)| r == 20).collect(),
+            ..one_row
+        };
+        check(&one_row, false, 200, None);
+    }
+
+    #[test]
+    fn group_steps_cover_each_kept_block_once_in_column_order() {
+        for (seed, density) in [(3, 0.1), (4, 0.5), (5, 0.9)] {
+            let p = scattered([16, 16], 400, 256, density, seed, Some(7));
+            for g in [1, 3, 8, 16] {
+                let s = GroupSteps::new(&p, g);
+                assert_eq!(
+                    s.grp_ptr.len() as u64,
+                    p.block_rows().div_ceil(u64::from(g)) + 1
+                );
+                let mut seen = Vec::new();
+                for j in 0..s.grp_ptr.len() - 1 {
+                    let (a, b) = (s.grp_ptr[j] as usize, s.grp_ptr[j + 1] as usize);
+                    let cols: Vec<u32> = s.step_info[a..b].iter().map(|i| i >> 16).collect();
+                    assert!(cols.windows(2).all(|w| w[0] < w[1]), "columns increase");
+                    for st in a..b {
+                        let (col, mask) = (s.step_info[st] >> 16, s.step_info[st] & 0xffff);
+                        assert!(mask != 0 && mask < 1 << g);
+                        let first = s.step_first[st] as usize;
+                        for (n, bit) in (0..g).filter(|b| (mask >> b) & 1 == 1).enumerate() {
+                            let blk = s.step_blk[first + n] as usize;
+                            assert_eq!(p.kept[blk], (j as u32 * g + bit, col));
+                            seen.push(blk);
+                        }
+                    }
+                }
+                assert_eq!(s.step_first.len(), s.step_info.len());
+                assert_eq!(s.step_blk.len(), p.kept.len());
+                seen.sort_unstable();
+                assert_eq!(seen, (0..p.kept.len()).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn only_sm_90a_half_k_contiguous_blocks_of_a_wgmma_height_take_the_kernel() {
+        let p = |block: [u32; 2]| scattered(block, 3840, 768, 0.5, 2, None);
+        let k = Extent::constant(768);
+        let n = (MatLayout::N, &k);
+        let pick =
+            |arch, dtype, dual, la, pat: &BlockPattern| select_wgmma(arch, dtype, dual, la, pat);
+        let b32 = p([32, 32]);
+        assert_eq!(
+            pick(Arch::Sm90a, DType::Bf16, false, n, &b32),
+            Some(WgmmaBsr {
+                bm: 128,
+                g: 8,
+                bk: 32,
+                stages: 8
+            })
+        );
+        assert!(pick(Arch::Sm90a, DType::F16, false, n, &b32).is_some());
+        assert_eq!(pick(Arch::Sm90, DType::Bf16, false, n, &b32), None);
+        assert_eq!(pick(Arch::Sm80, DType::Bf16, false, n, &b32), None);
+        assert_eq!(pick(Arch::Sm90a, DType::F32, false, n, &b32), None);
+        assert_eq!(
+            pick(Arch::Sm90a, DType::Bf16, false, (MatLayout::T, &k), &b32),
+            None
+        );
+        let odd = Extent::constant(13);
+        assert_eq!(
+            pick(Arch::Sm90a, DType::Bf16, false, (MatLayout::N, &odd), &b32),
+            None
+        );
+        let sym = Extent::of_dim(&mlpc_ir::Dim::sym("K"));
+        assert!(pick(Arch::Sm90a, DType::Bf16, false, (MatLayout::N, &sym), &b32).is_some());
+        // Block heights without a wgmma N, widths that are not whole k16 steps.
+        for block in [[40, 32], [12, 16], [32, 24], [32, 8], [384, 32]] {
+            assert_eq!(
+                pick(Arch::Sm90a, DType::Bf16, false, n, &p(block)),
+                None,
+                "{block:?}"
+            );
+        }
+        // Dual: at most 128 columns of two accumulators; 192 rows do not fit.
+        let dual = pick(Arch::Sm90a, DType::Bf16, true, n, &b32).unwrap();
+        assert_eq!((dual.g, dual.bk), (4, 32));
+        assert_eq!(pick(Arch::Sm90a, DType::Bf16, true, n, &p([192, 32])), None);
+        assert_eq!(
+            pick(Arch::Sm90a, DType::Bf16, false, n, &p([192, 32])).map(|c| c.g),
+            Some(1)
+        );
+        // Accumulators <= 128 registers, shared memory within the limit, >= 3 stages.
+        for block in [
+            [8, 16],
+            [16, 16],
+            [32, 32],
+            [64, 64],
+            [128, 64],
+            [256, 64],
+            [16, 48],
+            [32, 128],
+        ] {
+            for dual in [false, true] {
+                let Some(c) = pick(Arch::Sm90a, DType::Bf16, dual, n, &p(block)) else {
+                    continue;
+                };
+                let accs = c.g * block[0] / 2 * if dual { 2 } else { 1 };
+                assert!(accs <= 128, "{block:?} {dual}: {accs}");
+                assert!(c.g <= 16 && c.stages >= 3 && c.stages <= MAX_STAGES);
+                assert!(c.smem_bytes(block[0], dual) <= SMEM_LIMIT);
+                assert_eq!(block[1] % c.bk, 0);
+            }
+        }
+    }
+}
