@@ -16,7 +16,7 @@ pub fn pattern(
     block: [u32; 2],
     out: u64,
     inp: u64,
-    keep: impl Fn(u32, u32) -> bool,
+    mut keep: impl FnMut(u32, u32) -> bool,
 ) -> BlockPattern {
     let rows = (out / u64::from(block[0])) as u32;
     let cols = (inp / u64::from(block[1])) as u32;
