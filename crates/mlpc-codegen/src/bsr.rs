@@ -1,18 +1,33 @@
 //! Block-sparse GEMM kernels: a plan `sparse_gemm` / `sparse_dual_gemm` becomes an instantiation of
-//! `GemmBsrMma` (f16, bf16) or `GemmBsrSimt` (f32) from `gemm_bsr.cuh`.
+//! `GemmBsrWgmma` (`gemm_bsr_wgmma.cuh`: sm_90a, f16 / bf16), `GemmBsrMma` (other f16 / bf16) or
+//! `GemmBsrSimt` (f32) from `gemm_bsr.cuh`.
 //!
-//! The block pattern is compiled into the source: the kept-block lists become two
-//! `__device__ const int` arrays (`row_ptr`, `col_idx`, compressed sparse rows), so the kernel ABI is
-//! unchanged (buffers and symbolic dims only). The packed weight buffers are `[kept, rows, cols]`
-//! as the IR defines them. One CTA computes a `BM x BN` tile inside one block row of the weight;
-//! `BN` is the block's row count rounded up to 16 (at most 128, 64 for dual GEMMs), so a block row
-//! of more rows than that is split over several CTAs.
+//! The block pattern is compiled into the source as `__device__ const int` arrays, so the kernel
+//! ABI is unchanged (buffers and symbolic dims only). The packed weight buffers are
+//! `[kept, rows, cols]` as the IR defines them.
+//!
+//! # `GemmBsrMma` / `GemmBsrSimt`
+//! The kept-block lists are compressed sparse rows (`row_ptr`, `col_idx`). One CTA computes a
+//! `BM x BN` tile inside one block row of the weight; `BN` is the block's row count rounded up to
+//! 16 (at most 128, 64 for dual GEMMs), so a block row of more rows than that is split over
+//! several CTAs.
+//!
+//! # `GemmBsrWgmma` (Hopper)
+//! Taken for [`Arch::Sm90a`], f16 / bf16, A stored `[M, K]` (no constant row stride that is not a
+//! multiple of 8), a block height that is a wgmma N ([`WGMMA_N`]), a block width that is a
+//! multiple of 16 and fewer than 32768 block columns. One CTA computes 128 rows of the output and
+//! a GROUP of `G` consecutive block rows (`G * BR <= 256` columns, 128 for dual GEMMs, `G <= 16`),
+//! one accumulator array per block row. Its k loop walks the group's steps: the union of the kept
+//! block columns of its rows, each with the mask of the rows that keep it ([`GroupSteps`]). A
+//! step's A slice is loaded once for all of them. See the template's comment for the shared
+//! layout (swizzled K-major atoms of 64, 32 or 16 elements) and the pipeline; the tests below
+//! check its address math against the PTX ISA's canonical layouts on the CPU.
 
 use crate::cpp::{self, Symbols};
 use crate::gemm::{a_layout, check_output_columns, epilogue_code, Config};
 use crate::view::matrix_view;
-use crate::{dim_params, signature, CodegenError, Ctx, CudaKernel, Grid, Launch};
-use mlpc_ir::{DType, Extent, MatLayout, SparseGemm};
+use crate::{dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch};
+use mlpc_ir::{BlockPattern, DType, Extent, MatLayout, SparseGemm};
 use std::fmt::Write;
 
 fn round_up(v: u32, to: u32) -> u32 {
@@ -83,6 +98,134 @@ fn int_array(name: &str, values: &[u32]) -> String {
     }
     s.push_str("\n};\n");
     s
+}
+
+/// The block heights the grouped Hopper kernel has a wgmma for (`bsr_wgmma::Mma<T, N>`).
+pub(crate) const WGMMA_N: [u32; 10] = [8, 16, 24, 32, 48, 64, 96, 128, 192, 256];
+/// The dynamic shared memory a block may use on sm_90 (227 KiB).
+const SMEM_LIMIT: u32 = 227 * 1024;
+/// At most this many stages: more buys nothing once the loads of a few slices cover the latency.
+const MAX_STAGES: u32 = 8;
+
+/// A `GemmBsrWgmma` configuration (`mlpc::BsrWgmmaConfig<BM, G, BK, STAGES>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WgmmaBsr {
+    pub bm: u32,
+    /// Block rows per CTA.
+    pub g: u32,
+    /// The k depth of one slice (a divisor of the block width).
+    pub bk: u32,
+    pub stages: u32,
+}
+
+impl WgmmaBsr {
+    /// One consumer warpgroup (128 threads) per 64 rows.
+    pub fn threads(&self) -> u32 {
+        self.bm / 64 * 128
+    }
+
+    /// Mirrors `GemmBsrWgmma::kStageBytes`: the A slice and the G block slots (twice for dual).
+    fn stage_bytes(bm: u32, g: u32, br: u32, bk: u32, dual: bool) -> u32 {
+        let nb = if dual { 2 } else { 1 };
+        (bm + nb * g * br) * bk * 2
+    }
+
+    /// Mirrors `GemmBsrWgmma::kSmemBytes`: the ring plus 1024 bytes of alignment slack.
+    pub fn smem_bytes(&self, br: u32, dual: bool) -> u32 {
+        self.stages * Self::stage_bytes(self.bm, self.g, br, self.bk, dual) + 1024
+    }
+
+    pub fn template(&self) -> String {
+        format!(
+            "mlpc::BsrWgmmaConfig<{}, {}, {}, {}>",
+            self.bm, self.g, self.bk, self.stages
+        )
+    }
+}
+
+/// The grouped Hopper kernel's configuration for a block-sparse GEMM, or `None` when it keeps
+/// `GemmBsrMma` / `GemmBsrSimt`. `la` is A's physical layout and `lda` its row stride.
+pub(crate) fn select_wgmma(
+    arch: Arch,
+    dtype: DType,
+    dual: bool,
+    (la, lda): (MatLayout, &Extent),
+    p: &BlockPattern,
+) -> Option<WgmmaBsr> {
+    let [br, bc] = p.block;
+    if arch != Arch::Sm90a || !matches!(dtype, DType::F16 | DType::Bf16) || la != MatLayout::N {
+        return None;
+    }
+    if lda.as_constant().is_some_and(|c| c % 8 != 0) {
+        return None;
+    }
+    // The step's block column shares an int with the 16-bit row mask.
+    if !WGMMA_N.contains(&br) || bc % 16 != 0 || p.block_cols() >= 1 << 15 {
+        return None;
+    }
+    // Accumulators: G * BR / 2 f32 registers per thread and product, at most 128 in all.
+    let cols = if dual { 128 } else { 256 };
+    if br > cols {
+        return None;
+    }
+    let rows = u32::try_from(p.block_rows()).unwrap_or(u32::MAX);
+    let g = (cols / br).min(16).min(rows).max(1);
+    let bk = [64, 48, 32, 16].into_iter().find(|d| bc % d == 0)?;
+    let bm = 128;
+    let stages = ((SMEM_LIMIT - 1024) / WgmmaBsr::stage_bytes(bm, g, br, bk, dual)).min(MAX_STAGES);
+    (stages >= 3).then_some(WgmmaBsr { bm, g, bk, stages })
+}
+
+/// The k loop of every group of `g` consecutive block rows, as `GemmBsrWgmma` reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GroupSteps {
+    /// `groups + 1` offsets: group j's steps are `grp_ptr[j] .. grp_ptr[j + 1]`.
+    pub grp_ptr: Vec<u32>,
+    /// Per step: `(block column << 16) | mask`, bit i of the mask set when block row `j * g + i`
+    /// keeps the column. Columns increase within a group.
+    pub step_info: Vec<u32>,
+    /// Per step: the offset in `step_blk` of its first kept block.
+    pub step_first: Vec<u32>,
+    /// The packed index (position in `pattern.kept`) of each kept block, step by step, in
+    /// increasing row within a step.
+    pub step_blk: Vec<u32>,
+}
+
+impl GroupSteps {
+    /// The steps of `pattern` cut into groups of `g` (1..=16) block rows; block columns must be
+    /// below 32768.
+    pub fn new(pattern: &BlockPattern, g: u32) -> GroupSteps {
+        let rows = pattern.block_rows() as usize;
+        let g = g as usize;
+        let groups = rows.div_ceil(g);
+        let row_ptr = pattern.row_ptr();
+        let mut s = GroupSteps {
+            grp_ptr: vec![0],
+            step_info: Vec::new(),
+            step_first: Vec::new(),
+            step_blk: Vec::new(),
+        };
+        for j in 0..groups {
+            // (column, row in the group, packed index) of every kept block of the group, in
+            // column order then row order.
+            let mut kept: Vec<(u32, u32, u32)> = Vec::new();
+            for i in 0..g.min(rows - j * g) {
+                let r = j * g + i;
+                for at in row_ptr[r]..row_ptr[r + 1] {
+                    kept.push((pattern.kept[at as usize].1, i as u32, at));
+                }
+            }
+            kept.sort_unstable();
+            for chunk in kept.chunk_by(|x, y| x.0 == y.0) {
+                let mask = chunk.iter().fold(0u32, |m, &(_, i, _)| m | (1 << i));
+                s.step_info.push((chunk[0].0 << 16) | mask);
+                s.step_first.push(s.step_blk.len() as u32);
+                s.step_blk.extend(chunk.iter().map(|&(_, _, at)| at));
+            }
+            s.grp_ptr.push(s.step_info.len() as u32);
+        }
+        s
+    }
 }
 
 pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenError> {
@@ -167,25 +310,52 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     arg_names.push("out".into());
 
     let [br, bc] = p.block;
-    let cfg = choose(dtype, dual, p.block);
-    let threads = cfg.threads();
-    // Kept blocks are read as the `[N, K]` weight, B layout `t`.
-    let smem = cfg.smem_bytes(la, MatLayout::T, dual);
-    let nsub = br.div_ceil(cfg.bn);
-    let col_tiles = p.block_rows() * u64::from(nsub);
     let elem = cpp::elem_type(dtype);
-    let entry = format!(
-        "mlpc_bsr_{}_{}_{}t_b{br}x{bc}_{}x{}x{}",
-        epi.name_parts.join("_"),
-        dtype.name(),
-        la.letter(),
-        cfg.bm,
-        cfg.bn,
-        cfg.bk
-    );
+    let hopper = select_wgmma(ctx.opts.arch, dtype, dual, (la, &lda), p);
+    let cfg = choose(dtype, dual, p.block);
+    // Kept blocks are read as the `[N, K]` weight, B layout `t`.
+    let (threads, smem, min_blocks, bm) = match hopper {
+        Some(h) => (h.threads(), h.smem_bytes(br, dual), 1, h.bm),
+        None => (
+            cfg.threads(),
+            cfg.smem_bytes(la, MatLayout::T, dual),
+            cfg.min_blocks,
+            cfg.bm,
+        ),
+    };
+    let nsub = br.div_ceil(cfg.bn);
+    // Grid columns: one per group of block rows (wgmma), or per BN share of a block row.
+    let col_tiles = match hopper {
+        Some(h) => p.block_rows().div_ceil(u64::from(h.g)),
+        None => p.block_rows() * u64::from(nsub),
+    };
+    let entry = match hopper {
+        Some(h) => format!(
+            "mlpc_bsr_{}_{}_nt_b{br}x{bc}_wgmma_{}x{}x{}",
+            epi.name_parts.join("_"),
+            dtype.name(),
+            h.bm,
+            h.g * br,
+            h.bk
+        ),
+        None => format!(
+            "mlpc_bsr_{}_{}_{}t_b{br}x{bc}_{}x{}x{}",
+            epi.name_parts.join("_"),
+            dtype.name(),
+            la.letter(),
+            cfg.bm,
+            cfg.bn,
+            cfg.bk
+        ),
+    };
 
+    let params_ty = if hopper.is_some() {
+        "BsrWgmmaParams"
+    } else {
+        "BsrParams"
+    };
     let mut body = vec![
-        format!("    mlpc::BsrParams<{elem}, {}> p;", epi.n_slots),
+        format!("    mlpc::{params_ty}<{elem}, {}> p;", epi.n_slots),
         "    p.a = a;".to_string(),
         "    p.b = b;".to_string(),
         format!("    p.b_up = {};", if dual { "b_up" } else { "nullptr" }),
@@ -197,15 +367,17 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         format!("    p.ldb = {bc};"),
         format!("    p.ldb_up = {};", if dual { bc } else { 0 }),
         format!("    p.ldc = {};", syms.expr(&c.row_stride)),
-        "    p.row_ptr = row_ptr;".to_string(),
-        "    p.col_idx = col_idx;".to_string(),
     ];
+    let lists: &[&str] = if hopper.is_some() {
+        &["grp_ptr", "step_info", "step_first", "step_blk"]
+    } else {
+        &["row_ptr", "col_idx"]
+    };
+    body.extend(lists.iter().map(|l| format!("    p.{l} = {l};")));
     body.extend(epi.lines);
     body.push("    Kernel::run(p);".to_string());
 
     let symbols = syms.into_sorted();
-    let template = if cfg.mma { "GemmBsrMma" } else { "GemmBsrSimt" };
-    let col_idx: Vec<u32> = p.kept.iter().map(|&(_, c)| c).collect();
     let summary = format!(
         "out[m, n] = {} with B block-sparse: {br}x{bc} blocks of [{}, {}], {} of {} kept",
         epi.summary,
@@ -215,30 +387,64 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         p.total_blocks()
     );
     let mut src = ctx.header(&summary, &arg_names);
-    src.push_str("#include \"gemm_bsr.cuh\"\n\n");
+    let include = if hopper.is_some() {
+        "gemm_bsr_wgmma.cuh"
+    } else {
+        "gemm_bsr.cuh"
+    };
+    src.push_str(&format!("#include \"{include}\"\n\n"));
     src.push_str("namespace {\n");
-    src.push_str("// Kept blocks of block row r: col_idx[row_ptr[r] .. row_ptr[r + 1]].\n");
-    src.push_str(&int_array("row_ptr", &p.row_ptr()));
-    src.push_str(&int_array("col_idx", &col_idx));
-    src.push_str(&format!("using Config = {};\n", cfg.template()));
-    src.push_str(&format!("using Epilogue = {};\n", epi.ty));
-    src.push_str(&format!(
-        "using Kernel = mlpc::{template}<{elem}, {}, {br}, {bc}, Config, Epilogue>;\n",
-        cpp::layout(la)
-    ));
+    match hopper {
+        Some(h) => {
+            let steps = GroupSteps::new(p, h.g);
+            src.push_str(&format!(
+                "// Group j (block rows {g}j .. {g}j + {g}) runs steps grp_ptr[j] .. grp_ptr[j + 1]. Step s is\n\
+                 // block column step_info[s] >> 16 for the rows in the mask step_info[s] & 0xffff;\n\
+                 // their packed blocks are step_blk[step_first[s] ..], in increasing row.\n",
+                g = h.g
+            ));
+            src.push_str(&int_array("grp_ptr", &steps.grp_ptr));
+            src.push_str(&int_array("step_info", &steps.step_info));
+            src.push_str(&int_array("step_first", &steps.step_first));
+            src.push_str(&int_array("step_blk", &steps.step_blk));
+            src.push_str(&format!("using Config = {};\n", h.template()));
+            src.push_str(&format!("using Epilogue = {};\n", epi.ty));
+            src.push_str(&format!(
+                "using Kernel = mlpc::GemmBsrWgmma<{elem}, {br}, {bc}, Config, Epilogue>;\n"
+            ));
+        }
+        None => {
+            let template = if cfg.mma { "GemmBsrMma" } else { "GemmBsrSimt" };
+            let col_idx: Vec<u32> = p.kept.iter().map(|&(_, c)| c).collect();
+            src.push_str("// Kept blocks of block row r: col_idx[row_ptr[r] .. row_ptr[r + 1]].\n");
+            src.push_str(&int_array("row_ptr", &p.row_ptr()));
+            src.push_str(&int_array("col_idx", &col_idx));
+            src.push_str(&format!("using Config = {};\n", cfg.template()));
+            src.push_str(&format!("using Epilogue = {};\n", epi.ty));
+            src.push_str(&format!(
+                "using Kernel = mlpc::{template}<{elem}, {}, {br}, {bc}, Config, Epilogue>;\n",
+                cpp::layout(la)
+            ));
+        }
+    }
     src.push_str(&format!(
         "static_assert(Kernel::kThreads == {threads}, \"block size of the launch description\");\n"
     ));
     src.push_str(&format!(
         "static_assert(Kernel::kSmemBytes == {smem}, \"shared memory of the launch description\");\n"
     ));
-    src.push_str(&format!(
-        "static_assert(Kernel::kNSub == {nsub}, \"column tiles per block row of the launch description\");\n"
-    ));
+    src.push_str(&match hopper {
+        Some(h) => format!(
+            "static_assert(Kernel::kGroup == {}, \"block rows per CTA of the launch description\");\n",
+            h.g
+        ),
+        None => format!(
+            "static_assert(Kernel::kNSub == {nsub}, \"column tiles per block row of the launch description\");\n"
+        ),
+    });
     src.push_str("}  // namespace\n\n");
     src.push_str(&format!(
-        "extern \"C\" __global__ void __launch_bounds__({threads}, {}) {entry}(\n{}) {{\n",
-        cfg.min_blocks,
+        "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks}) {entry}(\n{}) {{\n",
         signature(elem, &arg_names, ctx.args.len(), &symbols)
     ));
     src.push_str(&body.join("\n"));
@@ -253,15 +459,651 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         launch: Launch {
             block: [threads, 1, 1],
             smem_bytes: smem,
-            // One CTA per BM rows and per BN-column share of each block row.
+            // One CTA per BM rows and per group of block rows (wgmma) or BN-column share of a
+            // block row.
             grid: Grid::Tiles {
                 m: m.clone(),
                 n: Extent::constant(col_tiles),
-                tile_m: cfg.bm,
+                tile_m: bm,
                 tile_n: 1,
             },
         },
         params,
         small_m: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The CPU proof of `GemmBsrWgmma`'s address math. The functions below transcribe the
+    //! template's (a test checks the template still says what they transcribe); `wgmma_reads`
+    //! follows the PTX ISA instead. An emulator runs whole CTAs: the loads of every thread write
+    //! tagged elements into a model of shared memory, the ring is walked in the template's order,
+    //! and every element each wgmma reads through its descriptors must be the operand element the
+    //! product needs; the accumulated values must equal the pruned GEMM.
+
+    use super::*;
+    use std::collections::{HashMap, HashSet};
+
+    const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_bsr_wgmma.cuh");
+    const THREADS: u32 = 256;
+
+    /// `bsr_wgmma::SliceAtom<BK>::SW`.
+    fn atom(bk: u32) -> u32 {
+        if bk.is_multiple_of(64) {
+            64
+        } else if bk.is_multiple_of(32) {
+            32
+        } else {
+            16
+        }
+    }
+
+    /// `bsr_wgmma::chunk_offset<ROWS, BK>(r, c)`.
+    fn chunk_offset(rows: u32, bk: u32, r: u32, c: u32) -> u32 {
+        let sw = atom(bk);
+        let (row_bytes, chunks) = (2 * sw, sw / 8);
+        let shift = match sw {
+            64 => 0,
+            32 => 1,
+            _ => 2,
+        };
+        (c / chunks) * (rows * row_bytes)
+            + r * row_bytes
+            + (((c % chunks) ^ ((r >> shift) & (chunks - 1))) << 4)
+    }
+
+    /// `bsr_wgmma::make_desc<SW>(addr)`.
+    fn descriptor(sw: u32, addr: u32) -> u64 {
+        let layout: u64 = match sw {
+            64 => 1,
+            32 => 2,
+            _ => 3,
+        };
+        u64::from((addr & 0x3FFFF) >> 4)
+            | (1 << 16)
+            | (u64::from((8 * 2 * sw) >> 4) << 32)
+            | (layout << 62)
+    }
+
+    /// `bsr_wgmma::kstep_offset<ROWS, BK>(j)`.
+    fn kstep_offset(rows: u32, bk: u32, j: u32) -> u32 {
+        let sw = atom(bk);
+        (16 * j / sw) * (rows * 2 * sw) + (16 * j % sw) * 2
+    }
+
+    /// The shared address wgmma reads element `(r, k)` (k < 16) of a K-major 16-bit operand from,
+    /// following the PTX ISA ("Shared Memory Matrix Layout"): the canonical layouts
+    /// `Swizzle<b,4,3> o ((8, m), (T, 2k)) : ((nT, SBO), (1, T))` with T = 8 elements (16 bytes)
+    /// and (n, b) = (8, 3), (4, 2), (2, 1) for the 128-, 64- and 32-byte swizzles (layout types
+    /// 1, 2, 3): rows of a group of 8 are n * 16 bytes apart, groups SBO bytes apart, the two
+    /// 8-element halves of the k16 step 16 bytes apart; the swizzle XORs byte-address bits
+    /// [4, 4 + b) with bits [7, 7 + b).
+    fn wgmma_reads(desc: u64, r: u32, k: u32) -> u32 {
+        let (row_bytes, b) = match desc >> 62 {
+            1 => (128, 3),
+            2 => (64, 2),
+            3 => (32, 1),
+            other => panic!("layout type {other} is not a swizzled K-major layout"),
+        };
+        assert_eq!((desc >> 49) & 7, 0, "base offset");
+        assert_eq!((desc >> 16) & 0x3FFF, 1, "leading byte offset (unused, 1)");
+        assert_eq!(
+            (desc >> 14) & 3,
+            0,
+            "start address overflow into reserved bits"
+        );
+        let start = ((desc & 0x3FFF) as u32) << 4;
+        let sbo = (((desc >> 32) & 0x3FFF) as u32) << 4;
+        let linear = start + (r / 8) * sbo + (r % 8) * row_bytes + (k / 8) * 16 + (k % 8) * 2;
+        linear ^ (((linear >> 7) & ((1 << b) - 1)) << 4)
+    }
+
+    #[test]
+    fn the_model_is_the_templates_address_math() {
+        for line in [
+            "static constexpr int kSbo = 8 * kRowBytes;",
+            "static constexpr int kLayout = SW == 64 ? 1 : (SW == 32 ? 2 : 3);",
+            "static constexpr int kShift = SW == 64 ? 0 : (SW == 32 ? 1 : 2);",
+            "static constexpr int SW = BK % 64 == 0 ? 64 : (BK % 32 == 0 ? 32 : 16);",
+            "return (u32)(atom * (ROWS * A::kRowBytes) + r * A::kRowBytes +",
+            "((cc ^ ((r >> A::kShift) & (A::kChunks - 1))) << 4));",
+            "return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(A::kSbo >> 4) << 32) |",
+            "((u64)A::kLayout << 62);",
+            "return (u32)((16 * j / SliceAtom<BK>::SW) * (ROWS * 2 * SliceAtom<BK>::SW) +",
+            "(16 * j % SliceAtom<BK>::SW) * 2);",
+            "static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);",
+            "const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;",
+            "const i64 k0 = (i64)(info >> 16) * BC + (i64)ks * BK;",
+            "const int r = i / kChunks, c = i % kChunks;",
+            "copy_chunk(stage + chunk_offset<BM, BK>(r, c), p.a, p.lda, m0 + r, k0, c, p.m, vec_a);",
+            "const int g = i / kSlotChunks;",
+            "const int r = (i % kSlotChunks) / kChunks, c = i % kChunks;",
+            "const int blk = p.step_blk[first + __popc(mask & ((1u << g) - 1u))];",
+            "const u32 dst = stage + kTileABytes + g * kSlotBytes + chunk_offset<BR, BK>(r, c);",
+            "copy_chunk(dst, p.b + off, BC, r, (i64)ks * BK, c, BR, vec_b);",
+            "copy_chunk(dst + kSlotsBytes, p.b_up + off, BC, r, (i64)ks * BK, c, BR, vec_bu);",
+            "const T* src = g + (row_in ? gr * ld + k0 + 8 * c : 0);",
+            "load_slice(stage, p, m0, s0 + sl / kKSub, sl % kKSub, vec_a, vec_b, vec_bu, tid);",
+            "const u32 mask = (u32)p.step_info[s0 + kt / kKSub] & 0xffffu;",
+            "const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));",
+            "const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);",
+            "const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);",
+            "const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);",
+            "bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));",
+            "const int pre = kt + STAGES - 2;",
+            "const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2;",
+            "const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;",
+            "if (n0 + g * BR >= p.n) break;",
+        ] {
+            assert!(
+                TEMPLATE.contains(line),
+                "gemm_bsr_wgmma.cuh no longer says `{line}`"
+            );
+        }
+    }
+
+    /// What the loads put at a shared-memory element.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Elem {
+        /// A[m, k].
+        A { m: u64, k: u64 },
+        /// The weight (or the up weight) at [n, k], from a packed block.
+        W { up: bool, n: u64, k: u64 },
+        /// Zero-fill (A rows past M).
+        Zero,
+    }
+
+    /// Small integers, so that every sum below is exact in f64.
+    fn a_val(m: u64, k: u64) -> f64 {
+        ((m * 7 + k * 3) % 11) as f64 - 5.0
+    }
+
+    fn w_val(up: bool, n: u64, k: u64) -> f64 {
+        ((n * 5 + k * 13 + u64::from(up) * 3) % 9) as f64 - 4.0
+    }
+
+    fn value(e: Elem) -> f64 {
+        match e {
+            Elem::A { m, k } => a_val(m, k),
+            Elem::W { up, n, k } => w_val(up, n, k),
+            Elem::Zero => 0.0,
+        }
+    }
+
+    /// The emulated outputs: gate (or plain) and up accumulators by (row, col).
+    type Acc = HashMap<(u64, u64), f64>;
+
+    /// Runs every CTA of the kernel for `pattern` over `m` rows, checking each read; returns the
+    /// accumulators and how often each output element is written by the epilogue.
+    fn emulate(
+        pattern: &BlockPattern,
+        cfg: WgmmaBsr,
+        dual: bool,
+        m: u64,
+    ) -> (Acc, Acc, HashMap<(u64, u64), u32>) {
+        let [br, bc] = pattern.block;
+        let (g, bk, bm, stages) = (cfg.g, cfg.bk, cfg.bm, cfg.stages);
+        assert_eq!(cfg.threads(), THREADS);
+        let sw = atom(bk);
+        let chunks = bk / 8;
+        let kksub = bc / bk;
+        let tile_a = bm * bk * 2;
+        let slot = br * bk * 2;
+        let slots = g * slot;
+        let stage_bytes = tile_a + slots * if dual { 2 } else { 1 };
+        assert_eq!(cfg.smem_bytes(br, dual), stages * stage_bytes + 1024);
+        let steps = GroupSteps::new(pattern, g);
+        let groups = steps.grp_ptr.len() - 1;
+        // The template aligns the ring to 1024 bytes inside the dynamic allocation.
+        let ring = 1024u32;
+        let (mut acc, mut acc_up) = (Acc::new(), Acc::new());
+        let mut written: HashMap<(u64, u64), u32> = HashMap::new();
+
+        for bx in 0..m.div_ceil(u64::from(bm)) {
+            let m0 = bx * u64::from(bm);
+            for group in 0..groups {
+                let n0 = (group as u64) * u64::from(g * br);
+                let mut smem: HashMap<u32, Elem> = HashMap::new();
+                let s0 = steps.grp_ptr[group] as usize;
+                let slices = (steps.grp_ptr[group + 1] as usize - s0) * kksub as usize;
+                let load = |smem: &mut HashMap<u32, Elem>, stage: u32, sl: usize| {
+                    let s = s0 + sl / kksub as usize;
+                    let ks = (sl % kksub as usize) as u32;
+                    let info = steps.step_info[s];
+                    let mask = info & 0xffff;
+                    let k0 = u64::from(info >> 16) * u64::from(bc) + u64::from(ks * bk);
+                    let mut seen = HashSet::new();
+                    let mut put =
+                        |smem: &mut HashMap<u32, Elem>, dst: u32, e: &dyn Fn(u64) -> Elem| {
+                            assert_eq!(dst % 16, 0, "a chunk is 16-byte aligned");
+                            assert!(
+                                dst >= stage && dst + 16 <= stage + stage_bytes,
+                                "outside the stage"
+                            );
+                            assert!(seen.insert(dst), "two chunks of one slice at {dst}");
+                            for i in 0..8u32 {
+                                smem.insert(dst + 2 * i, e(u64::from(i)));
+                            }
+                        };
+                    for tid in 0..THREADS {
+                        for pass in 0..(bm * chunks).div_ceil(THREADS) {
+                            let i = tid + pass * THREADS;
+                            if i >= bm * chunks {
+                                break;
+                            }
+                            let (r, c) = (i / chunks, i % chunks);
+                            let row = m0 + u64::from(r);
+                            let k = k0 + u64::from(8 * c);
+                            put(smem, stage + chunk_offset(bm, bk, r, c), &|e| {
+                                if row < m {
+                                    Elem::A { m: row, k: k + e }
+                                } else {
+                                    Elem::Zero
+                                }
+                            });
+                        }
+                        let slot_chunks = br * chunks;
+                        for pass in 0..(g * slot_chunks).div_ceil(THREADS) {
+                            let i = tid + pass * THREADS;
+                            if i >= g * slot_chunks {
+                                break;
+                            }
+                            let gg = i / slot_chunks;
+                            if (mask >> gg) & 1 == 0 {
+                                continue;
+                            }
+                            let (r, c) = ((i % slot_chunks) / chunks, i % chunks);
+                            let at = steps.step_first[s] + (mask & ((1 << gg) - 1)).count_ones();
+                            let blk = steps.step_blk[at as usize] as usize;
+                            // The packed block's own place in the weight, not the step's claim.
+                            let (brow, bcol) = pattern.kept[blk];
+                            let n = u64::from(brow * br + r);
+                            let k = u64::from(bcol * bc + ks * bk + 8 * c);
+                            let dst = stage + tile_a + gg * slot + chunk_offset(br, bk, r, c);
+                            put(smem, dst, &|e| Elem::W {
+                                up: false,
+                                n,
+                                k: k + e,
+                            });
+                            if dual {
+                                put(smem, dst + slots, &|e| Elem::W {
+                                    up: true,
+                                    n,
+                                    k: k + e,
+                                });
+                            }
+                        }
+                    }
+                };
+
+                // The ring, in the template's order; `held[stage]` is the slice a stage holds.
+                let mut held: Vec<Option<usize>> = vec![None; stages as usize];
+                for (s, h) in held.iter_mut().enumerate().take((stages - 2) as usize) {
+                    if s < slices {
+                        load(&mut smem, ring + s as u32 * stage_bytes, s);
+                        *h = Some(s);
+                    }
+                }
+                let (mut read_stage, mut write_stage) = (0usize, (stages - 2) as usize);
+                for kt in 0..slices {
+                    assert_eq!(
+                        held[read_stage],
+                        Some(kt),
+                        "stage {read_stage} at slice {kt}"
+                    );
+                    let mask = steps.step_info[s0 + kt / kksub as usize] & 0xffff;
+                    let sa = ring + read_stage as u32 * stage_bytes;
+                    for wg in 0..bm / 64 {
+                        let da = descriptor(sw, sa + wg * (64 * 2 * sw));
+                        for gg in (0..g).filter(|gg| (mask >> gg) & 1 == 1) {
+                            let db = descriptor(sw, sa + tile_a + gg * slot);
+                            for j in 0..bk / 16 {
+                                let a_j = da + u64::from(kstep_offset(bm, bk, j) >> 4);
+                                let b_j = db + u64::from(kstep_offset(br, bk, j) >> 4);
+                                let read = |d: u64, r: u32, k: u32| {
+                                    let at = wgmma_reads(d, r, k);
+                                    *smem.get(&at).unwrap_or_else(|| {
+                                        panic!("slice {kt}: wgmma reads {at}, never written")
+                                    })
+                                };
+                                let a: Vec<Vec<Elem>> = (0..64)
+                                    .map(|r| (0..16).map(|k| read(a_j, r, k)).collect())
+                                    .collect();
+                                let mut products = vec![(false, b_j)];
+                                if dual {
+                                    products.push((true, b_j + u64::from(slots >> 4)));
+                                }
+                                for (up, d) in products {
+                                    for nn in 0..br {
+                                        let col = n0 + u64::from(gg * br + nn);
+                                        for kk in 0..16 {
+                                            let w = read(d, nn, kk);
+                                            let Elem::W { up: wu, n, k } = w else {
+                                                panic!("B ({nn}, {kk}) of slot {gg} holds {w:?}")
+                                            };
+                                            assert_eq!((wu, n), (up, col), "slot {gg} row {nn}");
+                                            for (r, arow) in a.iter().enumerate() {
+                                                match arow[kk as usize] {
+                                                    Elem::A { m: am, k: ak } => {
+                                                        assert_eq!(
+                                                            am,
+                                                            m0 + u64::from(wg * 64) + r as u64
+                                                        );
+                                                        assert_eq!(ak, k, "A's k against B's");
+                                                    }
+                                                    Elem::Zero => {
+                                                        assert!(
+                                                            m0 + u64::from(wg * 64) + r as u64 >= m
+                                                        )
+                                                    }
+                                                    other => {
+                                                        panic!("A ({r}, {kk}) holds {other:?}")
+                                                    }
+                                                }
+                                            }
+                                        }
+                                        for (r, arow) in a.iter().enumerate() {
+                                            let row = m0 + u64::from(wg * 64) + r as u64;
+                                            if row >= m {
+                                                continue;
+                                            }
+                                            let dot: f64 = (0..16)
+                                                .map(|kk| {
+                                                    value(arow[kk]) * value(read(d, nn, kk as u32))
+                                                })
+                                                .sum();
+                                            let target = if up { &mut acc_up } else { &mut acc };
+                                            *target.entry((row, col)).or_insert(0.0) += dot;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    let pre = kt + stages as usize - 2;
+                    if pre < slices {
+                        // Slices kt and kt - 1 may still be read by in-flight wgmmas.
+                        if let Some(old) = held[write_stage] {
+                            assert!(old + 2 <= kt, "slice {pre} overwrites slice {old} at {kt}");
+                        }
+                        load(&mut smem, ring + write_stage as u32 * stage_bytes, pre);
+                        held[write_stage] = Some(pre);
+                    }
+                    read_stage = (read_stage + 1) % stages as usize;
+                    write_stage = (write_stage + 1) % stages as usize;
+                }
+
+                // The epilogue's stores.
+                for tid in 0..THREADS {
+                    let (wg, lane, q) = (tid >> 7, tid & 31, (tid >> 5) & 3);
+                    for h in 0..2 {
+                        let row = m0 + u64::from(wg * 64 + q * 16 + (lane >> 2) + h * 8);
+                        if row >= m {
+                            continue;
+                        }
+                        for gg in 0..g {
+                            if n0 + u64::from(gg * br) >= pattern.out {
+                                break;
+                            }
+                            for i in 0..br / 8 {
+                                let col = n0 + u64::from(gg * br + i * 8 + (lane & 3) * 2);
+                                for c in [col, col + 1] {
+                                    *written.entry((row, c)).or_insert(0) += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        (acc, acc_up, written)
+    }
+
+    /// The pruned GEMM on the CPU: (gate or plain, up) at (row, col).
+    fn reference(pattern: &BlockPattern, m: u64, up: bool) -> Acc {
+        let [br, bc] = pattern.block.map(u64::from);
+        let mut out = Acc::new();
+        for &(r, c) in &pattern.kept {
+            for row in 0..m {
+                for n in u64::from(r) * br..(u64::from(r) + 1) * br {
+                    let dot: f64 = (u64::from(c) * bc..(u64::from(c) + 1) * bc)
+                        .map(|k| a_val(row, k) * w_val(up, n, k))
+                        .sum();
+                    *out.entry((row, n)).or_insert(0.0) += dot;
+                }
+            }
+        }
+        out
+    }
+
+    fn check(pattern: &BlockPattern, dual: bool, m: u64, expect: Option<(u32, u32)>) {
+        let la = (MatLayout::N, &Extent::constant(pattern.inp));
+        let cfg = select_wgmma(Arch::Sm90a, DType::Bf16, dual, la, pattern)
+            .unwrap_or_else(|| panic!("{:?} takes the wgmma kernel", pattern.block));
+        if let Some((g, bk)) = expect {
+            assert_eq!((cfg.g, cfg.bk), (g, bk), "{:?}", pattern.block);
+        }
+        let (acc, acc_up, written) = emulate(pattern, cfg, dual, m);
+        let what = format!("{:?} dual={dual} M={m}", pattern.block);
+        let nonzero = |a: &Acc| -> Acc {
+            a.iter()
+                .filter(|e| *e.1 != 0.0)
+                .map(|(k, v)| (*k, *v))
+                .collect()
+        };
+        assert_eq!(
+            nonzero(&acc),
+            nonzero(&reference(pattern, m, false)),
+            "{what}"
+        );
+        if dual {
+            assert_eq!(
+                nonzero(&acc_up),
+                nonzero(&reference(pattern, m, true)),
+                "{what}"
+            );
+        } else {
+            assert!(acc_up.is_empty());
+        }
+        // Every output element is stored once, none outside [M, N].
+        assert_eq!(written.len() as u64, m * pattern.out, "{what}");
+        assert!(
+            written
+                .iter()
+                .all(|(&(r, c), &n)| n == 1 && r < m && c < pattern.out),
+            "{what}"
+        );
+    }
+
+    /// A random-looking pattern with about `density` of the blocks, and block row `empty` kept
+    /// empty (an LCG: the tests need no crate for it).
+    fn scattered(
+        block: [u32; 2],
+        out: u64,
+        inp: u64,
+        density: f64,
+        seed: u64,
+        empty: Option<u32>,
+    ) -> BlockPattern {
+        let mut x = seed;
+        let rows = (out / u64::from(block[0])) as u32;
+        let cols = (inp / u64::from(block[1])) as u32;
+        let mut kept = Vec::new();
+        for r in 0..rows {
+            for c in 0..cols {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let u = (x >> 33) as f64 / (1u64 << 31) as f64;
+                if u < density && Some(r) != empty {
+                    kept.push((r, c));
+                }
+            }
+        }
+        if kept.is_empty() {
+            kept.push((0, 0));
+        }
+        let p = BlockPattern {
+            block,
+            out,
+            inp,
+            kept,
+        };
+        p.check().unwrap();
+        p
+    }
+
+    #[test]
+    fn every_element_wgmma_reads_is_the_one_the_loads_wrote() {
+        // (block, weight, dual, expected (G, BK)): the three swizzle modes, several atom columns
+        // per slice (48), two slices per block (128), tall blocks, G = 16, a last group with
+        // fewer rows, dual; long k loops that wrap the ring several times.
+        type Case = ([u32; 2], u64, u64, bool, (u32, u32));
+        let cases: [Case; 12] = [
+            ([32, 32], 256, 2048, false, (8, 32)),
+            ([64, 64], 256, 1024, true, (2, 64)),
+            ([32, 32], 384, 256, false, (8, 32)),
+            ([16, 16], 256, 64, false, (16, 16)),
+            ([64, 64], 256, 256, false, (4, 64)),
+            ([16, 48], 96, 144, false, (6, 48)),
+            ([16, 128], 64, 256, false, (4, 64)),
+            ([8, 16], 256, 64, false, (16, 16)),
+            ([192, 32], 384, 64, false, (1, 32)),
+            ([32, 32], 256, 128, true, (4, 32)),
+            ([16, 16], 160, 64, true, (8, 16)),
+            ([64, 32], 192, 96, true, (2, 32)),
+        ];
+        for (i, (block, out, inp, dual, expect)) in cases.into_iter().enumerate() {
+            let p = scattered(block, out, inp, 0.45, 17 + i as u64, Some(1));
+            check(&p, dual, 130, Some(expect));
+        }
+    }
+
+    #[test]
+    fn edge_densities() {
+        // Every block kept; a single block; all but one block row empty; M below one tile.
+        let full = scattered([32, 32], 256, 128, 1.0, 1, None);
+        check(&full, false, 64, None);
+        let single = BlockPattern {
+            block: [32, 32],
+            out: 256,
+            inp: 128,
+            kept: vec![(5, 2)],
+        };
+        check(&single, false, 128, None);
+        check(&single, true, 1, None);
+        let one_row = scattered([16, 32], 512, 128, 0.6, 9, None);
+        let one_row = BlockPattern {
+            kept: one_row.kept.into_iter().filter(|&(r, _)| r == 20).collect(),
+            ..one_row
+        };
+        check(&one_row, false, 200, None);
+    }
+
+    #[test]
+    fn group_steps_cover_each_kept_block_once_in_column_order() {
+        for (seed, density) in [(3, 0.1), (4, 0.5), (5, 0.9)] {
+            let p = scattered([16, 16], 400, 256, density, seed, Some(7));
+            for g in [1, 3, 8, 16] {
+                let s = GroupSteps::new(&p, g);
+                assert_eq!(
+                    s.grp_ptr.len() as u64,
+                    p.block_rows().div_ceil(u64::from(g)) + 1
+                );
+                let mut seen = Vec::new();
+                for j in 0..s.grp_ptr.len() - 1 {
+                    let (a, b) = (s.grp_ptr[j] as usize, s.grp_ptr[j + 1] as usize);
+                    let cols: Vec<u32> = s.step_info[a..b].iter().map(|i| i >> 16).collect();
+                    assert!(cols.windows(2).all(|w| w[0] < w[1]), "columns increase");
+                    for st in a..b {
+                        let (col, mask) = (s.step_info[st] >> 16, s.step_info[st] & 0xffff);
+                        assert!(mask != 0 && mask < 1 << g);
+                        let first = s.step_first[st] as usize;
+                        for (n, bit) in (0..g).filter(|b| (mask >> b) & 1 == 1).enumerate() {
+                            let blk = s.step_blk[first + n] as usize;
+                            assert_eq!(p.kept[blk], (j as u32 * g + bit, col));
+                            seen.push(blk);
+                        }
+                    }
+                }
+                assert_eq!(s.step_first.len(), s.step_info.len());
+                assert_eq!(s.step_blk.len(), p.kept.len());
+                seen.sort_unstable();
+                assert_eq!(seen, (0..p.kept.len()).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn only_sm_90a_half_k_contiguous_blocks_of_a_wgmma_height_take_the_kernel() {
+        let p = |block: [u32; 2]| scattered(block, 3840, 768, 0.5, 2, None);
+        let k = Extent::constant(768);
+        let n = (MatLayout::N, &k);
+        let pick =
+            |arch, dtype, dual, la, pat: &BlockPattern| select_wgmma(arch, dtype, dual, la, pat);
+        let b32 = p([32, 32]);
+        assert_eq!(
+            pick(Arch::Sm90a, DType::Bf16, false, n, &b32),
+            Some(WgmmaBsr {
+                bm: 128,
+                g: 8,
+                bk: 32,
+                stages: 8
+            })
+        );
+        assert!(pick(Arch::Sm90a, DType::F16, false, n, &b32).is_some());
+        assert_eq!(pick(Arch::Sm90, DType::Bf16, false, n, &b32), None);
+        assert_eq!(pick(Arch::Sm80, DType::Bf16, false, n, &b32), None);
+        assert_eq!(pick(Arch::Sm90a, DType::F32, false, n, &b32), None);
+        assert_eq!(
+            pick(Arch::Sm90a, DType::Bf16, false, (MatLayout::T, &k), &b32),
+            None
+        );
+        let odd = Extent::constant(13);
+        assert_eq!(
+            pick(Arch::Sm90a, DType::Bf16, false, (MatLayout::N, &odd), &b32),
+            None
+        );
+        let sym = Extent::of_dim(&mlpc_ir::Dim::sym("K"));
+        assert!(pick(Arch::Sm90a, DType::Bf16, false, (MatLayout::N, &sym), &b32).is_some());
+        // Block heights without a wgmma N, widths that are not whole k16 steps.
+        for block in [[40, 32], [12, 16], [32, 24], [32, 8], [384, 32]] {
+            assert_eq!(
+                pick(Arch::Sm90a, DType::Bf16, false, n, &p(block)),
+                None,
+                "{block:?}"
+            );
+        }
+        // Dual: at most 128 columns of two accumulators; 192 rows do not fit.
+        let dual = pick(Arch::Sm90a, DType::Bf16, true, n, &b32).unwrap();
+        assert_eq!((dual.g, dual.bk), (4, 32));
+        assert_eq!(pick(Arch::Sm90a, DType::Bf16, true, n, &p([192, 32])), None);
+        assert_eq!(
+            pick(Arch::Sm90a, DType::Bf16, false, n, &p([192, 32])).map(|c| c.g),
+            Some(1)
+        );
+        // Accumulators <= 128 registers, shared memory within the limit, >= 3 stages.
+        for block in [
+            [8, 16],
+            [16, 16],
+            [32, 32],
+            [64, 64],
+            [128, 64],
+            [256, 64],
+            [16, 48],
+            [32, 128],
+        ] {
+            for dual in [false, true] {
+                let Some(c) = pick(Arch::Sm90a, DType::Bf16, dual, n, &p(block)) else {
+                    continue;
+                };
+                let accs = c.g * block[0] / 2 * if dual { 2 } else { 1 };
+                assert!(accs <= 128, "{block:?} {dual}: {accs}");
+                assert!(c.g <= 16 && c.stages >= 3 && c.stages <= MAX_STAGES);
+                assert!(c.smem_bytes(block[0], dual) <= SMEM_LIMIT);
+                assert_eq!(block[1] % c.bk, 0);
+            }
+        }
+    }
 }

@@ -21,7 +21,11 @@
 //!   tensor cores for f16 / bf16 and FFMA for f32 like the dense families, with the kept-block
 //!   lists compiled into the source as constant arrays. One CTA per `BM` rows and per share of a
 //!   block row of the weight; the grid is a [`Grid::Tiles`] with `tile_n = 1` over the number of
-//!   such column tiles.
+//!   such column tiles. For [`Arch::Sm90a`], f16 / bf16 with A stored `[M, K]` and a block height
+//!   that is a wgmma N, `gemm_bsr_wgmma.cuh` instead: one CTA per 128 rows and per group of
+//!   consecutive block rows (up to 256 output columns), wgmma from swizzled shared memory, the k
+//!   loop over the union of the group's kept block columns (see `bsr.rs`); `tile_n = 1` over the
+//!   number of groups.
 //! - `add`, `mul`, activations and `transpose` (materialising a view): `elementwise.cuh`, over
 //!   rank <= 4 operands with any strides and right-aligned broadcasting.
 //!
@@ -35,7 +39,7 @@
 //! - Launch: `block` threads, `smem_bytes` of dynamic shared memory, grid from [`Grid`] (see
 //!   [`Launch::grid`]). A grid with a zero dimension means there is nothing to compute: skip the
 //!   launch. When `smem_bytes` exceeds 48 KiB (the tensor-core GEMMs use up to 60 KiB, the
-//!   sm_90a ones 193 KiB) the runtime must first raise the function's
+//!   sm_90a ones up to the 227 KiB limit) the runtime must first raise the function's
 //!   `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` to `smem_bytes`.
 //! - Kernels are correct for any base alignment and any dims; aligned operands (16 bytes, row
 //!   strides multiples of 16 bytes) take vectorised paths.
@@ -325,6 +329,10 @@ pub fn headers() -> Vec<(&'static str, &'static str)> {
         (
             "gemm_bsr.cuh",
             include_str!("../../../kernels-templates/gemm_bsr.cuh"),
+        ),
+        (
+            "gemm_bsr_wgmma.cuh",
+            include_str!("../../../kernels-templates/gemm_bsr_wgmma.cuh"),
         ),
         (
             "elementwise.cuh",

@@ -196,3 +196,37 @@ fn artifacts_are_written_beside_the_plan() {
         })
     ));
 }
+
+#[test]
+fn block_sparse_kernels_compile_for_sm_90a_with_unserialised_wgmma() {
+    let opts = CodegenOptions {
+        arch: Arch::Sm90a,
+        allow_tf32: false,
+    };
+    let kernels: Vec<CudaKernel> = samples::sparse()
+        .iter()
+        .flat_map(|p| generate(p, &opts).unwrap())
+        .collect();
+    check_compiled(Arch::Sm90a, &kernels);
+    let compiled = compile_all(&kernels, &no_cache(Arch::Sm90a)).unwrap();
+    let mut hopper = 0;
+    for (k, c) in kernels.iter().zip(&compiled) {
+        if !k.source.contains("mlpc::GemmBsrWgmma<") {
+            continue;
+        }
+        hopper += 1;
+        assert!(
+            c.ptx.contains("wgmma.mma_async.sync.aligned.m64n"),
+            "{}",
+            k.name
+        );
+        assert!(
+            !c.log.contains("serialized"),
+            "{}: ptxas serialised the wgmmas:\n{}",
+            k.name,
+            c.log
+        );
+    }
+    // bsr_linear_gelu_bf16 (32x32), bsr_swiglu_residual_f16 (16x16 dual), the 192x32 blocks.
+    assert_eq!(hopper, 3);
+}

@@ -1,0 +1,194 @@
+//! Block-sparse plans for the Hopper kernel's tests: every block shape it takes (square 16, 32,
+//! 64; tall, wide and a 48-wide slice), plain and dual, and the edge densities (an empty block
+//! row, an empty group, a single kept block, every block kept).
+
+use mlpc_codegen::samples::PlanBuilder;
+use mlpc_ir::{
+    Activation, BlockPattern, BufferKind, DType, Dual, Epilogue, EpilogueChain, Gemm, MatLayout,
+    Op, Plan, SparseGemm,
+};
+use smallvec::smallvec;
+use std::sync::Arc;
+
+/// The pattern of `block` blocks over an `[out, inp]` weight that keeps `(r, c)` when `keep` says
+/// so.
+pub fn pattern(
+    block: [u32; 2],
+    out: u64,
+    inp: u64,
+    mut keep: impl FnMut(u32, u32) -> bool,
+) -> BlockPattern {
+    let rows = (out / u64::from(block[0])) as u32;
+    let cols = (inp / u64::from(block[1])) as u32;
+    let kept = (0..rows)
+        .flat_map(|r| (0..cols).map(move |c| (r, c)))
+        .filter(|&(r, c)| keep(r, c))
+        .collect();
+    let p = BlockPattern {
+        block,
+        out,
+        inp,
+        kept,
+    };
+    p.check().unwrap();
+    p
+}
+
+/// One sparse GEMM kernel `y = epi(x W^T)` (or its dual form) over `x [T, inp]`, with a bias
+/// when `bias` and a residual `r [T, out]` when `residual`.
+pub fn plan(
+    name: &str,
+    dtype: DType,
+    pat: BlockPattern,
+    dual: bool,
+    bias: bool,
+    residual: bool,
+) -> Plan {
+    let (out, inp) = (pat.out.to_string(), pat.inp.to_string());
+    let packed: Vec<String> = pat.packed_shape().iter().map(|d| d.to_string()).collect();
+    let packed: Vec<&str> = packed.iter().map(String::as_str).collect();
+    let mut p = PlanBuilder::new(name, dtype);
+    let x = p.dense("x", BufferKind::Input, &["T", &inp]);
+    let mut args = vec![x, p.dense("w.bsr", BufferKind::Weight, &packed)];
+    if dual {
+        args.push(p.dense("w_up.bsr", BufferKind::Weight, &packed));
+    }
+    let mut epilogue: EpilogueChain = smallvec![];
+    if bias {
+        epilogue.push(Epilogue::Bias {
+            operand: args.len(),
+        });
+        args.push(p.dense("bias", BufferKind::Weight, &[&out]));
+    }
+    if !dual {
+        epilogue.push(Epilogue::Act(Activation::GeluTanh));
+    }
+    if residual {
+        epilogue.push(Epilogue::Add {
+            operand: args.len(),
+        });
+        args.push(p.dense("r", BufferKind::Input, &["T", &out]));
+    }
+    let y = p.dense("y", BufferKind::Output, &["T", &out]);
+    let op = Op::SparseGemm(SparseGemm {
+        gemm: Gemm {
+            a: MatLayout::N,
+            b: MatLayout::T,
+            dual: dual.then(|| Dual {
+                gate: smallvec![Epilogue::Act(Activation::Silu)],
+                up: smallvec![],
+            }),
+            epilogue,
+        },
+        pattern: Arc::new(pat),
+    });
+    p.kernel(name, op, &args, y);
+    p.finish()
+}
+
+/// The plans: (block shape, weight, pattern, dual) chosen to reach every configuration.
+pub fn all() -> Vec<Plan> {
+    use DType::{Bf16, F16};
+    vec![
+        // 32x32, 12 block rows: one full group of 8 and a group of 4; block row 1 keeps nothing
+        // and block row 9 keeps a single block.
+        plan(
+            "b32x32_bias_gelu",
+            Bf16,
+            pattern([32, 32], 384, 256, |r, c| {
+                r != 1 && (r != 9 || c == 5) && (r * 3 + c) % 4 != 0
+            }),
+            false,
+            true,
+            false,
+        ),
+        // 16x16 (G = 16), dual with a residual.
+        plan(
+            "b16x16_dual_residual",
+            F16,
+            pattern([16, 16], 256, 128, |r, c| (r + 2 * c) % 3 != 1),
+            true,
+            false,
+            true,
+        ),
+        // 64x64 (G = 4): every block kept.
+        plan(
+            "b64x64_full",
+            Bf16,
+            pattern([64, 64], 256, 512, |_, _| true),
+            false,
+            true,
+            true,
+        ),
+        // 64x64 dual (G = 2): the second group keeps nothing.
+        plan(
+            "b64x64_dual_empty_group",
+            Bf16,
+            pattern([64, 64], 256, 192, |r, c| r < 2 && (r + c) % 2 == 0),
+            true,
+            true,
+            false,
+        ),
+        // A single kept block of the whole weight.
+        plan(
+            "b32x32_single_block",
+            F16,
+            pattern([32, 32], 128, 128, |r, c| (r, c) == (2, 3)),
+            false,
+            false,
+            false,
+        ),
+        // Rectangular: 32x64 (BK 64, G 8), 64x32, a 16x48 (48-wide slices of 32B atoms) and
+        // 16x128 (two 64-wide slices per block).
+        plan(
+            "b32x64",
+            Bf16,
+            pattern([32, 64], 256, 512, |r, c| (r + c) % 3 == 0),
+            false,
+            true,
+            false,
+        ),
+        plan(
+            "b64x32_dual",
+            F16,
+            pattern([64, 32], 128, 128, |r, c| r != c),
+            true,
+            false,
+            false,
+        ),
+        plan(
+            "b16x48",
+            Bf16,
+            pattern([16, 48], 96, 192, |r, c| (r * c) % 2 == 0),
+            false,
+            false,
+            true,
+        ),
+        plan(
+            "b16x128",
+            Bf16,
+            pattern([16, 128], 64, 256, |r, c| r % 2 == c),
+            false,
+            true,
+            false,
+        ),
+        // Tall: 192x32, one block row per CTA.
+        plan(
+            "b192x32",
+            F16,
+            pattern([192, 32], 384, 64, |r, c| r == 1 || c == 0),
+            false,
+            false,
+            false,
+        ),
+        // 8x16 (G = 16, 8-wide wgmma).
+        plan(
+            "b8x16",
+            Bf16,
+            pattern([8, 16], 64, 64, |r, c| (r + c) % 2 == 0),
+            false,
+            true,
+            false,
+        ),
+    ]
+}

@@ -1,0 +1,111 @@
+//! The Hopper block-sparse kernel (`GemmBsrWgmma`): which sparse GEMMs take it on sm_90a, their
+//! launch descriptions, and snapshots of the generated kernels. The sm_90 snapshots of
+//! `snapshots.rs` are the proof that the default target is unchanged.
+
+mod bsr_plans;
+
+use mlpc_codegen::{generate, samples, Arch, CodegenOptions, CudaKernel, Grid};
+use mlpc_ir::{MatLayout, Op, Plan};
+
+fn opts(arch: Arch) -> CodegenOptions {
+    CodegenOptions {
+        arch,
+        allow_tf32: false,
+    }
+}
+
+fn plans() -> Vec<Plan> {
+    bsr_plans::all()
+        .into_iter()
+        .chain(samples::sparse())
+        .collect()
+}
+
+fn is_hopper(k: &CudaKernel) -> bool {
+    k.source.contains("mlpc::GemmBsrWgmma<")
+}
+
+#[test]
+fn half_sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
+    let mut n = 0;
+    for plan in plans() {
+        let kernels = generate(&plan, &opts(Arch::Sm90a)).unwrap();
+        for (k, pk) in kernels.iter().zip(&plan.kernels) {
+            let Op::SparseGemm(sg) = &pk.op else {
+                panic!("{}: not a sparse GEMM", pk.name)
+            };
+            let [br, bc] = sg.pattern.block;
+            let dual = sg.gemm.dual.is_some();
+            let expected = plan.dtype != mlpc_ir::DType::F32
+                && sg.gemm.a == MatLayout::N
+                && [8, 16, 24, 32, 48, 64, 96, 128, 192, 256].contains(&br)
+                && bc % 16 == 0
+                && (!dual || br <= 128);
+            assert_eq!(is_hopper(k), expected, "{}", k.name);
+            if !expected {
+                continue;
+            }
+            n += 1;
+            assert!(k.source.contains("#include \"gemm_bsr_wgmma.cuh\""));
+            assert!(k.entry.contains("_wgmma_128x"), "{}", k.entry);
+            assert!(k.source.contains("__launch_bounds__(256, 1)"), "{}", k.name);
+            assert_eq!(k.launch.block, [256, 1, 1]);
+            assert!(k.launch.smem_bytes <= 227 * 1024);
+            // One CTA per 128 rows and per group of G block rows; G * BR columns at most 256
+            // (128 for two accumulators).
+            let g: u64 = k
+                .source
+                .split("Kernel::kGroup == ")
+                .nth(1)
+                .and_then(|s| s.split(',').next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("{}: no group size", k.name));
+            assert!(g * u64::from(br) <= if dual { 128 } else { 256 });
+            let Grid::Tiles {
+                n: cols,
+                tile_m,
+                tile_n,
+                ..
+            } = &k.launch.grid
+            else {
+                panic!("{}: expected a tiled grid", k.name)
+            };
+            assert_eq!((*tile_m, *tile_n), (128, 1));
+            assert_eq!(
+                cols.as_constant(),
+                Some(sg.pattern.block_rows().div_ceil(g))
+            );
+            for list in ["grp_ptr", "step_info", "step_first", "step_blk"] {
+                assert!(
+                    k.source.contains(&format!("__device__ const int {list}[")),
+                    "{}: {list}",
+                    k.name
+                );
+            }
+        }
+    }
+    assert!(n >= 13, "only {n} kernels took the grouped kernel");
+}
+
+#[test]
+fn other_targets_keep_the_mma_sync_kernel() {
+    for arch in [Arch::Sm90, Arch::Sm80] {
+        for plan in plans() {
+            for k in generate(&plan, &opts(arch)).unwrap() {
+                assert!(!is_hopper(&k), "{} on {arch}", k.name);
+                assert!(!k.source.contains("wgmma"), "{} on {arch}", k.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn sm_90a_bsr_kernels() {
+    for plan in plans() {
+        for k in generate(&plan, &opts(Arch::Sm90a)).unwrap() {
+            if is_hopper(&k) {
+                insta::assert_snapshot!(format!("sm_90a__{}__{}", plan.name, k.name), k.listing());
+            }
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The Hopper block-sparse kernel (`GemmBsrWgmma`) compiled with the real NVRTC for sm_90a: every
+//! block shape and form of `bsr_plans` and the sample plans that take it. ptxas must report no
+//! local memory (no spilled accumulators, no stack frame) and no serialised wgmma.
+//!
+//! Needs NVRTC 13.0 (`LD_LIBRARY_PATH=<site-packages>/nvidia/cu13/lib`, or `MLPC_NVRTC_LIB`, as
+//! `scripts/test.sh` sets up); without it these tests fail rather than skip.
+
+mod bsr_plans;
+
+use mlpc_codegen::{generate, samples, Arch, CodegenOptions, CudaKernel};
+use mlpc_jit::{compile_all, ensure_nvrtc, JitOptions};
+
+fn sm_90a() -> CodegenOptions {
+    CodegenOptions {
+        arch: Arch::Sm90a,
+        allow_tf32: false,
+    }
+}
+
+fn hopper_kernels() -> Vec<CudaKernel> {
+    bsr_plans::all()
+        .iter()
+        .chain(&samples::sparse())
+        .flat_map(|p| generate(p, &sm_90a()).unwrap())
+        .filter(|k| k.source.contains("mlpc::GemmBsrWgmma<"))
+        .collect()
+}
+
+#[test]
+fn bsr_wgmma_kernels_compile_for_sm_90a_without_local_memory_or_serialised_wgmma() {
+    if let Err(e) = ensure_nvrtc() {
+        panic!("these tests need NVRTC 13.0: {e}");
+    }
+    let kernels = hopper_kernels();
+    assert!(kernels.len() >= 13, "{} kernels", kernels.len());
+    let opts = JitOptions {
+        arch: Arch::Sm90a,
+        no_cache: true,
+        cache_dir: None,
+    };
+    let compiled = compile_all(&kernels, &opts).unwrap_or_else(|e| panic!("{e}"));
+    for (k, c) in kernels.iter().zip(&compiled) {
+        eprintln!("{}: {:?}", k.entry, c.resources);
+        assert_eq!(&c.cubin[..4], b"\x7fELF", "{}: not an ELF cubin", k.name);
+        assert!(c.ptx.contains(".target sm_90a"), "{}", k.name);
+        assert!(
+            c.resources_known,
+            "{}: no ptxas report in the log:\n{}",
+            k.name, c.log
+        );
+        assert!(
+            !c.resources.uses_local_memory(),
+            "{} uses local memory: {:?}\n{}",
+            k.name,
+            c.resources,
+            c.log
+        );
+        assert!(
+            !c.log.contains("serialized"),
+            "{}: ptxas serialised the wgmmas:\n{}",
+            k.name,
+            c.log
+        );
+        assert!(
+            c.ptx.contains("wgmma.mma_async.sync.aligned.m64n"),
+            "{}",
+            k.name
+        );
+        assert!(
+            c.ptx.contains("fence.proxy.async.shared::cta"),
+            "{}",
+            k.name
+        );
+        assert!(c.ptx.contains("step_blk"), "{}", k.name);
+        assert!(c.resources.barriers >= 1, "{}: {:?}", k.name, c.resources);
+    }
+}
+
+/// The benchmark's shape (W 4096 x 4096 of 32x32 blocks, bf16) at densities 0.5, 0.25 and 0.1:
+/// thousands of steps in the constant lists still compile to the same resources.
+#[test]
+fn the_benchmark_shape_compiles_without_local_memory() {
+    if let Err(e) = ensure_nvrtc() {
+        panic!("these tests need NVRTC 13.0: {e}");
+    }
+    let kernels: Vec<CudaKernel> = [(0.5, 1u64), (0.25, 2), (0.1, 3)]
+        .into_iter()
+        .map(|(density, seed)| {
+            let mut x = seed;
+            let pat = bsr_plans::pattern([32, 32], 4096, 4096, |_, _| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((x >> 33) as f64) < density * (1u64 << 31) as f64
+            });
+            let name = format!("bench_d{}", (density * 100.0) as u32);
+            let plan = bsr_plans::plan(&name, mlpc_ir::DType::Bf16, pat, false, false, false);
+            generate(&plan, &sm_90a()).unwrap().remove(0)
+        })
+        .collect();
+    let opts = JitOptions {
+        arch: Arch::Sm90a,
+        no_cache: true,
+        cache_dir: None,
+    };
+    for (k, c) in kernels
+        .iter()
+        .zip(compile_all(&kernels, &opts).unwrap_or_else(|e| panic!("{e}")))
+    {
+        eprintln!("{}: {:?}", k.name, c.resources);
+        assert!(k.entry.ends_with("_b32x32_wgmma_128x256x32"), "{}", k.entry);
+        assert!(
+            c.resources_known && !c.resources.uses_local_memory(),
+            "{}",
+            c.log
+        );
+        assert!(!c.log.contains("serialized"), "{}", c.log);
+    }
+}

@@ -1,0 +1,651 @@
+// mlpc kernel templates: the Hopper (sm_90a) block-sparse GEMM for f16 / bf16: warpgroup
+// `wgmma.mma_async` over a GROUP of consecutive block rows of the weight, with the compile-time
+// epilogue chain of common.cuh.
+//
+//   C[m, n] = Epi(sum over kept blocks (r, c) with r = n / BR of  A[m, c*BC .. c*BC+BC] . W_blk[n % BR, :])
+//
+// The weight is the logical [N, K] matrix cut into BR x BC blocks; only the kept blocks are stored,
+// packed as [kept, BR, BC] (each block row-major, k contiguous), sorted row-major by (block row,
+// block col), as for gemm_bsr.cuh. A is row-major [M, K] (k contiguous): both operands are then
+// "K-major", what wgmma reads for 16-bit types without a transpose.
+//
+// CTA: BM = 128 rows of A and C (two consumer warpgroups of 64 rows, 256 threads) x a group of G
+// consecutive block rows of W (G * BR output columns). Accumulator g (G of them; two sets for a
+// dual GEMM) is a separate register array of BR / 2 f32 per thread: the m64nBRk16 result of block
+// row g. Grid (ceil(M / BM), ceil(block rows / G)).
+//
+// Steps (compile-time lists emitted by the generated file, see BsrWgmmaParams): the steps of a
+// group are the union of the kept block columns of its G block rows, in increasing order. Step s
+// carries its block column, a G-bit mask of the rows that keep it, and the packed indices of those
+// kept blocks (in increasing g). A block is cut into BC / BK k slices of BK (the largest of 64, 48,
+// 32, 16 dividing BC); a slice is the unit of the pipeline: one stage holds
+//   [A: BM rows x BK][slot 0 .. G - 1: BR rows x BK each][up slots (dual)]
+// A slice loads the A piece once (shared by every kept row) and only the kept blocks into their
+// slots; then for each g whose mask bit is set (warp-uniform: every thread reads the same mask)
+// the BK / 16 wgmmas into acc[g]. A block row with no kept block in a step costs nothing there; a
+// group with no kept block at all runs no slice, and its outputs are the epilogue of zero.
+//
+// Shared layout (PTX ISA, "Shared Memory Matrix Layout", K-major, swizzled): a tile of R rows x BK
+// is cut along k into BK / SW atoms columns of SW 16-bit elements (SW = 64, 32 or 16: the widest
+// that divides BK); atom column a is R rows of 2 * SW bytes at byte a * R * 2 * SW of the tile,
+// and its 16-byte chunk c of row r sits at chunk position c ^ ((r >> S) & (SW / 8 - 1)):
+//
+//   SW = 64: 128-byte rows, 128B swizzle, S = 0 (c ^ r % 8), layout type 1, SBO = 1024
+//   SW = 32:  64-byte rows,  64B swizzle, S = 1 (c ^ (r / 2) % 4), layout type 2, SBO = 512
+//   SW = 16:  32-byte rows,  32B swizzle, S = 2 (c ^ (r / 4) % 2), layout type 3, SBO = 256
+//
+// The hardware swizzle XORs byte-address bits [4, 4 + b) with bits [7, 7 + b) (b = 3, 2, 1); every
+// atom column starts on a multiple of 8 rows x 2 SW bytes (the period of its pattern) from the
+// 1024-aligned ring, so the position above is exactly that XOR of the address. Descriptors
+// (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in bits 0-13, leading byte offset 1
+// (unused by swizzled K-major layouts), stride byte offset (8 rows of the atom) >> 4 in bits
+// 32-45, base offset 0, the layout type in bits 62-63. The wgmma k16 step j of a slice reads k =
+// 16j .. 16j + 15: atom column 16j / SW, start advanced by (16j % SW) * 2 bytes inside the row.
+// Warpgroup w's A descriptor starts 64 rows (64 * 2 SW bytes) further.
+//
+// Accumulators of m64nNk16 (as in gemm_wgmma.cuh): with q = warp in the warpgroup, gr = lane / 4,
+// t = lane % 4, register d[4i + 2h + e] holds D[16q + gr + 8h][8i + 2t + e].
+//
+// Pipeline: the ring and its synchronisation are those of GemmWgmma (STAGES >= 3, prefetch
+// distance STAGES - 2 slices):
+//   iteration kt:
+//     cp.async.wait_group(STAGES - 3); fence.proxy.async.shared::cta; __syncthreads
+//     wgmma.fence; for each kept g: BK / 16 wgmmas into acc[g] (and acc_up[g]); commit_group
+//     cp.async slice kt + STAGES - 2 into the stage of slice kt - 2; commit (possibly empty)
+//     wgmma.wait_group(1)
+//
+// Loads: 16-byte cp.async with zero-fill of the A rows past M (A's base 16-byte aligned and its
+// row stride a multiple of 8, decided at run time; the blocks need only an aligned base, their
+// rows being BC elements); plain loads and st.shared into the same positions otherwise. A slice
+// of A is BM x BK chunks of 8 elements, chunk i = tid + p * 256 being row i / (BK / 8), chunk
+// i % (BK / 8); the G slots likewise, slot g being chunks [g, g + 1) * BR * BK / 8, a thread
+// copying its chunk of slot g only when the step keeps row g.
+#pragma once
+
+#include "gemm_wgmma.cuh"
+
+namespace mlpc {
+
+/// A BM-row CTA over a group of G block rows, k slices of BK, STAGES stages.
+template <int BM_, int G_, int BK_, int STAGES_>
+struct BsrWgmmaConfig {
+    static constexpr int BM = BM_, G = G_, BK = BK_, STAGES = STAGES_;
+    static constexpr int kWarpgroups = BM / 64;
+    static constexpr int kThreads = kWarpgroups * 128;
+    static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
+    static_assert(G >= 1 && G <= 16, "the row mask of a step has 16 bits");
+    static_assert(BK == 16 || BK == 32 || BK == 48 || BK == 64, "BK must be 16, 32, 48 or 64");
+    static_assert(STAGES >= 3, "the ring needs a stage in flight, one computing, one draining");
+};
+
+/// Run-time description of a grouped BSR GEMM: the dense GEMM parameters (`b` and `b_up` point at
+/// the packed blocks; `ldb` is unused) and the step lists of the groups.
+template <class T, int NEPI>
+struct BsrWgmmaParams : GemmParams<T, NEPI> {
+    /// `groups + 1` offsets into the step lists: group j's steps are grp_ptr[j] .. grp_ptr[j + 1].
+    const int* grp_ptr;
+    /// Per step: `(block column << 16) | mask`, bit g of the mask set when block row g of the
+    /// group keeps that column.
+    const int* step_info;
+    /// Per step: the offset in `step_blk` of its first kept block.
+    const int* step_first;
+    /// Packed index of each kept block, step by step, in increasing g within a step.
+    const int* step_blk;
+};
+
+namespace bsr_wgmma {
+
+/// The swizzled K-major atom of SW 16-bit elements per row (SW = 64, 32 or 16).
+template <int SW>
+struct Atom {
+    static_assert(SW == 64 || SW == 32 || SW == 16, "atoms are 128, 64 or 32 bytes wide");
+    static constexpr int kRowBytes = 2 * SW;
+    /// 16-byte chunks per row, and the right shift of the row index in the XOR.
+    static constexpr int kChunks = SW / 8;
+    static constexpr int kShift = SW == 64 ? 0 : (SW == 32 ? 1 : 2);
+    /// Byte distance of 8-row groups, and the descriptor's layout type.
+    static constexpr int kSbo = 8 * kRowBytes;
+    static constexpr int kLayout = SW == 64 ? 1 : (SW == 32 ? 2 : 3);
+};
+
+/// The widest atom that divides a k slice of BK.
+template <int BK>
+struct SliceAtom {
+    static constexpr int SW = BK % 64 == 0 ? 64 : (BK % 32 == 0 ? 32 : 16);
+};
+
+/// Byte offset of 16-byte chunk `c` (k = 8c .. 8c + 7 of the slice) of row `r` in a tile of ROWS
+/// rows x BK, made of BK / SW atom columns.
+template <int ROWS, int BK>
+__device__ __forceinline__ u32 chunk_offset(int r, int c) {
+    typedef Atom<SliceAtom<BK>::SW> A;
+    const int atom = c / A::kChunks;
+    const int cc = c % A::kChunks;
+    return (u32)(atom * (ROWS * A::kRowBytes) + r * A::kRowBytes +
+                 ((cc ^ ((r >> A::kShift) & (A::kChunks - 1))) << 4));
+}
+
+/// The descriptor of a K-major operand with the atom's swizzle starting at shared address `addr`.
+template <int SW>
+__device__ __forceinline__ u64 make_desc(u32 addr) {
+    typedef Atom<SW> A;
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(A::kSbo >> 4) << 32) |
+           ((u64)A::kLayout << 62);
+}
+
+/// The byte offset, inside a tile of ROWS rows x BK, of where the k16 step j starts.
+template <int ROWS, int BK>
+__host__ __device__ constexpr u32 kstep_offset(int j) {
+    return (u32)((16 * j / SliceAtom<BK>::SW) * (ROWS * 2 * SliceAtom<BK>::SW) +
+                 (16 * j % SliceAtom<BK>::SW) * 2);
+}
+
+/// `d += A * B` for one m64nNk16 step, A and B through descriptors.
+template <class T, int N>
+struct Mma;
+
+// d[0..4) += A * B for m64n8k16.
+#define MLPC_BSR_WGMMA_N8(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3" \
+        "}, %4, %5, 1, 1, 1, 0, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) \
+        : "l"(a), "l"(b))
+
+// d[0..8) += A * B for m64n16k16.
+#define MLPC_BSR_WGMMA_N16(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7" \
+        "}, %8, %9, 1, 1, 1, 0, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]) \
+        : "l"(a), "l"(b))
+
+// d[0..12) += A * B for m64n24k16.
+#define MLPC_BSR_WGMMA_N24(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n24k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11" \
+        "}, %12, %13, 1, 1, 1, 0, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]) \
+        : "l"(a), "l"(b))
+
+// d[0..16) += A * B for m64n32k16.
+#define MLPC_BSR_WGMMA_N32(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
+        "}, %16, %17, 1, 1, 1, 0, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+        : "l"(a), "l"(b))
+
+// d[0..24) += A * B for m64n48k16.
+#define MLPC_BSR_WGMMA_N48(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23" \
+        "}, %24, %25, 1, 1, 1, 0, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]) \
+        : "l"(a), "l"(b))
+
+// d[0..32) += A * B for m64n64k16.
+#define MLPC_BSR_WGMMA_N64(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+        "}, %32, %33, 1, 1, 1, 0, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+        : "l"(a), "l"(b))
+
+// d[0..48) += A * B for m64n96k16.
+#define MLPC_BSR_WGMMA_N96(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
+        "}, %48, %49, 1, 1, 1, 0, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]) \
+        : "l"(a), "l"(b))
+
+// d[0..64) += A * B for m64n128k16.
+#define MLPC_BSR_WGMMA_N128(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+        "}, %64, %65, 1, 1, 1, 0, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+        : "l"(a), "l"(b))
+
+// d[0..96) += A * B for m64n192k16.
+#define MLPC_BSR_WGMMA_N192(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
+        "}, %96, %97, 1, 1, 1, 0, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]) \
+        : "l"(a), "l"(b))
+
+// d[0..128) += A * B for m64n256k16.
+#define MLPC_BSR_WGMMA_N256(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+        "}, %128, %129, 1, 1, 1, 0, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+        : "l"(a), "l"(b))
+
+template <>
+struct Mma<bf16, 8> {
+    __device__ __forceinline__ static void run(float (&d)[4], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N8("bf16");
+    }
+};
+template <>
+struct Mma<f16, 8> {
+    __device__ __forceinline__ static void run(float (&d)[4], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N8("f16");
+    }
+};
+template <>
+struct Mma<bf16, 16> {
+    __device__ __forceinline__ static void run(float (&d)[8], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N16("bf16");
+    }
+};
+template <>
+struct Mma<f16, 16> {
+    __device__ __forceinline__ static void run(float (&d)[8], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N16("f16");
+    }
+};
+template <>
+struct Mma<bf16, 24> {
+    __device__ __forceinline__ static void run(float (&d)[12], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N24("bf16");
+    }
+};
+template <>
+struct Mma<f16, 24> {
+    __device__ __forceinline__ static void run(float (&d)[12], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N24("f16");
+    }
+};
+template <>
+struct Mma<bf16, 32> {
+    __device__ __forceinline__ static void run(float (&d)[16], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N32("bf16");
+    }
+};
+template <>
+struct Mma<f16, 32> {
+    __device__ __forceinline__ static void run(float (&d)[16], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N32("f16");
+    }
+};
+template <>
+struct Mma<bf16, 48> {
+    __device__ __forceinline__ static void run(float (&d)[24], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N48("bf16");
+    }
+};
+template <>
+struct Mma<f16, 48> {
+    __device__ __forceinline__ static void run(float (&d)[24], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N48("f16");
+    }
+};
+template <>
+struct Mma<bf16, 64> {
+    __device__ __forceinline__ static void run(float (&d)[32], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N64("bf16");
+    }
+};
+template <>
+struct Mma<f16, 64> {
+    __device__ __forceinline__ static void run(float (&d)[32], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N64("f16");
+    }
+};
+template <>
+struct Mma<bf16, 96> {
+    __device__ __forceinline__ static void run(float (&d)[48], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N96("bf16");
+    }
+};
+template <>
+struct Mma<f16, 96> {
+    __device__ __forceinline__ static void run(float (&d)[48], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N96("f16");
+    }
+};
+template <>
+struct Mma<bf16, 128> {
+    __device__ __forceinline__ static void run(float (&d)[64], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N128("bf16");
+    }
+};
+template <>
+struct Mma<f16, 128> {
+    __device__ __forceinline__ static void run(float (&d)[64], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N128("f16");
+    }
+};
+template <>
+struct Mma<bf16, 192> {
+    __device__ __forceinline__ static void run(float (&d)[96], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N192("bf16");
+    }
+};
+template <>
+struct Mma<f16, 192> {
+    __device__ __forceinline__ static void run(float (&d)[96], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N192("f16");
+    }
+};
+template <>
+struct Mma<bf16, 256> {
+    __device__ __forceinline__ static void run(float (&d)[128], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N256("bf16");
+    }
+};
+template <>
+struct Mma<f16, 256> {
+    __device__ __forceinline__ static void run(float (&d)[128], u64 a, u64 b) {
+        MLPC_BSR_WGMMA_N256("f16");
+    }
+};
+
+#undef MLPC_BSR_WGMMA_N8
+#undef MLPC_BSR_WGMMA_N16
+#undef MLPC_BSR_WGMMA_N24
+#undef MLPC_BSR_WGMMA_N32
+#undef MLPC_BSR_WGMMA_N48
+#undef MLPC_BSR_WGMMA_N64
+#undef MLPC_BSR_WGMMA_N96
+#undef MLPC_BSR_WGMMA_N128
+#undef MLPC_BSR_WGMMA_N192
+#undef MLPC_BSR_WGMMA_N256
+
+/// Copies chunk `c` (8 elements) of row `gr` of a row-major matrix (row stride `ld`, the chunk's
+/// first element at column `k0 + 8c`) to shared address `dst`; rows at or past `rows` read as
+/// zero. `vec`: one 16-byte cp.async (the base is 16-byte aligned and `ld` a multiple of 8).
+template <class T>
+__device__ __forceinline__ void copy_chunk(u32 dst, const T* g, i64 ld, i64 gr, i64 k0, int c,
+                                           i64 rows, bool vec) {
+    const bool row_in = gr < rows;
+    const T* src = g + (row_in ? gr * ld + k0 + 8 * c : 0);
+    if (vec) {
+        // A chunk that reads nothing still needs a valid address: `g` itself.
+        mma_detail::cp_async_16(dst, src, row_in ? 16 : 0);
+    } else {
+        u32 w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const u32 lo = row_in ? src[2 * e].bits : 0u;
+            const u32 hi = row_in ? src[2 * e + 1].bits : 0u;
+            w[e] = lo | (hi << 16);
+        }
+        mma_detail::st_shared_v4(dst, w[0], w[1], w[2], w[3]);
+    }
+}
+
+}  // namespace bsr_wgmma
+
+/// The grouped Hopper BSR GEMM. `T` is `bf16` or `f16`; A is row-major [M, K]; `BR` x `BC` the
+/// block (BR a wgmma N: 8, 16, 24, 32, 48, 64, 96, 128, 192 or 256; BC a multiple of BK); `Cfg` a
+/// `BsrWgmmaConfig`; `Epi` a `SingleEpilogue` or `DualEpilogue`. Launch with `kThreads` threads,
+/// grid `(ceil(M / BM), ceil(block rows / G))` and `kSmemBytes` bytes of dynamic shared memory;
+/// compile for sm_90a.
+template <class T, int BR, int BC, class Cfg, class Epi>
+struct GemmBsrWgmma {
+    static constexpr bool kDual = Epi::kDual;
+    static constexpr int BM = Cfg::BM, G = Cfg::G, BK = Cfg::BK, STAGES = Cfg::STAGES;
+    static constexpr int kThreads = Cfg::kThreads;
+    static constexpr int kGroup = G;
+    /// k slices per block.
+    static constexpr int kKSub = BC / BK;
+    static constexpr int kChunks = BK / 8;
+    static constexpr int kTileABytes = BM * BK * 2;
+    static constexpr int kSlotBytes = BR * BK * 2;
+    static constexpr int kSlotsBytes = G * kSlotBytes;
+    static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);
+    /// The ring plus 1024 bytes to align its base to the widest swizzle pattern.
+    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;
+    /// Accumulator registers per thread and block row.
+    static constexpr int kAcc = BR / 2;
+    static constexpr int kPassesA = ceil_div(BM * kChunks, kThreads);
+    static constexpr int kSlotChunks = BR * kChunks;
+    static constexpr int kPassesB = ceil_div(G * kSlotChunks, kThreads);
+    static constexpr int SW = bsr_wgmma::SliceAtom<BK>::SW;
+    static_assert(BC % BK == 0, "a block is whole k slices");
+    static_assert(BR % 8 == 0 && BR >= 8 && BR <= 256, "BR must be a wgmma N");
+    static_assert(G * kAcc * (kDual ? 2 : 1) <= 128, "the accumulators must fit the registers");
+    static_assert(kTileABytes % 1024 == 0, "the slots start on a swizzle period");
+    static_assert(kSlotBytes % (8 * 2 * SW) == 0, "every slot starts on a swizzle period");
+
+    /// Loads k slice `ks` of step `s` (A piece and the step's kept blocks) into `stage`.
+    template <class P>
+    __device__ __forceinline__ static void load_slice(u32 stage, const P& p, i64 m0, int s, int ks,
+                                                      bool vec_a, bool vec_b, bool vec_bu,
+                                                      int tid) {
+        using bsr_wgmma::chunk_offset;
+        using bsr_wgmma::copy_chunk;
+        const u32 info = (u32)p.step_info[s];
+        const u32 mask = info & 0xffffu;
+        const i64 k0 = (i64)(info >> 16) * BC + (i64)ks * BK;
+#pragma unroll
+        for (int pass = 0; pass < kPassesA; ++pass) {
+            const int i = tid + pass * kThreads;
+            if ((BM * kChunks) % kThreads != 0 && i >= BM * kChunks) break;
+            const int r = i / kChunks, c = i % kChunks;
+            copy_chunk(stage + chunk_offset<BM, BK>(r, c), p.a, p.lda, m0 + r, k0, c, p.m, vec_a);
+        }
+        const int first = p.step_first[s];
+#pragma unroll
+        for (int pass = 0; pass < kPassesB; ++pass) {
+            const int i = tid + pass * kThreads;
+            if ((G * kSlotChunks) % kThreads != 0 && i >= G * kSlotChunks) break;
+            const int g = i / kSlotChunks;
+            if (((mask >> g) & 1u) == 0) continue;
+            const int r = (i % kSlotChunks) / kChunks, c = i % kChunks;
+            const int blk = p.step_blk[first + __popc(mask & ((1u << g) - 1u))];
+            const i64 off = (i64)blk * (BR * BC);
+            const u32 dst = stage + kTileABytes + g * kSlotBytes + chunk_offset<BR, BK>(r, c);
+            copy_chunk(dst, p.b + off, BC, r, (i64)ks * BK, c, BR, vec_b);
+            if constexpr (kDual) {
+                copy_chunk(dst + kSlotsBytes, p.b_up + off, BC, r, (i64)ks * BK, c, BR, vec_bu);
+            }
+        }
+    }
+
+    template <class P>
+    __device__ __forceinline__ static void run(const P& p) {
+        using namespace wgmma_detail;
+        using bsr_wgmma::kstep_offset;
+        extern __shared__ __align__(1024) unsigned char mlpc_smem[];
+        const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;
+
+        const int tid = (int)threadIdx.x;
+        const int wg = tid >> 7;
+        const i64 m0 = (i64)blockIdx.x * BM;
+        const int group = (int)blockIdx.y;
+        const i64 n0 = (i64)group * (G * BR);
+
+        const bool vec_a = is_aligned(p.a, 16) && (p.lda % 8 == 0);
+        const bool vec_b = is_aligned(p.b, 16);
+        const bool vec_bu = kDual && is_aligned(p.b_up, 16);
+
+        float acc[G][kAcc];
+        float acc_up[kDual ? G : 1][kDual ? kAcc : 1];
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int i = 0; i < kAcc; ++i) {
+                acc[g][i] = 0.0f;
+                if constexpr (kDual) acc_up[g][i] = 0.0f;
+            }
+        auto pin = [&]() {
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                fence_regs(acc[g]);
+                if constexpr (kDual) fence_regs(acc_up[g]);
+            }
+        };
+
+        const int s0 = p.grp_ptr[group];
+        const int slices = (p.grp_ptr[group + 1] - s0) * kKSub;
+        auto load = [&](int sl, u32 stage) {
+            load_slice(stage, p, m0, s0 + sl / kKSub, sl % kKSub, vec_a, vec_b, vec_bu, tid);
+        };
+
+        // Prologue: slices 0 .. STAGES - 3 in flight, one commit group each.
+#pragma unroll
+        for (int s = 0; s < STAGES - 2; ++s) {
+            if (s < slices) load(s, ring + s * kStageBytes);
+            mma_detail::cp_async_commit();
+        }
+
+        int read_stage = 0;
+        int write_stage = STAGES - 2;
+        for (int kt = 0; kt < slices; ++kt) {
+            mma_detail::cp_async_wait<STAGES - 3>();
+            fence_proxy_async();
+            __syncthreads();
+
+            const u32 mask = (u32)p.step_info[s0 + kt / kKSub] & 0xffffu;
+            const u32 sa = ring + read_stage * kStageBytes;
+            const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));
+            pin();
+            fence();
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                if (((mask >> g) & 1u) == 0) continue;
+                const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
+#pragma unroll
+                for (int j = 0; j < BK / 16; ++j) {
+                    // Descriptor start addresses are in units of 16 bytes.
+                    const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);
+                    const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
+                    bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
+                    if constexpr (kDual) {
+                        bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
+                    }
+                }
+            }
+            commit();
+            pin();
+
+            // The stage of slice kt - 2: every warpgroup finished it before the barrier above.
+            const int pre = kt + STAGES - 2;
+            if (pre < slices) load(pre, ring + write_stage * kStageBytes);
+            mma_detail::cp_async_commit();
+            read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
+            write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
+
+            wait<1>();
+            pin();
+        }
+        wait<0>();
+        pin();
+        mma_detail::cp_async_wait<0>();
+
+        // Epilogue: acc[g][4i + 2h + e] is C[16q + lane / 4 + 8h][g * BR + 8i + 2t + e] of the
+        // warpgroup's 64 rows and the group's columns; columns past N (a last group with fewer
+        // than G block rows) are not written.
+        const int lane = tid & 31;
+        const int q = (tid >> 5) & 3;
+        const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;
+            if (row >= p.m) continue;
+            T* out_row = p.c + row * p.ldc;
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                if (n0 + g * BR >= p.n) break;
+#pragma unroll
+                for (int i = 0; i < BR / 8; ++i) {
+                    // BR is a multiple of 8: both columns of the pair lie in the block row.
+                    const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2;
+                    const int r = 4 * i + 2 * h;
+                    const float up0 = kDual ? acc_up[kDual ? g : 0][kDual ? r : 0] : 0.0f;
+                    const float up1 = kDual ? acc_up[kDual ? g : 0][kDual ? r + 1 : 0] : 0.0f;
+                    const float v0 = Epi::apply(acc[g][r], up0, row, col, p);
+                    const float v1 = Epi::apply(acc[g][r + 1], up1, row, col + 1, p);
+                    if (pair_ok) {
+                        *reinterpret_cast<u32*>(out_row + col) = pack2<T>(v0, v1);
+                    } else {
+                        out_row[col] = from_f32<T>(v0);
+                        out_row[col + 1] = from_f32<T>(v1);
+                    }
+                }
+            }
+        }
+    }
+};
+
+}  // namespace mlpc
