@@ -609,19 +609,35 @@ struct GemmWgmma {
     }
 };
 
-/// A `GemmWgmmaTma` configuration: BM x BN tiles, STAGES shared-memory stages of 64-deep k slices,
-/// BM / 64 consumer warpgroups plus one producer warpgroup, tiles visited in groups of GROUP_M
-/// row tiles.
-template <int BM_, int BN_, int STAGES_, int GROUP_M_>
+/// A `GemmWgmmaTma` configuration: BM x BN tiles, STAGES shared-memory stages of 64-deep k
+/// slices, tiles visited in groups of GROUP_M row tiles, CTAS CTAs per SM.
+///
+/// - CTAS = 1: BM / 64 consumer warpgroups (one 64-row band of the tile each) and a producer
+///   warpgroup; `setmaxnreg` moves registers from the producer (40) to the consumers (232).
+/// - CTAS = 2: one consumer warpgroup computing every 64-row band of the tile and a producer warp
+///   (no register handover: `__launch_bounds__(kThreads, 2)` leaves each thread 200 registers),
+///   half the shared memory each: one CTA's epilogue runs while the other's wgmmas keep the
+///   tensor cores busy.
+template <int BM_, int BN_, int STAGES_, int GROUP_M_, int CTAS_ = 1>
 struct WgmmaTmaConfig {
     static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_, GROUP_M = GROUP_M_;
-    static constexpr int kConsumers = BM / 64;
-    static constexpr int kThreads = (kConsumers + 1) * 128;
+    static constexpr int CTAS = CTAS_;
+    static constexpr int kConsumers = CTAS == 1 ? BM / 64 : 1;
+    /// 64-row bands per consumer warpgroup.
+    static constexpr int kBands = BM / 64 / kConsumers;
+    static constexpr int kProducerThreads = CTAS == 1 ? 128 : 32;
+    static constexpr int kThreads = kConsumers * 128 + kProducerThreads;
+    static constexpr bool kHandover = CTAS == 1;
+    static constexpr int kProducerRegs = 40;
+    static constexpr int kConsumerRegs = 232;
+    static_assert(CTAS == 1 || CTAS == 2, "one or two CTAs per SM");
     static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
     static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
                   "BN must be 64, 128, 192 or 256 (a TMA box has at most 256 rows)");
     static_assert(STAGES >= 2, "the ring needs a stage loading while one computes");
     static_assert(GROUP_M >= 1, "tile groups hold at least one row of tiles");
+    static_assert(!kHandover || kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
+                  "the register handover must fit the register file");
 };
 
 /// The Hopper GEMM with the copy engine: persistent, warp-specialised, TMA-fed.
@@ -631,25 +647,26 @@ struct WgmmaTmaConfig {
 ///   64 x BN for B (and Bu), 128-byte swizzle, zero fill outside the tensor. The copy engine
 ///   writes exactly the swizzled layout described at the top of this file (each tile starts on a
 ///   1024-byte boundary), so the descriptors are `GemmWgmma`'s.
-/// - Warpgroup 0 is the producer: `setmaxnreg.dec` to 40 registers, then one thread walks the
-///   same (tile, k slice) sequence as the consumers and, per slice, waits for the stage's `empty`
-///   barrier, announces the stage's bytes on its `full` barrier and issues the two (three) TMA
-///   copies. Warpgroups 1 .. BM / 64 are consumers (`setmaxnreg.inc` to 232): per slice, wait on
-///   `full`, issue the four (eight) wgmmas, commit, wait until the previous slice's wgmmas are done
-///   and arrive on that slice's `empty` barrier (every consumer thread arrives; the barrier counts
-///   them all). No CTA-wide barrier after the set-up.
-/// - Persistent: the grid is at most one CTA per SM; CTA b computes tiles b, b + gridDim.x, ...
+/// - Threads: the consumer warpgroups first, then the producer (a warpgroup, or one warp with two
+///   CTAs per SM; see `WgmmaTmaConfig`). One producer thread walks the same (tile, k slice)
+///   sequence as the consumers and, per slice, waits for the stage's `empty` barrier, announces
+///   the stage's bytes on its `full` barrier and issues the two (three) TMA copies. Consumers,
+///   per slice: wait on `full`, issue the wgmmas of their bands, commit, wait until the previous
+///   slice's wgmmas are done and arrive on that slice's `empty` barrier (every consumer thread
+///   arrives; the barrier counts them all). No CTA-wide barrier after the set-up.
+/// - Persistent: the grid is at most CTAS CTAs per SM; CTA b computes tiles b, b + gridDim.x, ...
 ///   in a grouped order (GROUP_M row tiles, then the next column; see `tile_of`), so that the
 ///   CTAs running at the same time share A and B tiles in L2. While the consumers run one tile's
 ///   epilogue, the producer already fills the ring with the next tile's slices.
 /// - Epilogue: `store_tile` from the accumulators (the same as `GemmWgmma`).
 /// Launch with `kThreads` threads, `kSmemBytes` of dynamic shared memory, a 1-D grid of
-/// min(tiles, SMs) CTAs; compile for sm_90a.
+/// min(tiles, CTAS x SMs) CTAs; compile for sm_90a.
 template <class T, class Cfg, class Epi>
 struct GemmWgmmaTma {
     static constexpr bool kDual = Epi::kDual;
     static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
     static constexpr int kConsumers = Cfg::kConsumers;
+    static constexpr int kBands = Cfg::kBands;
     static constexpr int kThreads = Cfg::kThreads;
     static constexpr int kTileABytes = BM * BK * 2;
     static constexpr int kTileBBytes = BN * BK * 2;
@@ -657,12 +674,9 @@ struct GemmWgmmaTma {
     /// The ring, 1024 bytes to align its base to the swizzle pattern, and the barriers.
     static constexpr int kSmemBytes = STAGES * kStageBytes + 1024 + 2 * STAGES * 8;
     static constexpr int kAcc = BN / 2;
-    static constexpr int kProducerRegs = 40;
-    static constexpr int kConsumerRegs = 232;
     static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
                   "every tile must start on a 1024-byte swizzle boundary");
-    static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
-                  "the register handover must fit the register file");
+    static_assert(!kDual || kBands == 1, "a dual GEMM's two accumulators allow one band");
 
     /// Row tile and column tile of linear tile `t`: tiles are taken GROUP_M row tiles at a time,
     /// column by column inside a group.
@@ -687,7 +701,8 @@ struct GemmWgmmaTma {
 
         const int tid = (int)threadIdx.x;
         const int wg = tid >> 7;
-        if (tid == 0) {
+        constexpr int kProducer = kConsumers * 128;
+        if (tid == kProducer) {
 #pragma unroll
             for (int s = 0; s < STAGES; ++s) {
                 mbar_init(full + 8 * s, 1);
@@ -702,9 +717,9 @@ struct GemmWgmmaTma {
         const i64 tiles = tiles_m * tiles_n;
         const i64 ktiles = ceil_div(p.k, (i64)BK);
 
-        if (wg == 0) {
-            setmaxnreg_dec<kProducerRegs>();
-            if (tid == 0) {
+        if (tid >= kProducer) {
+            if constexpr (Cfg::kHandover) setmaxnreg_dec<Cfg::kProducerRegs>();
+            if (tid == kProducer) {
                 tma_prefetch_map(map_a);
                 tma_prefetch_map(map_b);
                 if constexpr (kDual) tma_prefetch_map(map_bu);
@@ -736,9 +751,9 @@ struct GemmWgmmaTma {
             return;
         }
 
-        setmaxnreg_inc<kConsumerRegs>();
-        const int cw = wg - 1;
-        float acc[kAcc];
+        if constexpr (Cfg::kHandover) setmaxnreg_inc<Cfg::kConsumerRegs>();
+        // Consumer warpgroup `wg` owns the bands wg * kBands .. + kBands of 64 rows.
+        float acc[kBands][kAcc];
         float acc_up[kDual ? kAcc : 1];
         int stage = 0;
         u32 phase = 0;
@@ -747,30 +762,37 @@ struct GemmWgmmaTma {
             tile_of(t, tiles_m, tiles_n, tm, tn);
 #pragma unroll
             for (int i = 0; i < kAcc; ++i) {
-                acc[i] = 0.0f;
+#pragma unroll
+                for (int b = 0; b < kBands; ++b) acc[b][i] = 0.0f;
                 if constexpr (kDual) acc_up[i] = 0.0f;
             }
             int prev = -1;
             for (i64 kt = 0; kt < ktiles; ++kt) {
                 mbar_wait(full + 8 * stage, phase);
                 const u32 sa = ring + stage * kStageBytes;
-                const u64 da = make_desc(sa + cw * (64 * 128));
                 const u64 db = make_desc(sa + kTileABytes);
                 const u64 dbu = make_desc(sa + kTileABytes + kTileBBytes);
-                fence_regs(acc);
+#pragma unroll
+                for (int b = 0; b < kBands; ++b) fence_regs(acc[b]);
                 if constexpr (kDual) fence_regs(acc_up);
                 fence();
 #pragma unroll
                 for (int j = 0; j < BK / 16; ++j) {
-                    Mma<T, BN>::run(acc, da + 2 * j, db + 2 * j);
-                    if constexpr (kDual) Mma<T, BN>::run(acc_up, da + 2 * j, dbu + 2 * j);
+#pragma unroll
+                    for (int b = 0; b < kBands; ++b) {
+                        const u64 da = make_desc(sa + (wg * kBands + b) * (64 * 128));
+                        Mma<T, BN>::run(acc[b], da + 2 * j, db + 2 * j);
+                        if constexpr (kDual) Mma<T, BN>::run(acc_up, da + 2 * j, dbu + 2 * j);
+                    }
                 }
                 commit();
-                fence_regs(acc);
+#pragma unroll
+                for (int b = 0; b < kBands; ++b) fence_regs(acc[b]);
                 if constexpr (kDual) fence_regs(acc_up);
                 // The previous slice's wgmmas are complete: its stage may be refilled.
                 wait<1>();
-                fence_regs(acc);
+#pragma unroll
+                for (int b = 0; b < kBands; ++b) fence_regs(acc[b]);
                 if constexpr (kDual) fence_regs(acc_up);
                 if (prev >= 0) mbar_arrive(empty + 8 * prev);
                 prev = stage;
@@ -780,10 +802,15 @@ struct GemmWgmmaTma {
                 }
             }
             wait<0>();
-            fence_regs(acc);
+#pragma unroll
+            for (int b = 0; b < kBands; ++b) fence_regs(acc[b]);
             if constexpr (kDual) fence_regs(acc_up);
             if (prev >= 0) mbar_arrive(empty + 8 * prev);
-            store_tile<T, BN, kDual, Epi>(acc, acc_up, tm * BM + cw * 64, tn * BN, tid & 127, p);
+#pragma unroll
+            for (int b = 0; b < kBands; ++b) {
+                store_tile<T, BN, kDual, Epi>(acc[b], acc_up, tm * BM + (wg * kBands + b) * 64,
+                                              tn * BN, tid & 127, p);
+            }
         }
     }
 };

@@ -256,7 +256,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let cfg = Config::choose(dtype, dual);
     // sm_90a: K-major f16 / bf16 operands take the wgmma family (see wgmma.rs).
     let strides: Vec<&Extent> = [&lda, &ldb].into_iter().chain(up.as_ref()).collect();
-    let hopper = crate::wgmma::select(ctx.opts.arch, dtype, dual, (la, lb), &strides, n);
+    let hopper = crate::wgmma::select(ctx.opts.arch, dtype, dual, (la, lb), &strides, k, n);
     let threads = hopper.map_or_else(|| cfg.threads(), |h| h.threads());
     let smem = hopper.map_or_else(|| cfg.smem_bytes(la, lb, dual), |h| h.smem_bytes(dual));
     let (bm, bn) = hopper.map_or((cfg.bm, cfg.bn), |h| (h.bm, h.bn));
@@ -363,7 +363,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     src.push_str("}  // namespace\n\n");
     src.push_str(&format!(
         "extern \"C\" __global__ void __launch_bounds__({threads}, {}) {entry}(\n{}) {{\n",
-        hopper.map_or(cfg.min_blocks, |_| 1),
+        hopper.map_or(cfg.min_blocks, |h| h.ctas),
         sig
     ));
     src.push_str(&body.join("\n"));
@@ -388,12 +388,13 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     params.extend(dim_params(&symbols));
     params.extend(maps.into_iter().map(|(_, p)| p));
     let (m, n) = (m.clone(), n.clone());
-    let grid = if tma {
+    let grid = if let Some(h) = hopper.filter(|_| tma) {
         Grid::Persistent {
             m,
             n,
             tile_m: bm,
             tile_n: bn,
+            per_sm: h.ctas,
         }
     } else {
         Grid::Tiles {

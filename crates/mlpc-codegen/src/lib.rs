@@ -242,14 +242,15 @@ pub enum Grid {
     },
     /// One block per `per_block` consecutive elements: `[ceil(numel / per_block), 1, 1]`.
     Elements { numel: Extent, per_block: u32 },
-    /// A persistent kernel over the `tile_m x tile_n` tiles of an `[m, n]` output: one block per
-    /// multiprocessor, at most one per tile: `[min(tiles, SMs), 1, 1]`. Each block loops over
-    /// tiles itself.
+    /// A persistent kernel over the `tile_m x tile_n` tiles of an `[m, n]` output: `per_sm`
+    /// blocks per multiprocessor, at most one per tile: `[min(tiles, per_sm x SMs), 1, 1]`. Each
+    /// block loops over tiles itself.
     Persistent {
         m: Extent,
         n: Extent,
         tile_m: u32,
         tile_n: u32,
+        per_sm: u32,
     },
 }
 
@@ -297,11 +298,13 @@ impl Launch {
                 n,
                 tile_m,
                 tile_n,
+                per_sm,
             } => {
                 let tiles = resolve(m)?
                     .div_ceil(u64::from((*tile_m).max(1)))
                     .saturating_mul(resolve(n)?.div_ceil(u64::from((*tile_n).max(1))));
-                Ok([tiles.min(u64::from(sms.max(1))) as u32, 1, 1])
+                let most = u64::from(sms.max(1)) * u64::from((*per_sm).max(1));
+                Ok([tiles.min(most) as u32, 1, 1])
             }
         }
     }
@@ -536,6 +539,7 @@ mod tests {
                 n: Extent::constant(768),
                 tile_m: 128,
                 tile_n: 192,
+                per_sm: 2,
             },
         };
         let at = |t: u64, sms: u32| {
@@ -544,10 +548,11 @@ mod tests {
             launch.grid(&b, sms)
         };
         // 64 x 4 tiles on 132 SMs; 1 x 4 tiles; nothing to do.
-        assert_eq!(at(8192, 132), Ok([132, 1, 1]));
+        assert_eq!(at(8192, 132), Ok([256, 1, 1]));
+        assert_eq!(at(8192, 100), Ok([200, 1, 1]));
         assert_eq!(at(100, 132), Ok([4, 1, 1]));
         assert_eq!(at(0, 132), Ok([0, 1, 1]));
-        assert_eq!(at(8192, 16), Ok([16, 1, 1]));
+        assert_eq!(at(8192, 16), Ok([32, 1, 1]));
     }
 
     #[test]

@@ -45,19 +45,22 @@ pub(crate) struct WgmmaConfig {
     pub bm: u32,
     pub bn: u32,
     pub stages: u32,
+    /// CTAs per SM the registers and shared memory are budgeted for (TMA kernel: 1 or 2).
+    pub ctas: u32,
 }
 
 /// Row tiles per group of the persistent kernel's tile order.
 const GROUP_M: u32 = 8;
 
 impl WgmmaConfig {
-    /// One consumer warpgroup (128 threads) per 64 rows, plus the producer warpgroup of the TMA
-    /// kernel.
+    /// Mirrors `kThreads`: one consumer warpgroup (128 threads) per 64 rows and, for the TMA
+    /// kernel, a producer warpgroup; with two CTAs per SM, one consumer warpgroup for the whole
+    /// tile and a producer warp.
     pub fn threads(&self) -> u32 {
-        let consumers = self.bm / 64 * 128;
-        match self.family {
-            Family::Tma => consumers + 128,
-            Family::CpAsync => consumers,
+        match (self.family, self.ctas) {
+            (Family::Tma, 1) => self.bm / 64 * 128 + 128,
+            (Family::Tma, _) => 128 + 32,
+            (Family::CpAsync, _) => self.bm / 64 * 128,
         }
     }
 
@@ -74,8 +77,8 @@ impl WgmmaConfig {
     pub fn template(&self) -> String {
         match self.family {
             Family::Tma => format!(
-                "mlpc::WgmmaTmaConfig<{}, {}, {}, {GROUP_M}>",
-                self.bm, self.bn, self.stages
+                "mlpc::WgmmaTmaConfig<{}, {}, {}, {GROUP_M}, {}>",
+                self.bm, self.bn, self.stages, self.ctas
             ),
             Family::CpAsync => format!(
                 "mlpc::WgmmaConfig<{}, {}, {}>",
@@ -101,13 +104,15 @@ fn stage_bytes(bm: u32, bn: u32, dual: bool) -> u32 {
 
 /// The wgmma configuration for a GEMM, or `None` when it must stay on `GemmMma`. `la` / `lb` are
 /// the physical layouts (which dimension is contiguous), `strides` the row strides of the matrix
-/// operands (A, B and, for a dual GEMM, B_up), `n` the output's column count.
+/// operands (A, B and, for a dual GEMM, B_up), `k` the reduction depth and `n` the output's column
+/// count.
 pub(crate) fn select(
     arch: Arch,
     dtype: DType,
     dual: bool,
     (la, lb): (MatLayout, MatLayout),
     strides: &[&Extent],
+    k: &Extent,
     n: &Extent,
 ) -> Option<WgmmaConfig> {
     if arch != Arch::Sm90a || !matches!(dtype, DType::F16 | DType::Bf16) {
@@ -122,19 +127,6 @@ pub(crate) fn select(
     {
         return None;
     }
-    // Narrow outputs get a narrower tile; the widest is 256 (128 for the two accumulators of a
-    // dual GEMM, which hold as many registers). A width that 192 divides but 256 does not, or
-    // that makes few 256-wide column tiles (N = 768: 3 of 256 or 4 of 192), takes 192 wide
-    // tiles: more, smaller tiles fill the 132 SMs in fuller waves.
-    let widest = if dual { 128 } else { 256 };
-    let bn = match n.as_constant() {
-        Some(c) if c <= 64 => 64,
-        Some(c) if c <= 128 => 128,
-        Some(c) if !dual && c % 192 == 0 && (c % 256 != 0 || c / 256 < 8) => 192,
-        _ => widest,
-    }
-    .min(widest);
-    let bm = 128;
     // A tensor map needs row strides of a multiple of 16 bytes, which only a constant stride
     // guarantees at compile time; a symbolic one keeps the cp.async kernel, which checks it at
     // run time and falls back to plain loads.
@@ -143,15 +135,38 @@ pub(crate) fn select(
     } else {
         Family::CpAsync
     };
+    // Shallow plain GEMMs (K <= 1024: at most 16 slices per tile) spend a large share of each
+    // tile in the epilogue; two CTAs per SM with 128 x 128 tiles let one CTA's epilogue run under
+    // the other's wgmmas. Deep ones, and dual GEMMs (two accumulators), keep one CTA of the
+    // widest tile.
+    let shallow = !dual
+        && family == Family::Tma
+        && k.as_constant().is_some_and(|k| k <= 1024)
+        && n.as_constant().is_none_or(|n| n > 128);
+    let ctas = if shallow { 2 } else { 1 };
+    // Narrow outputs get a narrower tile; the widest is 256 (128 for the two accumulators of a
+    // dual GEMM, which hold as many registers, and for two CTAs per SM). A width that 192
+    // divides but 256 does not, or that makes few 256-wide column tiles (N = 768: 3 of 256 or
+    // 4 of 192), takes 192 wide tiles: more, smaller tiles fill the 132 SMs in fuller waves.
+    let widest = if dual || shallow { 128 } else { 256 };
+    let bn = match n.as_constant() {
+        Some(c) if c <= 64 => 64,
+        Some(c) if c <= 128 => 128,
+        Some(c) if c % 192 == 0 && (c % 256 != 0 || c / 256 < 8) => 192,
+        _ => widest,
+    }
+    .min(widest);
+    let bm = 128;
     let fits = |stages: u32| {
         WgmmaConfig {
             family,
             bm,
             bn,
             stages,
+            ctas,
         }
         .smem_bytes(dual)
-            <= SMEM_LIMIT
+            <= SMEM_LIMIT / ctas
     };
     let stages = (2..=5).rev().find(|&s| fits(s)).unwrap_or(2);
     Some(WgmmaConfig {
@@ -159,6 +174,7 @@ pub(crate) fn select(
         bm,
         bn,
         stages,
+        ctas,
     })
 }
 
@@ -192,7 +208,7 @@ mod tests {
             "((u64)1 << 62);",
             "Mma<T, BN>::run(acc, da + 2 * j, db + 2 * j);",
             "const u64 da = make_desc(sa + wg * (64 * 128));",
-            "const u64 da = make_desc(sa + cw * (64 * 128));",
+            "const u64 da = make_desc(sa + (wg * kBands + b) * (64 * 128));",
             "Mma<T, BN>::run(acc, da + 2 * j, db + 2 * j);",
             "const u64 db = make_desc(sa + kTileABytes);",
             "const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;",
@@ -300,6 +316,7 @@ mod tests {
             bm: 128,
             bn: 192,
             stages: 5,
+            ctas: 1,
         };
         let top = cfg.smem_bytes(false);
         assert!(top <= SMEM_LIMIT);
@@ -312,14 +329,16 @@ mod tests {
         let odd = Extent::constant(13);
         let n = Extent::constant(3072);
         let nt = (MatLayout::N, MatLayout::T);
+        let deep = Extent::constant(3072);
         let pick = |arch, dtype, dual, l, strides: &[&Extent], n: &Extent| {
-            select(arch, dtype, dual, l, strides, n)
+            select(arch, dtype, dual, l, strides, &deep, n)
         };
         let big = Some(WgmmaConfig {
             family: Family::Tma,
             bm: 128,
             bn: 256,
             stages: 4,
+            ctas: 1,
         });
         assert_eq!(
             pick(Arch::Sm90a, DType::Bf16, false, nt, &[&s, &s], &n),
@@ -382,6 +401,27 @@ mod tests {
             assert_eq!((c.bn, c.stages), (bn, stages), "N = {cols}");
             assert!(c.smem_bytes(false) <= SMEM_LIMIT);
         }
+        // Shallow plain GEMMs: two CTAs per SM of 128 x 128 tiles, three stages each (half the
+        // shared memory); dual ones keep one CTA.
+        let shallow = |dual: bool, strides: &[&Extent]| {
+            select(
+                Arch::Sm90a,
+                DType::Bf16,
+                dual,
+                nt,
+                strides,
+                &Extent::constant(768),
+                &n,
+            )
+            .unwrap()
+        };
+        let two = shallow(false, &[&s, &s]);
+        assert_eq!((two.bn, two.stages, two.ctas), (128, 3, 2));
+        assert_eq!(two.threads(), 160);
+        assert!(two.smem_bytes(false) <= SMEM_LIMIT / 2);
+        assert!(two.template().ends_with(", 8, 2>"));
+        let dual_shallow = shallow(true, &[&s, &s, &s]);
+        assert_eq!((dual_shallow.bn, dual_shallow.ctas), (128, 1));
         // Narrow outputs.
         let narrow = pick(
             Arch::Sm90a,
