@@ -477,6 +477,20 @@ mod tests {
     }
 
     #[test]
+    fn no_graphs_is_a_flag_of_run_and_bench() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.command);
+        match parse(&["mlpc", "bench", "m.json", "--bind", "T=1", "--no-graphs"]) {
+            Ok(Command::Bench { graphs, .. }) => assert!(graphs.no_graphs),
+            other => panic!("{other:?}"),
+        }
+        match parse(&["mlpc", "run", "m.json", "-i", "in.st", "-o", "out.st"]) {
+            Ok(Command::Run { graphs, .. }) => assert!(!graphs.no_graphs),
+            other => panic!("{other:?}"),
+        }
+        assert!(parse(&["mlpc", "check", "m.json", "--no-graphs"]).is_err());
+    }
+
+    #[test]
     fn cli_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
