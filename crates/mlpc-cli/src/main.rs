@@ -70,6 +70,8 @@ enum Command {
         backend: Option<BackendArg>,
         #[command(flatten)]
         opts: CompileArgs,
+        #[command(flatten)]
+        graphs: GraphArgs,
     },
     /// Check a backend against the reference interpreter on fresh random inputs (outputs are
     /// poisoned with NaN before the run); exit status 1 if any output is off.
@@ -105,6 +107,8 @@ enum Command {
         json: Option<PathBuf>,
         #[command(flatten)]
         opts: CompileArgs,
+        #[command(flatten)]
+        graphs: GraphArgs,
     },
     /// Write deterministic random inputs for a model (for `mlpc run --input`).
     GenInputs {
@@ -163,6 +167,26 @@ impl CompileArgs {
             }
         }
         Ok(c)
+    }
+}
+
+/// How CUDA runs launch the plan.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct GraphArgs {
+    /// Launch the kernels one by one on every run instead of replaying the plan as one CUDA
+    /// graph when the shapes repeat (also: MLPC_NO_GRAPHS=1).
+    #[arg(long)]
+    no_graphs: bool,
+}
+
+impl GraphArgs {
+    /// `compiler` with graphs turned off if asked; otherwise its default (the environment's).
+    fn apply(self, compiler: Compiler) -> Compiler {
+        if self.no_graphs {
+            compiler.cuda_graphs(false)
+        } else {
+            compiler
+        }
     }
 }
 
@@ -278,6 +302,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             output,
             backend,
             opts,
+            graphs,
         } => {
             if model.is_dir() {
                 // A compiled directory: its CUBINs run on the CUDA backend only.
@@ -289,7 +314,11 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 }
                 let bundle = mlpc::Bundle::load(&model)?;
                 let inputs = mlpc::read_tensors(&input)?;
-                let outputs = bundle.run(&inputs)?;
+                let run = mlpc::runtime::RunOptions {
+                    graphs: mlpc::runtime::graphs_by_default() && !graphs.no_graphs,
+                    ..Default::default()
+                };
+                let outputs = bundle.run_with(&inputs, run)?;
                 mlpc::write_tensors(&output, &outputs)?;
                 let name = bundle.plan().name.clone();
                 print!(
@@ -299,7 +328,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 return Ok(());
             }
             let (backend, note) = pick_backend(backend);
-            let compiled = opts.compiler(None)?.compile_file(&model)?;
+            let compiled = graphs.apply(opts.compiler(None)?).compile_file(&model)?;
             let inputs = mlpc::read_tensors(&input)?;
             let outputs = compiled.run(backend, &inputs)?;
             mlpc::write_tensors(&output, &outputs)?;
@@ -333,8 +362,9 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             iters,
             json,
             opts,
+            graphs,
         } => {
-            let compiled = opts.compiler(None)?.compile_file(&model)?;
+            let compiled = graphs.apply(opts.compiler(None)?).compile_file(&model)?;
             let b = bindings_of(&bindings);
             let r = compiled.bench(
                 &b,
@@ -346,7 +376,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             )?;
             let binds: Vec<String> = bindings.iter().map(|(s, v)| format!("{s}={v}")).collect();
             println!(
-                "{} [{}] {} kernels: median {:.4} ms (min {:.4}, mean {:.4}, {} runs, {} weight sets), {:.1} TFLOP/s, host {:.1} us per run",
+                "{} [{}] {} kernels: median {:.4} ms (min {:.4}, mean {:.4}, {} runs, {} weight sets), {:.1} TFLOP/s, host {:.1} us per run, {}",
                 compiled.name(),
                 binds.join(","),
                 compiled.plan().kernels.len(),
@@ -356,7 +386,8 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 r.iters,
                 r.weight_sets,
                 r.tflops(),
-                r.host_us
+                r.host_us,
+                render::graph_use(r.graphs, r.graph_runs, r.iters),
             );
             if let Some(path) = json {
                 let line = serde_json::json!({
@@ -372,6 +403,8 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     "flops": r.flops,
                     "tflops": r.tflops(),
                     "host_us": r.host_us,
+                    "graphs": r.graphs,
+                    "graph_runs": r.graph_runs,
                 });
                 use std::io::Write;
                 let mut f = std::fs::OpenOptions::new()
@@ -441,6 +474,20 @@ mod tests {
             default_out_dir("", Path::new("a/ffn.json")),
             Path::new("out/ffn")
         );
+    }
+
+    #[test]
+    fn no_graphs_is_a_flag_of_run_and_bench() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.command);
+        match parse(&["mlpc", "bench", "m.json", "--bind", "T=1", "--no-graphs"]) {
+            Ok(Command::Bench { graphs, .. }) => assert!(graphs.no_graphs),
+            other => panic!("{other:?}"),
+        }
+        match parse(&["mlpc", "run", "m.json", "-i", "in.st", "-o", "out.st"]) {
+            Ok(Command::Run { graphs, .. }) => assert!(!graphs.no_graphs),
+            other => panic!("{other:?}"),
+        }
+        assert!(parse(&["mlpc", "check", "m.json", "--no-graphs"]).is_err());
     }
 
     #[test]

@@ -147,6 +147,15 @@ pub fn tensors_written(tensors: &Tensors, path: &Path) -> String {
 }
 
 /// `1 node`, `2 nodes`.
+/// Whether a benchmark's runs replayed CUDA graphs, e.g. `graphs on (200 of 200 runs replayed)`.
+pub fn graph_use(allowed: bool, graph_runs: usize, runs: usize) -> String {
+    if allowed {
+        format!("graphs on ({graph_runs} of {runs} runs replayed)")
+    } else {
+        "graphs off".to_string()
+    }
+}
+
 fn count(n: usize, what: &str) -> String {
     if n == 1 {
         format!("1 {what}")
@@ -176,6 +185,15 @@ fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn graph_use_says_how_many_runs_replayed() {
+        assert_eq!(
+            graph_use(true, 198, 200),
+            "graphs on (198 of 200 runs replayed)"
+        );
+        assert_eq!(graph_use(false, 0, 200), "graphs off");
+    }
 
     #[derive(Debug)]
     struct Layer(&'static str, Option<Box<Layer>>);

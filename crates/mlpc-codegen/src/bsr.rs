@@ -143,6 +143,9 @@ impl WgmmaBsr {
     }
 }
 
+/// The lowest density that takes the grouped Hopper kernel (see `select_wgmma`).
+pub(crate) const MIN_WGMMA_DENSITY: f64 = 0.4;
+
 /// The grouped Hopper kernel's configuration for a block-sparse GEMM, or `None` when it keeps
 /// `GemmBsrMma` / `GemmBsrSimt`. `la` is A's physical layout and `lda` its row stride.
 pub(crate) fn select_wgmma(
@@ -311,7 +314,13 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
 
     let [br, bc] = p.block;
     let elem = cpp::elem_type(dtype);
-    let hopper = select_wgmma(ctx.opts.arch, dtype, dual, (la, &lda), p);
+    // Measured on the H200 (W 4096 x 4096, T = 4096, 32 x 32 blocks, docs/perf-notes.md): the
+    // grouped kernel is ahead of `GemmBsrMma` at density 0.5 (0.535 against 0.58 ms) and behind
+    // at 0.25 (0.38 against 0.31) and 0.1 (0.225 against 0.143), where a group's steps hold
+    // about one kept block each and A is loaded for little work. Below the crossing the
+    // one-block-row kernel stays.
+    let hopper = select_wgmma(ctx.opts.arch, dtype, dual, (la, &lda), p)
+        .filter(|_| p.density() >= MIN_WGMMA_DENSITY);
     let cfg = choose(dtype, dual, p.block);
     // Kept blocks are read as the `[N, K]` weight, B layout `t`.
     let (threads, smem, min_blocks, bm) = match hopper {

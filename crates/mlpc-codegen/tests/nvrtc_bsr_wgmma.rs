@@ -32,7 +32,7 @@ fn bsr_wgmma_kernels_compile_for_sm_90a_without_local_memory_or_serialised_wgmma
         panic!("these tests need NVRTC 13.0: {e}");
     }
     let kernels = hopper_kernels();
-    assert!(kernels.len() >= 13, "{} kernels", kernels.len());
+    assert!(kernels.len() >= 11, "{} kernels", kernels.len());
     let opts = JitOptions {
         arch: Arch::Sm90a,
         no_cache: true,
@@ -108,7 +108,15 @@ fn the_benchmark_shape_compiles_without_local_memory() {
         .zip(compile_all(&kernels, &opts).unwrap_or_else(|e| panic!("{e}")))
     {
         eprintln!("{}: {:?}", k.name, c.resources);
-        assert!(k.entry.ends_with("_b32x32_wgmma_128x256x32"), "{}", k.entry);
+        // The grouped kernel from density 0.4 up (measured crossing); below, the one-block-row
+        // mma.sync kernel.
+        let grouped = k.name.ends_with("d50");
+        assert_eq!(
+            k.entry.ends_with("_b32x32_wgmma_128x256x32"),
+            grouped,
+            "{}",
+            k.entry
+        );
         assert!(
             c.resources_known && !c.resources.uses_local_memory(),
             "{}",

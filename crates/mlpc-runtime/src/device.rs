@@ -24,9 +24,14 @@ pub enum DeviceError {
     },
 }
 
-pub(crate) fn driver(doing: impl Into<String>) -> impl FnOnce(DriverError) -> DeviceError {
-    let doing = doing.into();
-    move |source| DeviceError::Driver { doing, source }
+/// Turns a driver error into a [`DeviceError`] saying what was being done. The description
+/// becomes a `String` only when there is an error, so that a `&'static str` costs nothing on the
+/// success path of a run.
+pub(crate) fn driver<D: Into<String>>(doing: D) -> impl FnOnce(DriverError) -> DeviceError {
+    move |source| DeviceError::Driver {
+        doing: doing.into(),
+        source,
+    }
 }
 
 /// An open device and the stream mlpc launches on.
@@ -184,7 +189,14 @@ pub struct DeviceTensor {
 impl DeviceTensor {
     /// The metadata the guards check.
     pub fn meta(&self, stream: &CudaStream) -> TensorMeta {
-        self.as_ref().meta(stream)
+        let (ptr, _sync) = self.data.device_ptr(stream);
+        TensorMeta {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+            address: ptr,
+            device: self.device,
+        }
     }
 
     /// A borrowed view of the same memory, shape and strides.

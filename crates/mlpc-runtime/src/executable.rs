@@ -1,15 +1,24 @@
 //! A plan loaded on a device: modules loaded, weights uploaded, ready to run.
+//!
+//! One run: the guards check the inputs and bind the symbolic dims; what depends on those
+//! bindings alone (intermediates, the entry and grid of every kernel, the graph) is made once per
+//! bindings and kept in a [`Scratch`] until they change; outputs are allocated; the arguments of
+//! every kernel are filled in ([`crate::launch::kernel_args`]); poisoning memsets, when asked,
+//! go on the stream; then the kernels are launched one by one or, from the second run of the
+//! same bindings on, as one CUDA graph ([`crate::graph`]).
 
 use crate::device::{driver, Device, DeviceError, DeviceTensor, TensorRef};
+use crate::graph::{keyed, GraphStats, KernelGraph, Replay, Step};
 use crate::guard::{check_guards, GuardError, TensorMeta};
-use crate::tensor_map::{MapRequest, TensorMapArg, TensorMapError};
+use crate::launch::{kernel_args, launch_failed, ArgError, Entry, NodeLaunch};
+use crate::tensor_map::TensorMapError;
 use cudarc::driver::sys::CUfunction_attribute_enum;
-use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr};
 use cudarc::nvrtc::Ptx;
-use mlpc_codegen::{CudaKernel, LaunchError, Param};
+use mlpc_codegen::{CudaKernel, Launch, LaunchError, Param};
 use mlpc_ir::{Bindings, BufferKind, HostTensor, Plan};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -56,27 +65,135 @@ struct Loaded {
     small_m: Vec<CudaFunction>,
 }
 
-/// What the last run allocated for intermediates, reused while the bindings stay the same.
+impl Loaded {
+    fn function(&self, entry: Entry) -> Option<&CudaFunction> {
+        match entry {
+            Entry::Tiled => Some(&self.function),
+            Entry::SmallM(i) => self.small_m.get(i),
+        }
+    }
+
+    fn launch(&self, entry: Entry) -> Option<&Launch> {
+        match entry {
+            Entry::Tiled => Some(&self.kernel.launch),
+            Entry::SmallM(i) => Some(&self.kernel.small_m.as_ref()?.variants.get(i)?.launch),
+        }
+    }
+
+    fn entry_name(&self, entry: Entry) -> &str {
+        match entry {
+            Entry::Tiled => &self.kernel.entry,
+            Entry::SmallM(i) => self
+                .kernel
+                .small_m
+                .as_ref()
+                .and_then(|s| s.variants.get(i))
+                .map_or("", |v| &v.entry),
+        }
+    }
+}
+
+/// What runs under one bindings need beyond their inputs and outputs, made by the first of them
+/// and reused while the bindings stay the same.
 struct Scratch {
     bindings: Bindings,
-    buffers: BTreeMap<usize, CudaSlice<u8>>,
+    /// Intermediates by buffer id; `None` for the other kinds.
+    buffers: Vec<Option<CudaSlice<u8>>>,
+    /// The output buffers (kind `Output`) and their shapes.
+    outputs: Vec<(usize, Vec<usize>)>,
+    /// The device address and size in bytes of every buffer, by buffer id: weights and
+    /// intermediates set once, inputs and outputs by every run.
+    addresses: Vec<u64>,
+    lengths: Vec<usize>,
+    /// The kernels launched under these bindings, in plan order (those with an empty grid are
+    /// left out); their arguments are refilled by every run.
+    launches: Vec<NodeLaunch>,
+    replay: Replay<KernelGraph>,
+}
+
+struct State {
+    scratch: Option<Scratch>,
+    stats: GraphStats,
 }
 
 /// A plan ready to run on one device.
 pub struct Executable {
+    // Declared first so that it is dropped first: the graphs it holds launch functions of the
+    // modules that `kernels` keeps loaded.
+    state: Mutex<State>,
     device: Device,
     plan: Plan,
     kernels: Vec<Loaded>,
-    weights: BTreeMap<usize, DeviceTensor>,
-    scratch: Mutex<Option<Scratch>>,
+    /// Weights by buffer id; `None` for the other kinds.
+    weights: Vec<Option<DeviceTensor>>,
+    /// Element type of every buffer by id (tensor-map arguments).
+    dtypes: Vec<mlpc_ir::DType>,
 }
 
 /// Options of one run.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunOptions {
     /// Fill outputs and intermediates with NaN (all bits set) before launching, so that an element
-    /// a kernel forgets to write can never pass a comparison.
+    /// a kernel forgets to write can never pass a comparison. The fills go on the stream before
+    /// the kernels (before the graph launch, never into the graph).
     pub poison: bool,
+    /// Replay the plan as one CUDA graph when its bindings repeat (see [`crate::graph`]).
+    pub graphs: bool,
+}
+
+impl Default for RunOptions {
+    /// No poisoning; graphs on unless the environment turns them off ([`graphs_by_default`]).
+    fn default() -> RunOptions {
+        RunOptions {
+            poison: false,
+            graphs: graphs_by_default(),
+        }
+    }
+}
+
+/// Whether runs replay CUDA graphs unless told otherwise: yes, unless `MLPC_NO_GRAPHS` is set to
+/// a value other than empty or `0` (read once per process). Explicit [`RunOptions`] are obeyed
+/// whatever the variable says.
+pub fn graphs_by_default() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !no_graphs(std::env::var("MLPC_NO_GRAPHS").ok().as_deref()))
+}
+
+/// Whether a value of `MLPC_NO_GRAPHS` turns graphs off.
+fn no_graphs(value: Option<&str>) -> bool {
+    value.is_some_and(|v| !v.trim().is_empty() && v.trim() != "0")
+}
+
+/// How one kernel runs under given bindings (see [`Executable::launches_for`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedLaunch {
+    /// The plan kernel's name.
+    pub kernel: String,
+    /// The entry point launched.
+    pub entry: String,
+    /// Whether the entry is one of the kernel's small-M variants.
+    pub small_m: bool,
+    pub grid: [u32; 3],
+}
+
+fn mismatch_arg(plan: &Plan, kernel: &str, e: ArgError) -> RuntimeError {
+    match e {
+        ArgError::TensorMap(b, source) => RuntimeError::TensorMap {
+            kernel: kernel.to_string(),
+            buffer: plan
+                .buffers
+                .get(b)
+                .map_or_else(|| format!("buffer {b}"), |x| x.name.clone()),
+            source,
+        },
+        ArgError::NoBuffer(b) => {
+            RuntimeError::Mismatch(format!("kernel `{kernel}` names buffer {b}"))
+        }
+        ArgError::Launch(source) => RuntimeError::Launch {
+            kernel: kernel.to_string(),
+            source,
+        },
+    }
 }
 
 impl Executable {
@@ -100,6 +217,16 @@ impl Executable {
                 return Err(RuntimeError::Mismatch(format!(
                     "plan kernel `{}` got image `{}`",
                     k.name, img.kernel.name
+                )));
+            }
+            if let Some(b) = img.kernel.params.iter().find_map(|p| match p {
+                Param::Buffer { buffer } if *buffer >= plan.buffers.len() => Some(*buffer),
+                _ => None,
+            }) {
+                return Err(RuntimeError::Mismatch(format!(
+                    "kernel `{}` names buffer {b}; the plan has {}",
+                    k.name,
+                    plan.buffers.len()
                 )));
             }
             let module = device
@@ -142,20 +269,26 @@ impl Executable {
                 small_m,
             });
         }
-        let mut uploaded = BTreeMap::new();
-        for (id, b) in plan.buffers.iter().enumerate() {
-            if b.kind == BufferKind::Weight {
+        let mut uploaded = Vec::with_capacity(plan.buffers.len());
+        for b in &plan.buffers {
+            uploaded.push(if b.kind == BufferKind::Weight {
                 let data =
                     weights(&b.name).ok_or_else(|| RuntimeError::MissingWeight(b.name.clone()))?;
-                uploaded.insert(id, device.upload(&data)?);
-            }
+                Some(device.upload(&data)?)
+            } else {
+                None
+            });
         }
         Ok(Executable {
+            state: Mutex::new(State {
+                scratch: None,
+                stats: GraphStats::default(),
+            }),
             device: device.clone(),
             plan: plan.clone(),
             kernels,
             weights: uploaded,
-            scratch: Mutex::new(None),
+            dtypes: plan.buffers.iter().map(|b| b.ty.dtype).collect(),
         })
     }
 
@@ -167,9 +300,25 @@ impl Executable {
         &self.device
     }
 
+    /// How often runs launched kernel by kernel, launched a graph, built one, updated nodes.
+    pub fn graph_stats(&self) -> GraphStats {
+        self.lock().stats
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while the lock was held left no half-made state behind that a run relies on:
+        // the scratch is replaced whole, and stale graph nodes are found by comparison.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Checks the inputs against the guards; returns the bindings of the symbolic dims.
     pub fn check(&self, inputs: &BTreeMap<String, DeviceTensor>) -> Result<Bindings, GuardError> {
-        self.check_refs(&refs(inputs))
+        let stream = self.device.stream();
+        let metas: Vec<(&str, TensorMeta)> = inputs
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.meta(stream)))
+            .collect();
+        self.check_metas(&metas)
     }
 
     /// [`Executable::check`] for borrowed views.
@@ -178,14 +327,18 @@ impl Executable {
         inputs: &BTreeMap<String, TensorRef<'_>>,
     ) -> Result<Bindings, GuardError> {
         let stream = self.device.stream();
-        let metas: Vec<(String, TensorMeta)> = inputs
+        let metas: Vec<(&str, TensorMeta)> = inputs
             .iter()
-            .map(|(n, t)| (n.clone(), t.meta(stream)))
+            .map(|(n, t)| (n.as_str(), t.meta(stream)))
             .collect();
+        self.check_metas(&metas)
+    }
+
+    fn check_metas(&self, metas: &[(&str, TensorMeta)]) -> Result<Bindings, GuardError> {
         check_guards(
             &self.plan,
             self.device.ordinal(),
-            metas.iter().map(|(n, m)| (n.as_str(), m)),
+            metas.iter().map(|(n, m)| (*n, m)),
         )
     }
 
@@ -200,6 +353,101 @@ impl Executable {
             })
     }
 
+    /// The kernels launched under `bindings`, in plan order, each with the entry and grid chosen
+    /// for them; kernels with an empty grid are left out. Arguments are left empty.
+    fn resolve_launches(&self, bindings: &Bindings) -> Result<Vec<NodeLaunch>, RuntimeError> {
+        let mut launches = Vec::with_capacity(self.kernels.len());
+        for (i, (k, loaded)) in self.plan.kernels.iter().zip(&self.kernels).enumerate() {
+            let at = |source| RuntimeError::Launch {
+                kernel: k.name.clone(),
+                source,
+            };
+            // A small-M variant of a GEMM, when one fits the bindings' M.
+            let entry = match loaded.kernel.small_m_variant(bindings).map_err(at)? {
+                Some(v) => Entry::SmallM(v),
+                None => Entry::Tiled,
+            };
+            let (Some(launch), Some(_)) = (loaded.launch(entry), loaded.function(entry)) else {
+                return Err(RuntimeError::Mismatch(format!(
+                    "kernel `{}` has no loaded entry {entry:?}",
+                    k.name
+                )));
+            };
+            let grid = launch.grid(bindings, self.device.sm_count()).map_err(at)?;
+            if grid.contains(&0) {
+                continue;
+            }
+            launches.push(NodeLaunch {
+                kernel: i,
+                entry,
+                grid,
+                block: launch.block,
+                smem_bytes: launch.smem_bytes,
+                args: Vec::with_capacity(loaded.kernel.params.len()),
+            });
+        }
+        Ok(launches)
+    }
+
+    /// Which entry each kernel launches under `bindings`, and on what grid (kernels with an
+    /// empty grid are left out, as a run leaves them out).
+    pub fn launches_for(&self, bindings: &Bindings) -> Result<Vec<PlannedLaunch>, RuntimeError> {
+        Ok(self
+            .resolve_launches(bindings)?
+            .into_iter()
+            .map(|l| {
+                let loaded = &self.kernels[l.kernel];
+                PlannedLaunch {
+                    kernel: self.plan.kernels[l.kernel].name.clone(),
+                    entry: loaded.entry_name(l.entry).to_string(),
+                    small_m: matches!(l.entry, Entry::SmallM(_)),
+                    grid: l.grid,
+                }
+            })
+            .collect())
+    }
+
+    /// Allocates the intermediates for `bindings` and resolves their launches.
+    fn scratch_for(&self, bindings: &Bindings) -> Result<Scratch, RuntimeError> {
+        let stream = self.device.stream();
+        let n = self.plan.buffers.len();
+        let mut s = Scratch {
+            bindings: bindings.clone(),
+            buffers: Vec::with_capacity(n),
+            outputs: Vec::new(),
+            addresses: vec![0; n],
+            lengths: vec![0; n],
+            launches: self.resolve_launches(bindings)?,
+            replay: Replay::default(),
+        };
+        for (id, b) in self.plan.buffers.iter().enumerate() {
+            let mut intermediate = None;
+            match b.kind {
+                BufferKind::Intermediate => {
+                    let bytes = self.shape_of(id, bindings)?.iter().product::<usize>()
+                        * b.ty.dtype.size_bytes();
+                    let slice = stream
+                        .alloc_zeros::<u8>(bytes.max(1))
+                        .map_err(driver("allocating intermediates"))?;
+                    s.addresses[id] = slice.device_ptr(stream).0;
+                    s.lengths[id] = slice.len();
+                    intermediate = Some(slice);
+                }
+                BufferKind::Weight => {
+                    let w = self.weights[id]
+                        .as_ref()
+                        .ok_or_else(|| RuntimeError::MissingWeight(b.name.clone()))?;
+                    s.addresses[id] = w.data.device_ptr(stream).0;
+                    s.lengths[id] = w.data.len();
+                }
+                BufferKind::Output => s.outputs.push((id, self.shape_of(id, bindings)?)),
+                BufferKind::Input => {}
+            }
+            s.buffers.push(intermediate);
+        }
+        Ok(s)
+    }
+
     /// Runs the plan on `inputs` (device tensors by input name), enqueued on the device's stream.
     /// Returns the outputs by name; they are ready once the stream is synchronised.
     pub fn run(
@@ -207,7 +455,8 @@ impl Executable {
         inputs: &BTreeMap<String, DeviceTensor>,
         opts: RunOptions,
     ) -> Result<BTreeMap<String, DeviceTensor>, RuntimeError> {
-        self.run_refs(&refs(inputs), opts)
+        let bindings = self.check(inputs)?;
+        self.execute(&bindings, opts, |name| inputs.get(name).map(|t| &t.data))
     }
 
     /// [`Executable::run`] on borrowed views of device memory.
@@ -217,179 +466,111 @@ impl Executable {
         opts: RunOptions,
     ) -> Result<BTreeMap<String, DeviceTensor>, RuntimeError> {
         let bindings = self.check_refs(inputs)?;
-        let stream = self.device.stream().clone();
-        let mut scratch_guard = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        if scratch_guard
-            .as_ref()
-            .is_none_or(|s| s.bindings != bindings)
-        {
-            let mut buffers = BTreeMap::new();
-            for (id, b) in self.plan.buffers.iter().enumerate() {
-                if b.kind == BufferKind::Intermediate {
-                    let n = self.shape_of(id, &bindings)?.iter().product::<usize>()
-                        * b.ty.dtype.size_bytes();
-                    buffers.insert(
-                        id,
-                        stream
-                            .alloc_zeros::<u8>(n.max(1))
-                            .map_err(driver("allocating intermediates"))?,
-                    );
-                }
-            }
-            *scratch_guard = Some(Scratch {
-                bindings: bindings.clone(),
-                buffers,
-            });
-        }
-        let scratch = scratch_guard
-            .as_ref()
-            .ok_or_else(|| RuntimeError::Mismatch("no scratch".into()))?;
+        self.execute(&bindings, opts, |name| inputs.get(name).map(|t| t.data))
+    }
 
-        let mut outputs: BTreeMap<usize, DeviceTensor> = BTreeMap::new();
-        for (id, b) in self.plan.buffers.iter().enumerate() {
-            if b.kind == BufferKind::Output {
-                let shape = self.shape_of(id, &bindings)?;
-                outputs.insert(id, self.device.uninit(b.ty.dtype, &shape)?);
-            }
+    /// Runs the plan on inputs that passed the guards with `bindings`; `input` gives the memory
+    /// of each input by name.
+    fn execute<'a>(
+        &self,
+        bindings: &Bindings,
+        opts: RunOptions,
+        input: impl Fn(&str) -> Option<&'a CudaSlice<u8>>,
+    ) -> Result<BTreeMap<String, DeviceTensor>, RuntimeError> {
+        let stream = self.device.stream();
+        let mut state = self.lock();
+        let State { scratch, stats } = &mut *state;
+        let s = keyed(
+            scratch,
+            |s| s.bindings == *bindings,
+            || self.scratch_for(bindings),
+        )?;
+
+        let mut outputs: Vec<(usize, DeviceTensor)> = Vec::with_capacity(s.outputs.len());
+        for (id, shape) in &s.outputs {
+            let t = self.device.uninit(self.plan.buffers[*id].ty.dtype, shape)?;
+            s.addresses[*id] = t.data.device_ptr(stream).0;
+            s.lengths[*id] = t.data.len();
+            outputs.push((*id, t));
         }
-        // Device addresses of every buffer.
-        let mut addr: BTreeMap<usize, (u64, usize)> = BTreeMap::new();
         for (id, b) in self.plan.buffers.iter().enumerate() {
-            let (slice, len): (&CudaSlice<u8>, usize) = match b.kind {
-                BufferKind::Input => {
-                    let t = inputs.get(&b.name).ok_or_else(|| GuardError::Missing {
-                        tensor: b.name.clone(),
-                        expected: b.ty.to_string(),
-                    })?;
-                    (t.data, t.data.len())
-                }
-                BufferKind::Weight => {
-                    let t = &self.weights[&id];
-                    (&t.data, t.data.len())
-                }
-                BufferKind::Intermediate => (&scratch.buffers[&id], scratch.buffers[&id].len()),
-                BufferKind::Output => (&outputs[&id].data, outputs[&id].data.len()),
-            };
-            let (ptr, _sync) = slice.device_ptr(&stream);
-            addr.insert(id, (ptr, len));
+            if b.kind == BufferKind::Input {
+                let t = input(&b.name).ok_or_else(|| GuardError::Missing {
+                    tensor: b.name.clone(),
+                    expected: b.ty.to_string(),
+                })?;
+                s.addresses[id] = t.device_ptr(stream).0;
+                s.lengths[id] = t.len();
+            }
         }
         if opts.poison {
             for (id, b) in self.plan.buffers.iter().enumerate() {
                 if matches!(b.kind, BufferKind::Intermediate | BufferKind::Output) {
-                    let (ptr, len) = addr[&id];
-                    // SAFETY: `ptr` points at `len` bytes allocated on this stream's context above.
+                    // SAFETY: the address points at `lengths[id]` bytes allocated above on this
+                    // stream's context.
                     unsafe {
-                        cudarc::driver::result::memset_d8_async(ptr, 0xFF, len, stream.cu_stream())
+                        cudarc::driver::result::memset_d8_async(
+                            s.addresses[id],
+                            0xFF,
+                            s.lengths[id],
+                            stream.cu_stream(),
+                        )
                     }
                     .map_err(driver("poisoning outputs"))?;
                 }
             }
         }
-
-        for (k, loaded) in self.plan.kernels.iter().zip(&self.kernels) {
-            // A small-M variant of a GEMM, when one fits the bindings' M.
-            let small = loaded
-                .kernel
-                .small_m_variant(&bindings)
-                .map_err(|source| RuntimeError::Launch {
-                    kernel: k.name.clone(),
-                    source,
-                })?
-                .zip(loaded.kernel.small_m.as_ref())
-                .map(|(i, s)| (&loaded.small_m[i], &s.variants[i].launch));
-            let (function, launch) = small.unwrap_or((&loaded.function, &loaded.kernel.launch));
-            let grid = launch
-                .grid(&bindings, self.device.sm_count())
-                .map_err(|source| RuntimeError::Launch {
-                    kernel: k.name.clone(),
-                    source,
-                })?;
-            if grid.contains(&0) {
-                continue;
-            }
-            let mut values: Vec<Arg> = Vec::with_capacity(loaded.kernel.params.len());
-            let unbound = |symbol: &str| RuntimeError::Launch {
-                kernel: k.name.clone(),
-                source: LaunchError::Unbound {
-                    symbol: symbol.to_string(),
-                },
-            };
-            let address = |buffer: &usize| {
-                addr.get(buffer).map(|a| a.0).ok_or_else(|| {
-                    RuntimeError::Mismatch(format!("kernel `{}` names buffer {buffer}", k.name))
-                })
-            };
-            for p in &loaded.kernel.params {
-                values.push(match p {
-                    Param::Buffer { buffer } => Arg::U64(address(buffer)?),
-                    Param::Dim { symbol } => {
-                        Arg::U64(bindings.get(symbol).ok_or_else(|| unbound(symbol))?)
-                    }
-                    Param::TensorMap {
-                        buffer,
-                        rows,
-                        cols,
-                        row_stride,
-                        box_rows,
-                        box_cols,
-                    } => {
-                        let resolve = |e: &mlpc_ir::Extent| {
-                            e.syms
-                                .iter()
-                                .find(|s| bindings.get(s).is_none())
-                                .map_or_else(
-                                    || Ok(e.resolve(&bindings).unwrap_or(u64::MAX)),
-                                    |s| Err(unbound(s)),
-                                )
-                        };
-                        let req = MapRequest {
-                            address: address(buffer)?,
-                            dtype: self.plan.buffers[*buffer].ty.dtype,
-                            rows: resolve(rows)?,
-                            cols: resolve(cols)?,
-                            row_stride: resolve(row_stride)?,
-                            box_rows: *box_rows,
-                            box_cols: *box_cols,
-                        };
-                        Arg::Map(Box::new(req.encode().map_err(|source| {
-                            RuntimeError::TensorMap {
-                                kernel: k.name.clone(),
-                                buffer: self.plan.buffers[*buffer].name.clone(),
-                                source,
-                            }
-                        })?))
-                    }
-                });
-            }
-            let cfg = LaunchConfig {
-                grid_dim: (grid[0], grid[1], grid[2]),
-                block_dim: (launch.block[0], launch.block[1], launch.block[2]),
-                shared_mem_bytes: launch.smem_bytes,
-            };
-            let mut builder = stream.launch_builder(function);
-            for v in &values {
-                match v {
-                    Arg::U64(x) => builder.arg(x),
-                    Arg::Map(m) => builder.arg(m.as_ref()),
-                };
-            }
-            // SAFETY: the argument list matches the entry's signature by the kernel ABI
-            // (pointers, 64-bit dims and tensor maps by value, in `params` order); every pointer addresses a live buffer
-            // of the size the plan gives it, as checked by the guards for inputs.
-            unsafe { builder.launch(cfg) }
-                .map_err(driver(format!("launching kernel `{}`", k.name)))?;
+        for l in &mut s.launches {
+            kernel_args(
+                &self.kernels[l.kernel].kernel.params,
+                &s.addresses,
+                &self.dtypes,
+                bindings,
+                &mut l.args,
+            )
+            .map_err(|e| mismatch_arg(&self.plan, &self.plan.kernels[l.kernel].name, e))?;
         }
+
+        self.device
+            .context()
+            .bind_to_thread()
+            .map_err(driver("making the device's context current"))?;
+        let function = |l: &NodeLaunch| {
+            self.kernels[l.kernel]
+                .function(l.entry)
+                .map_or(std::ptr::null_mut(), CudaFunction::cu_function)
+        };
+        let cu_stream = stream.cu_stream();
+        match s.replay.step(opts.graphs, s.launches.len()) {
+            Step::Direct => {
+                for l in &s.launches {
+                    // SAFETY: the arguments match the entry's signature by the kernel ABI
+                    // (pointers and 64-bit dims, in `params` order); every pointer addresses a
+                    // live buffer of the size the plan gives it, as checked by the guards for
+                    // inputs; `resolve_launches` checked that the entry exists.
+                    unsafe { l.launch(function(l), cu_stream) }
+                        .map_err(|e| launch_failed(&self.plan.kernels[l.kernel].name, e))?;
+                }
+                stats.direct_runs += 1;
+            }
+            Step::Build | Step::Replay => {
+                // SAFETY: as for the direct launches; the context was made current above.
+                unsafe { s.replay.launch(&s.launches, function, cu_stream, stats) }?;
+            }
+        }
+        s.replay.ran();
 
         let mut result = BTreeMap::new();
         for (name, id) in &self.plan.outputs {
-            let b = &self.plan.buffers[*id];
-            let t = match b.kind {
-                BufferKind::Output | BufferKind::Intermediate => match outputs.remove(id) {
-                    Some(t) => t,
-                    None => self.copy_of(*id, addr[id], &bindings)?,
-                },
-                // An output that is an input or weight itself: hand back a copy.
-                BufferKind::Input | BufferKind::Weight => self.copy_of(*id, addr[id], &bindings)?,
+            let owned = outputs
+                .iter()
+                .position(|(o, _)| o == id)
+                .map(|i| outputs.swap_remove(i).1);
+            let t = match owned {
+                Some(t) => t,
+                // An output that is an intermediate, an input or a weight itself, or a buffer
+                // named by two outputs: hand back a copy.
+                None => self.copy_of(*id, (s.addresses[*id], s.lengths[*id]), bindings)?,
             };
             result.insert(name.clone(), t);
         }
@@ -435,29 +616,15 @@ impl Executable {
     }
 }
 
-/// One kernel argument by value.
-enum Arg {
-    /// A device pointer or a symbol's value.
-    U64(u64),
-    /// A tensor map (boxed: 128 bytes, 128-byte aligned).
-    Map(Box<TensorMapArg>),
-}
-
-fn refs(inputs: &BTreeMap<String, DeviceTensor>) -> BTreeMap<String, TensorRef<'_>> {
-    inputs
-        .iter()
-        .map(|(n, t)| (n.clone(), t.as_ref()))
-        .collect()
-}
-
 /// Times `iters` runs after `warmup` untimed ones, rotating through `exes` (the same plan with
-/// different weights, so that weights do not stay in L2) and `inputs`. Each run is bracketed by
-/// CUDA events on the stream; returns the per-run times in milliseconds.
+/// different weights, so that weights do not stay in L2) and `inputs`, every run with `opts`.
+/// Each run is bracketed by CUDA events on the stream; returns the per-run times.
 pub fn time_runs(
     exes: &[&Executable],
     inputs: &[BTreeMap<String, DeviceTensor>],
     warmup: usize,
     iters: usize,
+    opts: RunOptions,
 ) -> Result<Timings, RuntimeError> {
     let (Some(first), false) = (exes.first(), inputs.is_empty()) else {
         return Err(RuntimeError::Mismatch(
@@ -469,11 +636,12 @@ pub fn time_runs(
     let stream = device.stream();
     let mut pairs = Vec::with_capacity(iters);
     let mut host_us = Vec::with_capacity(iters);
+    let mut graph_runs = 0;
     for i in 0..warmup + iters {
         let exe = exes[i % exes.len()];
         let inp = &inputs[i % inputs.len()];
         if i < warmup {
-            drop(exe.run(inp, RunOptions::default())?);
+            drop(exe.run(inp, opts)?);
             continue;
         }
         let start = ctx
@@ -482,11 +650,15 @@ pub fn time_runs(
         let end = ctx
             .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(driver("creating an event"))?;
+        let before = exe.graph_stats().graph_launches;
         start.record(stream).map_err(driver("recording an event"))?;
         let host = std::time::Instant::now();
-        let out = exe.run(inp, RunOptions::default())?;
+        let out = exe.run(inp, opts)?;
         host_us.push(host.elapsed().as_secs_f64() * 1e6);
         end.record(stream).map_err(driver("recording an event"))?;
+        if exe.graph_stats().graph_launches > before {
+            graph_runs += 1;
+        }
         pairs.push((start, end, out));
     }
     device.synchronize()?;
@@ -498,7 +670,11 @@ pub fn time_runs(
                 .map_err(driver("reading an event"))
         })
         .collect::<Result<Vec<f64>, DeviceError>>()?;
-    Ok(Timings { gpu_ms, host_us })
+    Ok(Timings {
+        gpu_ms,
+        host_us,
+        graph_runs,
+    })
 }
 
 /// What [`time_runs`] measured, per run.
@@ -506,6 +682,35 @@ pub fn time_runs(
 pub struct Timings {
     /// Between CUDA events recorded before and after each run on the stream, in milliseconds.
     pub gpu_ms: Vec<f64>,
-    /// Host time of each `run` call (guards, allocation, launches; no waiting), in microseconds.
+    /// Host time of each `run` call (guards, allocation, argument updates, launches; no
+    /// waiting), in microseconds.
     pub host_us: Vec<f64>,
+    /// How many of the timed runs were launched as one CUDA graph.
+    pub graph_runs: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mlpc_no_graphs_turns_graphs_off_unless_empty_or_zero() {
+        assert!(!no_graphs(None));
+        assert!(!no_graphs(Some("")));
+        assert!(!no_graphs(Some("0")));
+        assert!(!no_graphs(Some(" 0 ")));
+        assert!(no_graphs(Some("1")));
+        assert!(no_graphs(Some("yes")));
+    }
+
+    #[test]
+    fn explicit_options_are_kept_as_given() {
+        let o = RunOptions {
+            poison: true,
+            graphs: false,
+        };
+        assert_eq!(o, o.clone());
+        assert!(!RunOptions::default().poison);
+        assert_eq!(RunOptions::default().graphs, graphs_by_default());
+    }
 }

@@ -116,30 +116,31 @@ pub fn check_guards<'a>(
     }
     let mut bindings = Bindings::new();
     for g in &plan.guards {
-        let tensor = g.tensor.clone();
+        // The name is copied into an error only: a run that passes allocates no string here.
+        let tensor = || g.tensor.clone();
         let Some((_, t)) = tensors.iter().find(|(n, _)| *n == g.tensor) else {
             return Err(GuardError::Missing {
-                tensor,
+                tensor: tensor(),
                 expected: pattern(g),
             });
         };
         if t.device != device {
             return Err(GuardError::Device {
-                tensor,
+                tensor: tensor(),
                 expected: device,
                 actual: t.device,
             });
         }
         if t.dtype != g.dtype {
             return Err(GuardError::DType {
-                tensor,
+                tensor: tensor(),
                 expected: g.dtype,
                 actual: t.dtype,
             });
         }
         if t.shape.len() != g.shape.len() {
             return Err(GuardError::Shape {
-                tensor,
+                tensor: tensor(),
                 expected: pattern(g),
                 actual: t.shape.clone(),
             });
@@ -148,7 +149,7 @@ pub fn check_guards<'a>(
             match d {
                 Dim::Fixed(n) if *n != v as u64 => {
                     return Err(GuardError::Shape {
-                        tensor,
+                        tensor: tensor(),
                         expected: pattern(g),
                         actual: t.shape.clone(),
                     })
@@ -156,7 +157,7 @@ pub fn check_guards<'a>(
                 Dim::Fixed(_) => {}
                 Dim::Sym(_) if v == 0 => {
                     return Err(GuardError::Shape {
-                        tensor,
+                        tensor: tensor(),
                         expected: pattern(g),
                         actual: t.shape.clone(),
                     })
@@ -164,7 +165,7 @@ pub fn check_guards<'a>(
                 Dim::Sym(s) => {
                     if let Err(bound) = bindings.bind(s, v as u64) {
                         return Err(GuardError::Symbol {
-                            tensor,
+                            tensor: tensor(),
                             symbol: s.to_string(),
                             bound,
                             actual: v as u64,
@@ -173,28 +174,27 @@ pub fn check_guards<'a>(
                 }
             }
         }
-        // With the shape bound, the expected strides are concrete.
-        let expected: Vec<usize> = g
-            .strides
-            .iter()
-            .map(|s| s.resolve(&bindings).unwrap_or(0) as usize)
-            .collect();
-        // A dim of extent 1 never moves, so its stride is irrelevant.
-        let strides_ok = expected
-            .iter()
-            .zip(&t.strides)
-            .zip(&t.shape)
-            .all(|((e, a), &n)| n == 1 || e == a);
+        // With the shape bound, the expected strides are concrete. A dim of extent 1 never
+        // moves, so its stride is irrelevant.
+        // A stride list of another length than the shape is refused, not cut short.
+        let expected = |s: &mlpc_ir::Extent| s.resolve(&bindings).unwrap_or(0) as usize;
+        let strides_ok = t.strides.len() == t.shape.len()
+            && g.strides.len() == t.shape.len()
+            && g.strides
+                .iter()
+                .zip(&t.strides)
+                .zip(&t.shape)
+                .all(|((e, &a), &n)| n == 1 || expected(e) == a);
         if !strides_ok {
             return Err(GuardError::Strides {
-                tensor,
-                expected,
+                tensor: tensor(),
+                expected: g.strides.iter().map(expected).collect(),
                 actual: t.strides.clone(),
             });
         }
         if g.align_bytes > 0 && t.address % g.align_bytes as u64 != 0 {
             return Err(GuardError::Alignment {
-                tensor,
+                tensor: tensor(),
                 address: t.address,
                 align: g.align_bytes,
             });
@@ -288,6 +288,21 @@ mod tests {
             check_guards(&p, 0, []),
             Err(GuardError::Missing { .. })
         ));
+    }
+
+    #[test]
+    fn a_stride_list_of_another_rank_is_refused() {
+        let mut m = meta(&[4, 768]);
+        m.strides = vec![768];
+        let e = check_guards(&sym_plan(), 0, [("x", &m)]).unwrap_err();
+        assert_eq!(
+            e,
+            GuardError::Strides {
+                tensor: "x".into(),
+                expected: vec![768, 1],
+                actual: vec![768],
+            }
+        );
     }
 
     #[test]

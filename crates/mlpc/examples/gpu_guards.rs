@@ -7,11 +7,17 @@
 //!
 //! Then a directory written by `compile --emit-weights` must run on its own and agree.
 //!
+//! Last, CUDA graph replay: over calls with fresh inputs, a T that runs a small-M entry, then a T
+//! that runs the tiled GEMMs, then the first T again, the runs that replay a graph must give
+//! outputs bit-identical to launching the kernels one by one; the first run of each T must
+//! launch directly and the later ones replay (updating the nodes whose arguments changed); and a
+//! poisoned replay must still match the reference.
+//!
 //! usage: gpu_guards MODEL.json   (a model with one input `x: [T, D]`)
 //! Prints one line per case and exits with status 1 if any case is not as expected.
 
-use mlpc::runtime::{DeviceTensor, GuardError, RuntimeError};
-use mlpc::{Backend, Compiler, Error};
+use mlpc::runtime::{Device, DeviceTensor, Executable, GuardError, RunOptions, RuntimeError};
+use mlpc::{Backend, Compiled, Compiler, Error, Tensors};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -148,5 +154,178 @@ fn run() -> Result<bool, Error> {
         if pass { "ok  " } else { "FAIL" }
     );
     let _ = std::fs::remove_dir_all(&dir);
+
+    // 5. CUDA graph replay, on a fresh executable (so that no T has run before).
+    ok &= graph_replay(&Compiler::new().compile_file(&path)?)?;
+    Ok(ok)
+}
+
+fn mark(pass: bool) -> &'static str {
+    if pass {
+        "ok  "
+    } else {
+        "FAIL"
+    }
+}
+
+fn upload(device: &Device, host: &Tensors) -> Result<BTreeMap<String, DeviceTensor>, Error> {
+    let mut dev = BTreeMap::new();
+    for (n, t) in host {
+        dev.insert(n.clone(), device.upload(t)?);
+    }
+    Ok(dev)
+}
+
+fn download(device: &Device, out: &BTreeMap<String, DeviceTensor>) -> Result<Tensors, Error> {
+    let mut host = BTreeMap::new();
+    for (n, t) in out {
+        host.insert(n.clone(), device.download(t)?);
+    }
+    device.synchronize()?;
+    Ok(host)
+}
+
+/// Whether any GEMM runs a small-M entry at token count `t`.
+fn runs_small_m(c: &Compiled, exe: &Executable, t: u64) -> Result<bool, Error> {
+    let dev = upload(exe.device(), &c.random_inputs(&[("T", t)], 0)?)?;
+    let b = exe.check(&dev).map_err(RuntimeError::from)?;
+    Ok(exe.launches_for(&b)?.iter().any(|l| l.small_m))
+}
+
+fn graph_replay(c: &Compiled) -> Result<bool, Error> {
+    let exe = c.executable()?;
+    let device = exe.device().clone();
+    let direct = RunOptions {
+        poison: false,
+        graphs: false,
+    };
+    let graphs = RunOptions {
+        poison: false,
+        graphs: true,
+    };
+    let mut ok = true;
+
+    let mut small = None;
+    for t in [7, 3, 1, 16] {
+        if runs_small_m(c, &exe, t)? {
+            small = Some(t);
+            break;
+        }
+    }
+    let mut tiled = None;
+    for t in [64, 129, 256, 512, 1024, 4096] {
+        if !runs_small_m(c, &exe, t)? {
+            tiled = Some(t);
+            break;
+        }
+    }
+    let pass = small.is_some() && tiled.is_some();
+    ok &= pass;
+    println!(
+        "{} graph replay: T = {} runs a small-M entry, T = {} the tiled kernels",
+        mark(pass),
+        small.map_or("(none found)".into(), |t| t.to_string()),
+        tiled.map_or("(none found)".into(), |t| t.to_string()),
+    );
+    let (small, tiled) = (small.unwrap_or(7), tiled.unwrap_or(4096));
+
+    // Everything stays alive to the end, so that every call gets fresh input and output
+    // addresses and a replay must update the graph's nodes.
+    let mut keep = Vec::new();
+    let mut since_change = 0;
+    let mut previous_t = None;
+    for (call, t) in [
+        small, small, small, tiled, tiled, tiled, small, small, small,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        since_change = if previous_t == Some(t) {
+            since_change + 1
+        } else {
+            0
+        };
+        previous_t = Some(t);
+        let host = c.random_inputs(&[("T", t)], 100 + call as u64)?;
+        let dev = upload(&device, &host)?;
+        let before = exe.graph_stats();
+        let out_g = exe.run(&dev, graphs)?;
+        let after = exe.graph_stats();
+        let out_d = exe.run(&dev, direct)?;
+        let (yg, yd) = (download(&device, &out_g)?, download(&device, &out_d)?);
+        let how = match (
+            after.graph_launches > before.graph_launches,
+            after.graph_builds > before.graph_builds,
+        ) {
+            (false, _) => "launched kernel by kernel",
+            (true, true) => "built and launched a graph",
+            (true, false) => "replayed the graph",
+        };
+        let expected = match since_change {
+            0 => "launched kernel by kernel",
+            1 => "built and launched a graph",
+            _ => "replayed the graph",
+        };
+        let updates = after.node_updates - before.node_updates;
+        let identical = yg.len() == yd.len()
+            && yg
+                .iter()
+                .all(|(n, g)| yd.get(n).is_some_and(|d| d.bytes() == g.bytes()));
+        let want = c.run(Backend::Reference, &host)?;
+        let err = yg
+            .iter()
+            .map(|(n, g)| {
+                want.get(n).map_or(f64::NAN, |w| {
+                    mlpc::ir::relative_error(&g.to_f64(), &w.to_f64()) / mlpc::tolerance(g.dtype())
+                })
+            })
+            // NaN (an element no kernel wrote) must fail, so no `f64::max`, which drops it.
+            .fold(0.0, |a: f64, e| {
+                if a.is_nan() || e.is_nan() {
+                    f64::NAN
+                } else {
+                    a.max(e)
+                }
+            });
+        let pass = identical && err <= 1.0 && how == expected && (since_change < 2 || updates > 0);
+        ok &= pass;
+        println!(
+            "{} graph replay call {call} (T = {t}): {how} (expected: {expected}), {updates} node(s) updated, {} the direct launches, error {err:.2} of tolerance",
+            mark(pass),
+            if identical { "bit-identical to" } else { "DIFFERENT from" },
+        );
+        keep.push((dev, out_g, out_d));
+    }
+
+    // A poisoned replay: NaN fills on the stream before the graph launch, none left after it.
+    let host = c.random_inputs(&[("T", small)], 999)?;
+    let dev = upload(&device, &host)?;
+    let before = exe.graph_stats();
+    let out_p = exe.run(
+        &dev,
+        RunOptions {
+            poison: true,
+            graphs: true,
+        },
+    )?;
+    let replayed = exe.graph_stats().graph_launches > before.graph_launches;
+    let out_d = exe.run(&dev, direct)?;
+    let (yp, yd) = (download(&device, &out_p)?, download(&device, &out_d)?);
+    let want = c.run(Backend::Reference, &host)?;
+    let mut pass = replayed;
+    for (n, p) in &yp {
+        let err = want.get(n).map_or(f64::NAN, |w| {
+            mlpc::ir::relative_error(&p.to_f64(), &w.to_f64())
+        });
+        pass &=
+            err <= mlpc::tolerance(p.dtype()) && yd.get(n).is_some_and(|d| d.bytes() == p.bytes());
+    }
+    ok &= pass;
+    println!(
+        "{} graph replay with poisoned outputs (T = {small}): {}, matches the reference and the direct launches",
+        mark(pass),
+        if replayed { "replayed the graph" } else { "did NOT replay" },
+    );
+    drop(keep);
     Ok(ok)
 }

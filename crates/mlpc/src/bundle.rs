@@ -130,6 +130,11 @@ impl Bundle {
 
     /// Uploads `inputs`, runs the plan, downloads the outputs.
     pub fn run(&self, inputs: &Tensors) -> Result<Tensors, Error> {
-        Ok(self.executable()?.run_host(inputs, RunOptions::default())?)
+        self.run_with(inputs, RunOptions::default())
+    }
+
+    /// [`Bundle::run`] with explicit options (poisoning, CUDA graphs).
+    pub fn run_with(&self, inputs: &Tensors, opts: RunOptions) -> Result<Tensors, Error> {
+        Ok(self.executable()?.run_host(inputs, opts)?)
     }
 }

@@ -87,8 +87,13 @@ pub struct BenchReport {
     pub weight_sets: usize,
     /// Floating-point operations of one run (2 per multiply-add of every GEMM).
     pub flops: f64,
-    /// Median host time of one `run` call (guards, allocation, launches), in microseconds.
+    /// Median host time of one `run` call (guards, allocation, argument updates, launches), in
+    /// microseconds.
     pub host_us: f64,
+    /// Whether the runs were allowed to replay CUDA graphs ([`crate::Compiler::cuda_graphs`]).
+    pub graphs: bool,
+    /// How many of the timed runs were launched as one CUDA graph.
+    pub graph_runs: usize,
 }
 
 impl BenchReport {
@@ -162,7 +167,9 @@ impl Compiled {
 
     /// Times the CUDA backend: warm-up runs, then `iters` runs bracketed by CUDA events, rotating
     /// through weight sets (other random weights of the same shapes, so that weights do not stay
-    /// in L2) and input sets. Random data, never zeros.
+    /// in L2) and input sets. Random data, never zeros. With CUDA graphs on
+    /// ([`crate::Compiler::cuda_graphs`]), every weight set's graph is built during the warm-up
+    /// once the warm-up gives each set two runs.
     pub fn bench(
         &self,
         bindings: &[(&str, u64)],
@@ -198,7 +205,7 @@ impl Compiled {
             }
             extra.push(gpu.with_weights(self, &w)?);
         }
-        let mut exes: Vec<&mlpc_runtime::Executable> = vec![&gpu.exe];
+        let mut exes: Vec<&mlpc_runtime::Executable> = vec![gpu.exe.as_ref()];
         exes.extend(extra.iter());
         let device = gpu.exe.device();
         let mut inputs = Vec::new();
@@ -214,7 +221,8 @@ impl Compiled {
             .exe
             .check(&inputs[0])
             .map_err(mlpc_runtime::RuntimeError::from)?;
-        let timings = mlpc_runtime::time_runs(&exes, &inputs, opts.warmup, opts.iters.max(1))?;
+        let run = self.run_options(false);
+        let timings = mlpc_runtime::time_runs(&exes, &inputs, opts.warmup, opts.iters.max(1), run)?;
         let mut times = timings.gpu_ms;
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
@@ -227,6 +235,8 @@ impl Compiled {
             iters: times.len(),
             weight_sets: exes.len(),
             host_us: host.get(host.len() / 2).copied().unwrap_or(f64::NAN),
+            graphs: run.graphs,
+            graph_runs: timings.graph_runs,
             flops: plan_flops(self.plan(), &binding),
         })
     }

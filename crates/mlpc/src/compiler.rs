@@ -38,6 +38,8 @@ pub struct Compiler {
     no_cache: bool,
     respecialize: usize,
     emit_weights: bool,
+    /// `None`: [`mlpc_runtime::graphs_by_default`].
+    cuda_graphs: Option<bool>,
 }
 
 impl Compiler {
@@ -89,6 +91,14 @@ impl Compiler {
     /// them) among the artifacts, so that the directory runs on its own ([`crate::Bundle`]).
     pub fn emit_weights(mut self, on: bool) -> Compiler {
         self.emit_weights = on;
+        self
+    }
+
+    /// Whether CUDA runs replay the plan as one CUDA graph when the bindings of the symbolic
+    /// dims repeat (from the second run with the same bindings on). On by default, unless the
+    /// environment variable `MLPC_NO_GRAPHS` is set (to anything but empty or `0`).
+    pub fn cuda_graphs(mut self, on: bool) -> Compiler {
+        self.cuda_graphs = Some(on);
         self
     }
 
@@ -482,8 +492,27 @@ impl Compiled {
         match backend {
             Backend::Reference => Ok(mlpc_ir::interpret(self.reference_graph(), inputs)?),
             Backend::Cpu => self.cpu_state()?.run(inputs),
-            Backend::Cuda => self.gpu_state()?.run(inputs, poison),
+            Backend::Cuda => self.gpu_state()?.run(inputs, self.run_options(poison)),
         }
+    }
+
+    /// The options of a CUDA run: poisoning as asked, graphs as the compiler says
+    /// ([`Compiler::cuda_graphs`]).
+    pub fn run_options(&self, poison: bool) -> mlpc_runtime::RunOptions {
+        mlpc_runtime::RunOptions {
+            poison,
+            graphs: self
+                .compiler
+                .cuda_graphs
+                .unwrap_or_else(mlpc_runtime::graphs_by_default),
+        }
+    }
+
+    /// The loaded CUDA executable (the device opened and the kernels loaded on first use), for
+    /// callers that want the runtime's own API: runs with explicit [`mlpc_runtime::RunOptions`],
+    /// [`mlpc_runtime::Executable::graph_stats`], [`mlpc_runtime::Executable::launches_for`].
+    pub fn executable(&self) -> Result<Arc<mlpc_runtime::Executable>, Error> {
+        Ok(self.gpu_state()?.exe.clone())
     }
 
     /// The device the CUDA backend runs on (opened on first use), for callers that keep their
@@ -500,8 +529,7 @@ impl Compiled {
         &self,
         inputs: &std::collections::BTreeMap<String, mlpc_runtime::DeviceTensor>,
     ) -> Result<std::collections::BTreeMap<String, mlpc_runtime::DeviceTensor>, Error> {
-        let opts = mlpc_runtime::RunOptions::default();
-        match self.gpu_state()?.exe.run(inputs, opts) {
+        match self.gpu_state()?.exe.run(inputs, self.run_options(false)) {
             Err(mlpc_runtime::RuntimeError::Guard(g))
                 if g.is_layout() && self.compiler.respecialize > 0 =>
             {
@@ -565,7 +593,7 @@ impl Compiled {
         Ok(variant
             .gpu_state()?
             .exe
-            .run_refs(&refs, mlpc_runtime::RunOptions::default())?)
+            .run_refs(&refs, self.run_options(false))?)
     }
 
     pub(crate) fn cpu_state(&self) -> Result<Arc<crate::cpu::CpuState>, Error> {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(crate) struct GpuState {
-    pub(crate) exe: Executable,
+    pub(crate) exe: Arc<Executable>,
     pub(crate) images: Vec<KernelImage>,
 }
 
@@ -32,12 +32,12 @@ impl GpuState {
         let arch = c.arch_for_device(device.compute_capability()?)?;
         let images = images(c, arch)?;
         let weights = |name: &str| c.optimized().weight(name).cloned();
-        let exe = Executable::load(&device, c.plan(), &images, &weights)?;
+        let exe = Arc::new(Executable::load(&device, c.plan(), &images, &weights)?);
         Ok(GpuState { exe, images })
     }
 
-    pub(crate) fn run(&self, inputs: &Tensors, poison: bool) -> Result<Tensors, Error> {
-        Ok(self.exe.run_host(inputs, RunOptions { poison })?)
+    pub(crate) fn run(&self, inputs: &Tensors, opts: RunOptions) -> Result<Tensors, Error> {
+        Ok(self.exe.run_host(inputs, opts)?)
     }
 
     /// Loads the same plan again with other weights (for timing with weights out of L2).
