@@ -56,12 +56,15 @@ impl GemvConfig {
 
 /// The variants for a GEMM with `m` output rows and `n` output columns.
 pub(crate) fn configs(dtype: DType, dual: bool, m: &Extent, n: &Extent) -> Vec<GemvConfig> {
-    // (token groups, unroll, 256-thread CTAs per SM): as many weight loads in flight as the
-    // registers allow next to the accumulators without spilling (ptxas' reports, checked by the
-    // NVRTC tests); two CTAs per SM cap a thread at 128 registers, one at 255.
+    // (token groups, unroll, 256-thread CTAs per SM): two CTAs per SM cap a thread at 128
+    // registers, one at 255 (no spills either way: ptxas' reports, checked by the NVRTC tests).
+    // Up to 16 tokens, a shallower unroll measured faster on the H200 than more loads in flight
+    // per warp (llama-swiglu T=16: 0.124 ms with unroll 2 / 4 for the dual / plain GEMM, 0.106
+    // with 1 / 2; gpt2-mlp T=16: 0.0165 -> 0.0156; a deeper unroll at one CTA per SM: 0.143;
+    // docs/perf-notes.md).
     let buckets: &[(u32, u32, u32)] = match (dtype, dual) {
-        (DType::F16 | DType::Bf16, false) => &[(1, 4, 2), (2, 4, 2), (4, 4, 2), (8, 4, 2)],
-        (DType::F16 | DType::Bf16, true) => &[(1, 2, 2), (2, 2, 2), (4, 2, 2), (8, 2, 1)],
+        (DType::F16 | DType::Bf16, false) => &[(1, 2, 2), (2, 2, 2), (4, 4, 2), (8, 4, 2)],
+        (DType::F16 | DType::Bf16, true) => &[(1, 1, 2), (2, 1, 2), (4, 2, 2), (8, 2, 1)],
         (DType::F32, false) => &[(1, 2, 2), (2, 1, 2)],
         (DType::F32, true) => &[(1, 1, 2)],
     };
