@@ -26,9 +26,10 @@ def models(quick):
     cases = sorted(glob.glob("tests/cases/*/model.json"))
     examples = sorted(glob.glob("examples/*/model.json"))
     jobs = []
-    # Token counts cover the small-M buckets (8, 16, 32, 64), their edges and the tiled kernels.
+    # Token counts cover the small-M buckets (8, 16, 32, 64), their edges, the decode sizes the
+    # small-T goal names (1, 2, 3, 7, 16, 64) and the tiled kernels.
     for m in cases:
-        for t in ([1, 129] if quick else [1, 2, 7, 16, 17, 33, 65, 129]):
+        for t in ([1, 129] if quick else [1, 2, 3, 7, 16, 17, 33, 64, 65, 129]):
             jobs.append((m, t))
     for m in examples:
         big = "llama" in m

@@ -189,14 +189,14 @@ pub struct DeviceTensor {
 impl DeviceTensor {
     /// The metadata the guards check.
     pub fn meta(&self, stream: &CudaStream) -> TensorMeta {
-        let (ptr, _sync) = self.data.device_ptr(stream);
-        TensorMeta {
-            dtype: self.dtype,
-            shape: self.shape.clone(),
-            strides: self.strides.clone(),
-            address: ptr,
-            device: self.device,
-        }
+        meta_of(
+            &self.data,
+            self.dtype,
+            &self.shape,
+            &self.strides,
+            self.device,
+            stream,
+        )
     }
 
     /// A borrowed view of the same memory, shape and strides.
@@ -226,13 +226,32 @@ pub struct TensorRef<'a> {
 impl TensorRef<'_> {
     /// The metadata the guards check.
     pub fn meta(&self, stream: &CudaStream) -> TensorMeta {
-        let (ptr, _sync) = self.data.device_ptr(stream);
-        TensorMeta {
-            dtype: self.dtype,
-            shape: self.shape.clone(),
-            strides: self.strides.clone(),
-            address: ptr,
-            device: self.device,
-        }
+        meta_of(
+            self.data,
+            self.dtype,
+            &self.shape,
+            &self.strides,
+            self.device,
+            stream,
+        )
+    }
+}
+
+/// The guards' view of device memory read with `dtype`, `shape` and `strides`.
+fn meta_of(
+    data: &CudaSlice<u8>,
+    dtype: DType,
+    shape: &[usize],
+    strides: &[usize],
+    device: usize,
+    stream: &CudaStream,
+) -> TensorMeta {
+    let (address, _sync) = data.device_ptr(stream);
+    TensorMeta {
+        dtype,
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+        address,
+        device,
     }
 }

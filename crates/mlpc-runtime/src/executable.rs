@@ -313,12 +313,7 @@ impl Executable {
 
     /// Checks the inputs against the guards; returns the bindings of the symbolic dims.
     pub fn check(&self, inputs: &BTreeMap<String, DeviceTensor>) -> Result<Bindings, GuardError> {
-        let stream = self.device.stream();
-        let metas: Vec<(&str, TensorMeta)> = inputs
-            .iter()
-            .map(|(n, t)| (n.as_str(), t.meta(stream)))
-            .collect();
-        self.check_metas(&metas)
+        self.check_with(inputs, DeviceTensor::meta)
     }
 
     /// [`Executable::check`] for borrowed views.
@@ -326,10 +321,18 @@ impl Executable {
         &self,
         inputs: &BTreeMap<String, TensorRef<'_>>,
     ) -> Result<Bindings, GuardError> {
+        self.check_with(inputs, TensorRef::meta)
+    }
+
+    fn check_with<T>(
+        &self,
+        inputs: &BTreeMap<String, T>,
+        meta: impl Fn(&T, &cudarc::driver::CudaStream) -> TensorMeta,
+    ) -> Result<Bindings, GuardError> {
         let stream = self.device.stream();
         let metas: Vec<(&str, TensorMeta)> = inputs
             .iter()
-            .map(|(n, t)| (n.as_str(), t.meta(stream)))
+            .map(|(n, t)| (n.as_str(), meta(t, stream)))
             .collect();
         self.check_metas(&metas)
     }
