@@ -143,6 +143,9 @@ impl Compiled {
             .into_iter()
             .filter(|c| seen.insert(c.key))
             .collect();
+        // The reference outputs, once: every candidate is checked against them.
+        let inputs = self.random_inputs(bindings, opts.seed)?;
+        let want = self.run(Backend::Reference, &inputs)?;
         let total = tunable.iter().map(|c| c.choices.len()).sum();
         let mut done = 0;
         let mut best_tiles = TileOverrides::new();
@@ -159,7 +162,7 @@ impl Compiled {
                 });
                 let mut tiles = best_tiles.clone();
                 tiles.insert(cands.key, choice);
-                let result = self.measure(tiles, bindings, opts);
+                let result = self.measure(tiles, bindings, (&inputs, &want), opts);
                 if let CandidateResult::Timed(ms) = result {
                     if best.is_none_or(|(_, b)| ms < b) {
                         best = Some((choice, ms));
@@ -235,10 +238,11 @@ impl Compiled {
         &self,
         tiles: TileOverrides,
         bindings: &[(&str, u64)],
+        (inputs, want): (&crate::Tensors, &crate::Tensors),
         opts: AutotuneOptions,
     ) -> CandidateResult {
         let variant = self.with_tiles(tiles);
-        let check = match variant.check(Backend::Cuda, bindings, opts.seed) {
+        let check = match variant.check_against(Backend::Cuda, inputs, want) {
             Ok(c) => c,
             Err(e) => return CandidateResult::Dropped(e.to_string()),
         };
