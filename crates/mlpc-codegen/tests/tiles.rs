@@ -222,3 +222,40 @@ fn overrides_round_trip_through_json() {
     assert_eq!(back, tiles);
     assert_eq!(back.get(&key), Some(c(128, 1)));
 }
+
+/// Every candidate tile of a plain and a dual GEMM compiles for sm_90a with NVRTC: the
+/// template's `static_assert`s on block size and shared memory hold for each, and none spills.
+/// Needs NVRTC 13.0, as the other NVRTC tests.
+#[test]
+fn every_candidate_compiles_for_sm_90a_without_local_memory() {
+    use mlpc_jit::{compile_all, JitOptions};
+    let o = opts(Arch::Sm90a);
+    let mut kernels = Vec::new();
+    for p in [plan("768", "768"), plan("4096", "1024"), plan("768", "64")] {
+        for c in plan_tile_candidates(&p, &o).unwrap() {
+            let kernel = p.kernels.iter().find(|k| k.name == c.kernel).unwrap();
+            for choice in c.choices {
+                let mut tiles = TileOverrides::new();
+                tiles.insert(c.key, choice);
+                kernels.push(mlpc_codegen::generate_kernel_tiled(&p, kernel, &o, &tiles).unwrap());
+            }
+        }
+    }
+    assert_eq!(kernels.len(), (4 + 1) + (3 + 1) + (3 + 2));
+    let jit = JitOptions {
+        arch: Arch::Sm90a,
+        no_cache: true,
+        cache_dir: None,
+    };
+    let compiled = compile_all(&kernels, &jit).unwrap_or_else(|e| panic!("{e}"));
+    for (k, c) in kernels.iter().zip(&compiled) {
+        assert!(c.ptx.contains("wgmma.mma_async"), "{}", k.entry);
+        assert!(
+            !c.resources.uses_local_memory(),
+            "{} uses local memory: {:?}\n{}",
+            k.entry,
+            c.resources,
+            c.log
+        );
+    }
+}

@@ -143,6 +143,30 @@ impl Compiled {
             .into_iter()
             .filter(|c| seen.insert(c.key))
             .collect();
+        // Every candidate kernel compiled up front, in parallel: NVRTC's output lands in the
+        // kernel cache, which the measurements below then hit. A candidate that does not compile
+        // fails again there, where it is dropped and reported; so a failure here is not fatal.
+        let mut each = Vec::new();
+        for c in &tunable {
+            let Some(kernel) = self.plan().kernels.iter().find(|k| k.name == c.kernel) else {
+                continue;
+            };
+            for &choice in &c.choices {
+                let mut t = TileOverrides::new();
+                t.insert(c.key, choice);
+                each.push(mlpc_codegen::generate_kernel_tiled(
+                    self.plan(),
+                    kernel,
+                    &codegen,
+                    &t,
+                )?);
+            }
+        }
+        let jit = mlpc_jit::JitOptions {
+            arch,
+            ..self.compiler().jit_options()
+        };
+        let _ = mlpc_jit::compile_all(&each, &jit);
         // The reference outputs, once: every candidate is checked against them.
         let inputs = self.random_inputs(bindings, opts.seed)?;
         let want = self.run(Backend::Reference, &inputs)?;

@@ -206,7 +206,7 @@ impl Compiler {
         })
     }
 
-    fn jit_options(&self) -> JitOptions {
+    pub(crate) fn jit_options(&self) -> JitOptions {
         JitOptions {
             arch: self.arch.unwrap_or(Arch::Sm90),
             no_cache: self.no_cache,

@@ -434,4 +434,35 @@ mod tests {
         let (tiles, _) = cached_tiles(c.plan(), &opts, &cache, "GPU", &Bindings::new()).unwrap();
         assert_eq!(tiles.get(&first), Some(TileChoice { bn: 192, ctas: 1 }));
     }
+
+    #[test]
+    fn forced_tiles_win_over_the_cache_and_the_cache_can_be_turned_off() {
+        let text = r#"{ "mlpc": 1, "dtype": "bf16", "seed": 1,
+            "inputs": { "x": { "shape": ["T", 768] } },
+            "layers": [ { "op": "linear", "out": 768 } ] }"#;
+        let model = mlpc_frontend::parse_model(text, Path::new("."), "m.json").unwrap();
+        let c = crate::Compiler::new()
+            .cuda_kernels(crate::CudaKernels::Skip)
+            .autotune_cache(false)
+            .compile_model(model)
+            .unwrap();
+        // Without the cache (no file is read): the heuristic, said so.
+        let (tiles, notes) = c.device_tiles(Arch::Sm90a, "GPU").unwrap();
+        assert!(tiles.is_empty());
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].source, TileSource::Heuristic);
+        assert_eq!(notes[0].choice, TileChoice { bn: 128, ctas: 2 });
+        // Other targets have no tunable kernels.
+        assert!(c.device_tiles(Arch::Sm80, "GPU").unwrap().1.is_empty());
+        // A candidate being measured: forced.
+        let mut forced = TileOverrides::new();
+        let choice = TileChoice { bn: 256, ctas: 1 };
+        forced.insert(notes[0].key, choice);
+        let v = c.with_tiles(forced.clone());
+        let (tiles, notes) = v.device_tiles(Arch::Sm90a, "GPU").unwrap();
+        assert_eq!(tiles, forced);
+        assert_eq!(notes[0].source, TileSource::Forced);
+        assert_eq!(notes[0].choice, choice);
+        assert_eq!(v.plan(), c.plan());
+    }
 }
