@@ -418,6 +418,15 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 r.host_us,
                 render::graph_use(r.graphs, r.graph_runs, r.iters),
             );
+            let tiles = compiled.tile_notes();
+            if tiles
+                .iter()
+                .any(|t| matches!(t.source, mlpc::TileSource::Cache { .. }))
+            {
+                for t in &tiles {
+                    println!("  tile: {t}");
+                }
+            }
             if let Some(path) = json {
                 let line = serde_json::json!({
                     "model": compiled.name(),
@@ -434,6 +443,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     "host_us": r.host_us,
                     "graphs": r.graphs,
                     "graph_runs": r.graph_runs,
+                    "tiles": tiles.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
                 });
                 use std::io::Write;
                 let mut f = std::fs::OpenOptions::new()
