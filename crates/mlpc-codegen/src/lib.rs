@@ -17,6 +17,8 @@
 //!   For [`Arch::Sm90a`], f16 / bf16 GEMMs whose A and weight are both k-contiguous use
 //!   `gemm_wgmma.cuh` instead of `gemm_mma.cuh` (warpgroup `wgmma.mma_async` from 128B-swizzled
 //!   shared memory; see `wgmma.rs`); other layouts and every other target keep `gemm_mma.cuh`.
+//!   Their tile is the heuristic's unless [`generate_tiled`] forces one per [`TileKey`]
+//!   (validated by the same rules; [`tile_candidates`] lists the valid ones).
 //! - `sparse_gemm` / `sparse_dual_gemm` (a weight packed to its kept blocks): `gemm_bsr.cuh`,
 //!   tensor cores for f16 / bf16 and FFMA for f32 like the dense families, with the kept-block
 //!   lists compiled into the source as constant arrays. One CTA per `BM` rows and per share of a
