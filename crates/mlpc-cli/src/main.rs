@@ -53,6 +53,14 @@ enum Command {
         /// on its own: `mlpc run DIR ...`.
         #[arg(long)]
         emit_weights: bool,
+        /// Measure every valid tile of each Hopper GEMM on the GPU (checked against the
+        /// reference, then timed) and cache the fastest for later compiles and runs. Needs a
+        /// Hopper GPU and `--bind` for every symbolic dimension.
+        #[arg(long)]
+        autotune: bool,
+        /// With --autotune: a value for a symbolic dimension, e.g. `--bind T=8192`.
+        #[arg(long = "bind", value_name = "SYM=N", value_parser = parse_binding)]
+        bindings: Vec<(String, u64)>,
     },
     /// Run a model on inputs read from a safetensors file; write the outputs to another.
     Run {
@@ -144,11 +152,17 @@ struct CompileArgs {
     /// Neither read nor write the kernel cache.
     #[arg(long)]
     no_cache: bool,
+    /// Neither read nor write the autotune cache (Hopper GEMM tiles measured by
+    /// `compile --autotune`): the heuristic's tiles.
+    #[arg(long)]
+    no_autotune_cache: bool,
 }
 
 impl CompileArgs {
     fn compiler(&self, print_after: Option<&str>) -> Result<Compiler, mlpc::Error> {
-        let mut c = Compiler::new().no_cache(self.no_cache);
+        let mut c = Compiler::new()
+            .no_cache(self.no_cache)
+            .autotune_cache(!self.no_autotune_cache);
         if let Some(p) = &self.passes {
             c = c.passes(p.clone());
         }
@@ -275,10 +289,13 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             print_after,
             time_passes,
             emit_weights,
+            autotune,
+            bindings,
         } => {
             let compiled = opts
                 .compiler(print_after.as_deref())?
                 .emit_weights(emit_weights)
+                .tile_bindings(bindings.clone())
                 .compile_file(&model)?;
             for (pass, ir) in compiled.pass_ir() {
                 println!("// IR after {pass}\n{ir}");
@@ -286,8 +303,15 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             if time_passes {
                 print!("{}", compiled.report().timings());
             }
+            if autotune {
+                let report = render::autotune(&compiled, &bindings_of(&bindings))?;
+                print!("{report}");
+                // Load the kernels as a run would, so that explain.txt says which tiles runs
+                // on this device take.
+                compiled.executable()?;
+            }
             if explain {
-                println!("{}", compiled.explain());
+                println!("{}", compiled.explain_with_tiles());
             }
             let dir = out.unwrap_or_else(|| default_out_dir(compiled.name(), &model));
             let written = compiled.write_to(&dir)?;
@@ -345,7 +369,10 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             opts,
         } => {
             let (backend, note) = pick_backend(backend);
-            let compiled = opts.compiler(None)?.compile_file(&model)?;
+            let compiled = opts
+                .compiler(None)?
+                .tile_bindings(bindings.clone())
+                .compile_file(&model)?;
             let report = compiled.check(backend, &bindings_of(&bindings), seed)?;
             if let Some(note) = note {
                 println!("note: {note}");
@@ -364,7 +391,9 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             opts,
             graphs,
         } => {
-            let compiled = graphs.apply(opts.compiler(None)?).compile_file(&model)?;
+            let compiled = graphs
+                .apply(opts.compiler(None)?.tile_bindings(bindings.clone()))
+                .compile_file(&model)?;
             let b = bindings_of(&bindings);
             let r = compiled.bench(
                 &b,
@@ -389,6 +418,15 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 r.host_us,
                 render::graph_use(r.graphs, r.graph_runs, r.iters),
             );
+            let tiles = compiled.tile_notes();
+            if tiles
+                .iter()
+                .any(|t| matches!(t.source, mlpc::TileSource::Cache { .. }))
+            {
+                for t in &tiles {
+                    println!("  tile: {t}");
+                }
+            }
             if let Some(path) = json {
                 let line = serde_json::json!({
                     "model": compiled.name(),
@@ -405,6 +443,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     "host_us": r.host_us,
                     "graphs": r.graphs,
                     "graph_runs": r.graph_runs,
+                    "tiles": tiles.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
                 });
                 use std::io::Write;
                 let mut f = std::fs::OpenOptions::new()
@@ -457,6 +496,41 @@ fn default_out_dir(model_name: &str, model_path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn autotune_and_the_tile_cache_flags() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.command);
+        match parse(&[
+            "mlpc",
+            "compile",
+            "m.json",
+            "--autotune",
+            "--bind",
+            "T=8192",
+            "--no-autotune-cache",
+        ]) {
+            Ok(Command::Compile {
+                autotune,
+                bindings,
+                opts,
+                ..
+            }) => {
+                assert!(autotune);
+                assert_eq!(bindings, [("T".to_string(), 8192)]);
+                assert!(opts.no_autotune_cache);
+            }
+            other => panic!("{other:?}"),
+        }
+        for cmd in ["bench", "check", "run"] {
+            let mut args = vec!["mlpc", cmd, "m.json", "--no-autotune-cache"];
+            if cmd == "run" {
+                args.extend(["-i", "in.safetensors", "-o", "out.safetensors"]);
+            }
+            assert!(parse(&args).is_ok(), "{cmd}");
+        }
+        // `--autotune` belongs to compile only.
+        assert!(parse(&["mlpc", "bench", "m.json", "--autotune"]).is_err());
+    }
 
     #[test]
     fn bindings_parse() {

@@ -182,6 +182,64 @@ fn bytes(n: u64) -> String {
     format!("{v:.1} {unit} ({n} bytes)")
 }
 
+/// Runs [`mlpc::Compiled::autotune`] with a progress bar on stderr (candidates done / total, the
+/// kernel and tile being measured, the best median so far), and renders the result: per kernel,
+/// every candidate's median or why it was dropped, and the winner.
+pub fn autotune(
+    compiled: &mlpc::Compiled,
+    bindings: &[(&str, u64)],
+) -> Result<String, mlpc::Error> {
+    let bar = indicatif::ProgressBar::hidden();
+    let mut started = false;
+    let report = compiled.autotune(bindings, mlpc::AutotuneOptions::default(), &mut |p| {
+        if !started {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            bar.set_length(p.total as u64);
+            if let Ok(style) =
+                indicatif::ProgressStyle::with_template("autotune [{bar:30}] {pos}/{len} {msg}")
+            {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            started = true;
+        }
+        bar.set_position(p.done as u64);
+        match &p.current {
+            Some((kernel, choice)) => bar.set_message(match p.best_ms {
+                Some(b) => format!("{kernel}: {choice} (best so far {b:.4} ms)"),
+                None => format!("{kernel}: {choice}"),
+            }),
+            None => bar.finish_and_clear(),
+        }
+    })?;
+    let mut out = format!(
+        "autotune on {} ({}): {} kernel(s)\n",
+        report.device,
+        report.arch,
+        report.kernels.len()
+    );
+    for k in &report.kernels {
+        let _ = writeln!(out, "  {} [{}], M bucket {}:", k.kernel, k.key, k.m_bucket);
+        for (choice, result) in &k.tried {
+            let mark = if *choice == k.winner { "*" } else { " " };
+            match result {
+                mlpc::CandidateResult::Timed(ms) => {
+                    let _ = writeln!(out, "   {mark} {choice}: {ms:.4} ms");
+                }
+                mlpc::CandidateResult::Dropped(why) => {
+                    let _ = writeln!(out, "   {mark} {choice}: dropped: {why}");
+                }
+            }
+        }
+    }
+    match &report.cache {
+        Some(path) => {
+            let _ = writeln!(out, "winners cached in {}", path.display());
+        }
+        None => out.push_str("winners not cached (--no-autotune-cache)\n"),
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

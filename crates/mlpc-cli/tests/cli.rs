@@ -538,3 +538,39 @@ fn nan_inputs_are_data() {
     assert!(y[..8].iter().all(|v| v.is_nan()), "{y:?}");
     assert!(y[8..].iter().all(|v| v.is_finite()), "{y:?}");
 }
+
+/// `compile --autotune` measures on a GPU at given sizes: without `--bind` for every symbol, or
+/// without a CUDA driver, it fails with one message saying what is missing and writes nothing.
+#[test]
+fn autotune_says_what_it_needs() {
+    let dir = scratch(&["models/residual.json"]);
+    let cache = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let before = listing(dir.path());
+        let out = Command::new(env!("CARGO_BIN_EXE_mlpc"))
+            .args(args)
+            .current_dir(dir.path())
+            .env("MLPC_CACHE_DIR", cache.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+        assert_eq!(listing(dir.path()), before);
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let e = run(&["compile", "residual.json", "--autotune"]);
+    assert!(e.starts_with("error: autotune: "), "{e}");
+    assert!(e.contains("unbound: T; e.g. --bind T=8192"), "{e}");
+    let e = run(&["compile", "residual.json", "--autotune", "--target", "cpu"]);
+    assert!(e.contains("compiled without CUDA kernels"), "{e}");
+    if !Path::new("/dev/nvidiactl").exists() {
+        let e = run(&["compile", "residual.json", "--autotune", "--bind", "T=64"]);
+        assert_eq!(
+            e.trim_end(),
+            "error: autotune: needs a CUDA device: the CUDA driver (libcuda.so.1) cannot be \
+             loaded on this machine"
+        );
+    }
+    // No tile was cached (the kernel cache may hold the compiled kernels).
+    assert!(!cache.path().join("autotune.json").exists());
+}

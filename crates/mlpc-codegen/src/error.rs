@@ -51,6 +51,14 @@ pub enum CodegenError {
         rank: usize,
     },
 
+    #[error("kernel `{kernel}` ({key}): the tile {choice} is not valid: {reason}")]
+    TileChoice {
+        kernel: String,
+        key: String,
+        choice: String,
+        reason: String,
+    },
+
     #[error("kernel `{kernel}`: epilogue operand {operand} {problem}")]
     Epilogue {
         kernel: String,

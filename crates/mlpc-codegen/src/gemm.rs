@@ -10,6 +10,7 @@ use crate::cpp::{self, Symbols};
 use crate::view::{is_one, matrix_view, MatrixView};
 use crate::wgmma::Family;
 use crate::{dim_params, signature, CodegenError, Ctx, CudaKernel, Grid, Launch, Param};
+use crate::{TileChoice, TileKey};
 use mlpc_ir::{DType, Epilogue, Extent, Gemm, MatLayout};
 use smallvec::SmallVec;
 
@@ -152,96 +153,191 @@ impl SlotKind {
     }
 }
 
+/// The matrix operands of a GEMM kernel, checked: logical views and physical layouts.
+struct Operands {
+    a: MatrixView,
+    c: MatrixView,
+    la: MatLayout,
+    lda: Extent,
+    lb: MatLayout,
+    ldb: Extent,
+    /// The row stride of the up weight of a dual GEMM.
+    up: Option<Extent>,
+}
+
+impl Operands {
+    fn new(ctx: &Ctx<'_>, g: &Gemm) -> Result<Operands, CodegenError> {
+        let kname = ctx.name();
+        let dual = g.dual.is_some();
+
+        let layout_err = |b: &mlpc_ir::Buffer, reason: String| CodegenError::Layout {
+            kernel: kname.clone(),
+            buffer: b.name.clone(),
+            ty: b.ty.to_string(),
+            reason,
+        };
+        let view = |b: &mlpc_ir::Buffer| matrix_view(&b.ty).map_err(|r| layout_err(b, r));
+        let oriented = |b: &mlpc_ir::Buffer, l: MatLayout| {
+            view(b).map(|v| match l {
+                MatLayout::N => v,
+                MatLayout::T => v.transposed(),
+            })
+        };
+        let shape_err = |what: String, expected: &Extent, actual: &Extent| CodegenError::Shape {
+            kernel: kname.clone(),
+            what,
+            expected: expected.to_string(),
+            actual: actual.to_string(),
+        };
+
+        // Logical A [M, K], B [K, N], C [M, N].
+        let a = oriented(ctx.args[0], g.a)?;
+        let b = oriented(ctx.args[1], g.b)?;
+        let c = view(ctx.out)?;
+        let (m, k, n) = (&c.rows, &a.cols, &c.cols);
+        if &a.rows != m {
+            return Err(shape_err(
+                format!("the row count of A `{}`", ctx.args[0].name),
+                m,
+                &a.rows,
+            ));
+        }
+        if &b.rows != k {
+            return Err(shape_err(
+                format!("the row count of B `{}`", ctx.args[1].name),
+                k,
+                &b.rows,
+            ));
+        }
+        if &b.cols != n {
+            return Err(shape_err(
+                format!("the column count of B `{}`", ctx.args[1].name),
+                n,
+                &b.cols,
+            ));
+        }
+        check_output_columns(ctx, &c)?;
+
+        // Physical layouts: which dimension of each operand is contiguous.
+        let (la, lda) = a_layout(ctx, &a)?;
+        let b_phys = |bv: &MatrixView, buf: &mlpc_ir::Buffer| {
+            if is_one(&bv.row_stride) {
+                Ok((MatLayout::T, bv.col_stride.clone()))
+            } else if is_one(&bv.col_stride) {
+                Ok((MatLayout::N, bv.row_stride.clone()))
+            } else {
+                Err(layout_err(buf, "neither K nor N is contiguous".to_string()))
+            }
+        };
+        let (lb, ldb) = b_phys(&b, ctx.args[1])?;
+        let up = if dual {
+            let bu = oriented(ctx.args[2], g.b)?;
+            if bu.rows != b.rows || bu.cols != b.cols {
+                return Err(shape_err(
+                    format!("the shape of up B `{}`", ctx.args[2].name),
+                    &b.rows.checked_mul(&b.cols).unwrap_or(Extent::constant(0)),
+                    &bu.rows.checked_mul(&bu.cols).unwrap_or(Extent::constant(0)),
+                ));
+            }
+            let (lbu, ldbu) = b_phys(&bu, ctx.args[2])?;
+            if lbu != lb {
+                return Err(layout_err(
+                    ctx.args[2],
+                    format!(
+                        "the up weight is stored {} but the gate weight {}; both must match",
+                        lbu.letter(),
+                        lb.letter()
+                    ),
+                ));
+            }
+            Some(ldbu)
+        } else {
+            None
+        };
+
+        Ok(Operands {
+            a,
+            c,
+            la,
+            lda,
+            lb,
+            ldb,
+            up,
+        })
+    }
+
+    /// The Hopper configuration the heuristic picks (see `wgmma::select`).
+    fn hopper(&self, ctx: &Ctx<'_>, dual: bool) -> Option<crate::wgmma::WgmmaConfig> {
+        let strides: Vec<&Extent> = [&self.lda, &self.ldb]
+            .into_iter()
+            .chain(self.up.as_ref())
+            .collect();
+        crate::wgmma::select(
+            ctx.opts.arch,
+            ctx.out.ty.dtype,
+            dual,
+            (self.la, self.lb),
+            &strides,
+            &self.a.cols,
+            &self.c.cols,
+        )
+    }
+
+    /// The tuning key of the GEMM and its heuristic configuration, when it is tunable.
+    fn tunable(&self, ctx: &Ctx<'_>, dual: bool) -> Option<(TileKey, crate::wgmma::WgmmaConfig)> {
+        let h = self.hopper(ctx, dual).filter(|h| h.family == Family::Tma)?;
+        let key = TileKey {
+            dtype: ctx.out.ty.dtype,
+            dual,
+            k: self.a.cols.as_constant()?,
+            n: self.c.cols.as_constant()?,
+        };
+        Some((key, h))
+    }
+}
+
+/// The tile key and valid tile choices of a GEMM kernel (the heuristic's first), or `None` when
+/// it is not tunable.
+pub(crate) fn tile_candidates(
+    ctx: &Ctx<'_>,
+    g: &Gemm,
+) -> Result<Option<(TileKey, Vec<TileChoice>)>, CodegenError> {
+    let dual = g.dual.is_some();
+    let ops = Operands::new(ctx, g)?;
+    Ok(ops
+        .tunable(ctx, dual)
+        .map(|(key, h)| (key, crate::wgmma::candidates(h, dual, key.n))))
+}
+
 pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let kname = ctx.name();
     let dtype = ctx.out.ty.dtype;
     let dual = g.dual.is_some();
-
-    let layout_err = |b: &mlpc_ir::Buffer, reason: String| CodegenError::Layout {
-        kernel: kname.clone(),
-        buffer: b.name.clone(),
-        ty: b.ty.to_string(),
-        reason,
+    let ops = Operands::new(ctx, g)?;
+    let hopper = match ops.tunable(ctx, dual) {
+        Some((key, h)) => match ctx.tiles.get(&key) {
+            Some(choice) => Some(crate::wgmma::with_choice(h, dual, key.n, choice).map_err(
+                |reason| CodegenError::TileChoice {
+                    kernel: kname.clone(),
+                    key: key.to_string(),
+                    choice: choice.to_string(),
+                    reason,
+                },
+            )?),
+            None => Some(h),
+        },
+        None => ops.hopper(ctx, dual),
     };
-    let view = |b: &mlpc_ir::Buffer| matrix_view(&b.ty).map_err(|r| layout_err(b, r));
-    let oriented = |b: &mlpc_ir::Buffer, l: MatLayout| {
-        view(b).map(|v| match l {
-            MatLayout::N => v,
-            MatLayout::T => v.transposed(),
-        })
-    };
-    let shape_err = |what: String, expected: &Extent, actual: &Extent| CodegenError::Shape {
-        kernel: kname.clone(),
-        what,
-        expected: expected.to_string(),
-        actual: actual.to_string(),
-    };
-
-    // Logical A [M, K], B [K, N], C [M, N].
-    let a = oriented(ctx.args[0], g.a)?;
-    let b = oriented(ctx.args[1], g.b)?;
-    let c = view(ctx.out)?;
+    let Operands {
+        a,
+        c,
+        la,
+        lda,
+        lb,
+        ldb,
+        up,
+    } = ops;
     let (m, k, n) = (&c.rows, &a.cols, &c.cols);
-    if &a.rows != m {
-        return Err(shape_err(
-            format!("the row count of A `{}`", ctx.args[0].name),
-            m,
-            &a.rows,
-        ));
-    }
-    if &b.rows != k {
-        return Err(shape_err(
-            format!("the row count of B `{}`", ctx.args[1].name),
-            k,
-            &b.rows,
-        ));
-    }
-    if &b.cols != n {
-        return Err(shape_err(
-            format!("the column count of B `{}`", ctx.args[1].name),
-            n,
-            &b.cols,
-        ));
-    }
-    check_output_columns(ctx, &c)?;
-
-    // Physical layouts: which dimension of each operand is contiguous.
-    let (la, lda) = a_layout(ctx, &a)?;
-    let b_phys = |bv: &MatrixView, buf: &mlpc_ir::Buffer| {
-        if is_one(&bv.row_stride) {
-            Ok((MatLayout::T, bv.col_stride.clone()))
-        } else if is_one(&bv.col_stride) {
-            Ok((MatLayout::N, bv.row_stride.clone()))
-        } else {
-            Err(layout_err(buf, "neither K nor N is contiguous".to_string()))
-        }
-    };
-    let (lb, ldb) = b_phys(&b, ctx.args[1])?;
-    let up = if dual {
-        let bu = oriented(ctx.args[2], g.b)?;
-        if bu.rows != b.rows || bu.cols != b.cols {
-            return Err(shape_err(
-                format!("the shape of up B `{}`", ctx.args[2].name),
-                &b.rows.checked_mul(&b.cols).unwrap_or(Extent::constant(0)),
-                &bu.rows.checked_mul(&bu.cols).unwrap_or(Extent::constant(0)),
-            ));
-        }
-        let (lbu, ldbu) = b_phys(&bu, ctx.args[2])?;
-        if lbu != lb {
-            return Err(layout_err(
-                ctx.args[2],
-                format!(
-                    "the up weight is stored {} but the gate weight {}; both must match",
-                    lbu.letter(),
-                    lb.letter()
-                ),
-            ));
-        }
-        Some(ldbu)
-    } else {
-        None
-    };
-
     let mut syms = Symbols::default();
     let epi = epilogue_code(ctx, g, m, n, &mut syms)?;
     let (n_slots, epi_lines, epi_type, summary, name_parts) =
@@ -254,9 +350,8 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     arg_names.push("out".into());
 
     let cfg = Config::choose(dtype, dual);
-    // sm_90a: K-major f16 / bf16 operands take the wgmma family (see wgmma.rs).
-    let strides: Vec<&Extent> = [&lda, &ldb].into_iter().chain(up.as_ref()).collect();
-    let hopper = crate::wgmma::select(ctx.opts.arch, dtype, dual, (la, lb), &strides, k, n);
+    // sm_90a: K-major f16 / bf16 operands take the wgmma family (see wgmma.rs), with the tile
+    // of the heuristic or of `ctx.tiles`.
     let threads = hopper.map_or_else(|| cfg.threads(), |h| h.threads());
     let smem = hopper.map_or_else(|| cfg.smem_bytes(la, lb, dual), |h| h.smem_bytes(dual));
     let (bm, bn) = hopper.map_or((cfg.bm, cfg.bn), |h| (h.bm, h.bn));

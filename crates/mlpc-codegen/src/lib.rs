@@ -17,6 +17,8 @@
 //!   For [`Arch::Sm90a`], f16 / bf16 GEMMs whose A and weight are both k-contiguous use
 //!   `gemm_wgmma.cuh` instead of `gemm_mma.cuh` (warpgroup `wgmma.mma_async` from 128B-swizzled
 //!   shared memory; see `wgmma.rs`); other layouts and every other target keep `gemm_mma.cuh`.
+//!   Their tile is the heuristic's unless [`generate_tiled`] forces one per [`TileKey`]
+//!   (validated by the same rules; [`tile_candidates`] lists the valid ones).
 //! - `sparse_gemm` / `sparse_dual_gemm` (a weight packed to its kept blocks): `gemm_bsr.cuh`,
 //!   tensor cores for f16 / bf16 and FFMA for f32 like the dense families, with the kept-block
 //!   lists compiled into the source as constant arrays. One CTA per `BM` rows and per share of a
@@ -59,10 +61,15 @@ mod error;
 mod gemm;
 mod gemv;
 pub mod samples;
+mod tile;
 mod view;
 mod wgmma;
 
 pub use error::{CodegenError, LaunchError};
+pub use tile::{
+    plan_tile_candidates, tile_candidates, TileCandidates, TileChoice, TileKey, TileOverride,
+    TileOverrides,
+};
 
 use mlpc_ir::{Bindings, BufferId, Extent, Kernel, Op, Plan};
 use serde::{Deserialize, Serialize};
@@ -348,11 +355,22 @@ pub fn headers() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-/// Generates every kernel of `plan`, in launch order.
+/// Generates every kernel of `plan`, in launch order, with the heuristic's Hopper tiles.
 pub fn generate(plan: &Plan, opts: &CodegenOptions) -> Result<Vec<CudaKernel>, CodegenError> {
+    generate_tiled(plan, opts, &TileOverrides::default())
+}
+
+/// [`generate`], with the Hopper GEMM tiles `tiles` forces (see [`TileOverrides`]): a GEMM whose
+/// [`TileKey`] has an entry takes that tile, or fails with [`CodegenError::TileChoice`] when it
+/// is not valid for it; every other kernel is generated as by [`generate`].
+pub fn generate_tiled(
+    plan: &Plan,
+    opts: &CodegenOptions,
+    tiles: &TileOverrides,
+) -> Result<Vec<CudaKernel>, CodegenError> {
     plan.kernels
         .iter()
-        .map(|k| generate_kernel(plan, k, opts))
+        .map(|k| generate_kernel_tiled(plan, k, opts, tiles))
         .collect()
 }
 
@@ -362,7 +380,17 @@ pub fn generate_kernel(
     kernel: &Kernel,
     opts: &CodegenOptions,
 ) -> Result<CudaKernel, CodegenError> {
-    let ctx = Ctx::new(plan, kernel, opts)?;
+    generate_kernel_tiled(plan, kernel, opts, &TileOverrides::default())
+}
+
+/// Generates one kernel of `plan` with forced Hopper tiles (see [`generate_tiled`]).
+pub fn generate_kernel_tiled(
+    plan: &Plan,
+    kernel: &Kernel,
+    opts: &CodegenOptions,
+    tiles: &TileOverrides,
+) -> Result<CudaKernel, CodegenError> {
+    let ctx = Ctx::new(plan, kernel, opts, tiles)?;
     match &kernel.op {
         Op::Gemm(g) => gemm::generate(&ctx, g),
         Op::MatMul => gemm::generate(&ctx, &gemm::plain_matmul()),
@@ -379,15 +407,18 @@ pub fn generate_kernel(
 pub(crate) struct Ctx<'a> {
     pub kernel: &'a Kernel,
     pub opts: &'a CodegenOptions,
+    /// Forced Hopper GEMM tiles (empty: the heuristic's).
+    pub tiles: &'a TileOverrides,
     pub args: Vec<&'a mlpc_ir::Buffer>,
     pub out: &'a mlpc_ir::Buffer,
 }
 
 impl<'a> Ctx<'a> {
-    fn new(
+    pub(crate) fn new(
         plan: &'a Plan,
         kernel: &'a Kernel,
         opts: &'a CodegenOptions,
+        tiles: &'a TileOverrides,
     ) -> Result<Ctx<'a>, CodegenError> {
         let get = |id: BufferId| {
             plan.buffers
@@ -424,6 +455,7 @@ impl<'a> Ctx<'a> {
         Ok(Ctx {
             kernel,
             opts,
+            tiles,
             args,
             out,
         })

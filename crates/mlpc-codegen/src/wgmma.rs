@@ -18,7 +18,7 @@
 
 use mlpc_ir::{DType, Extent, MatLayout};
 
-use crate::Arch;
+use crate::{Arch, TileChoice};
 
 /// Bytes of one k row of a tile: 64 16-bit values, one 128-byte swizzle row.
 pub(crate) const ROW_BYTES: u32 = 128;
@@ -156,8 +156,19 @@ pub(crate) fn select(
         _ => widest,
     }
     .min(widest);
-    let bm = 128;
-    let fits = |stages: u32| {
+    let stages = deepest(family, 128, bn, ctas, dual).unwrap_or(2);
+    Some(WgmmaConfig {
+        family,
+        bm: 128,
+        bn,
+        stages,
+        ctas,
+    })
+}
+
+/// The most stages (2 to 5) whose ring fits one CTA's share of the shared memory.
+fn deepest(family: Family, bm: u32, bn: u32, ctas: u32, dual: bool) -> Option<u32> {
+    (2..=5).rev().find(|&stages| {
         WgmmaConfig {
             family,
             bm,
@@ -166,16 +177,86 @@ pub(crate) fn select(
             ctas,
         }
         .smem_bytes(dual)
-            <= SMEM_LIMIT / ctas
-    };
-    let stages = (2..=5).rev().find(|&s| fits(s)).unwrap_or(2);
-    Some(WgmmaConfig {
-        family,
-        bm,
-        bn,
-        stages,
-        ctas,
+            <= SMEM_LIMIT / ctas.max(1)
     })
+}
+
+/// The tile widths a choice may name.
+const WIDTHS: [u32; 4] = [64, 128, 192, 256];
+
+/// `heuristic` (what [`select`] chose for a GEMM with `n` output columns) with its tile replaced
+/// by `choice`, or why `choice` is not valid for it. The rules are the heuristic's: only the TMA
+/// kernel is tunable; a width of 64, 128, 192 or 256, 64 only for outputs of at most 64 columns
+/// and above 128 only for outputs wider than 128; 192 only when it divides `n`; at most 128 for
+/// a dual GEMM; two CTAs per SM only with 128-wide plain tiles; at least two stages in shared
+/// memory.
+pub(crate) fn with_choice(
+    heuristic: WgmmaConfig,
+    dual: bool,
+    n: u64,
+    choice: TileChoice,
+) -> Result<WgmmaConfig, String> {
+    let TileChoice { bn, ctas } = choice;
+    if heuristic.family != Family::Tma {
+        return Err(
+            "only GEMMs on the TMA kernel (constant row strides) take a tile choice".into(),
+        );
+    }
+    if !WIDTHS.contains(&bn) {
+        return Err(format!("the tile width must be one of {WIDTHS:?}"));
+    }
+    if !(1..=2).contains(&ctas) {
+        return Err("the kernel runs 1 or 2 CTAs per SM".into());
+    }
+    if bn == 64 && n > 64 {
+        return Err(format!(
+            "64-wide tiles are for outputs of at most 64 columns (N = {n})"
+        ));
+    }
+    if bn > 128 && n <= 128 {
+        return Err(format!(
+            "tiles wider than 128 are for outputs wider than 128 columns (N = {n})"
+        ));
+    }
+    if bn == 192 && !n.is_multiple_of(192) {
+        return Err(format!("192-wide tiles need N divisible by 192 (N = {n})"));
+    }
+    if dual && bn > 128 {
+        return Err("a dual GEMM's tile is at most 128 wide (two accumulators)".into());
+    }
+    if ctas == 2 && (dual || bn != 128) {
+        return Err("two CTAs per SM take 128-wide tiles of a plain GEMM".into());
+    }
+    let stages = deepest(Family::Tma, heuristic.bm, bn, ctas, dual)
+        .ok_or_else(|| "two stages do not fit in shared memory".to_string())?;
+    Ok(WgmmaConfig {
+        bn,
+        ctas,
+        stages,
+        ..heuristic
+    })
+}
+
+/// Every valid choice for a GEMM on which [`select`] chose `heuristic` (see [`with_choice`]),
+/// the heuristic's first; empty when the GEMM is not tunable.
+pub(crate) fn candidates(heuristic: WgmmaConfig, dual: bool, n: u64) -> Vec<TileChoice> {
+    if heuristic.family != Family::Tma {
+        return Vec::new();
+    }
+    let first = TileChoice {
+        bn: heuristic.bn,
+        ctas: heuristic.ctas,
+    };
+    let mut out = vec![first];
+    for bn in WIDTHS {
+        for ctas in [1, 2] {
+            let c = TileChoice { bn, ctas };
+            if c != first && with_choice(heuristic, dual, n, c).is_ok() {
+                out.push(c);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -145,9 +145,19 @@ impl Compiled {
     ) -> Result<CheckReport, Error> {
         let inputs = self.random_inputs(bindings, seed)?;
         let want = self.run(Backend::Reference, &inputs)?;
-        let got = self.run_with(backend, &inputs, true)?;
+        self.check_against(backend, &inputs, &want)
+    }
+
+    /// [`Compiled::check`] against reference outputs `want` already computed for `inputs`.
+    pub(crate) fn check_against(
+        &self,
+        backend: Backend,
+        inputs: &crate::Tensors,
+        want: &crate::Tensors,
+    ) -> Result<CheckReport, Error> {
+        let got = self.run_with(backend, inputs, true)?;
         let mut outputs = Vec::new();
-        for (name, w) in &want {
+        for (name, w) in want {
             let error = match got.get(name) {
                 Some(g) if g.shape() == w.shape() && g.dtype() == w.dtype() => {
                     mlpc_ir::relative_error(&g.to_f64(), &w.to_f64())

@@ -4,8 +4,9 @@
 use crate::artifacts::Artifacts;
 use crate::backend::Backend;
 use crate::error::Error;
+use crate::tiles::TileNote;
 use crate::Tensors;
-use mlpc_codegen::{Arch, CodegenOptions, CudaKernel};
+use mlpc_codegen::{Arch, CodegenOptions, CudaKernel, TileOverrides};
 use mlpc_frontend::Model;
 use mlpc_ir::{DType, Graph, Plan, TensorType};
 use mlpc_jit::{CompiledKernel, JitOptions};
@@ -40,6 +41,10 @@ pub struct Compiler {
     emit_weights: bool,
     /// `None`: [`mlpc_runtime::graphs_by_default`].
     cuda_graphs: Option<bool>,
+    /// Neither read nor write the autotune cache.
+    no_autotune_cache: bool,
+    /// The symbol values whose row counts pick the autotune cache's M bucket.
+    tile_bindings: Vec<(String, u64)>,
 }
 
 impl Compiler {
@@ -106,6 +111,26 @@ impl Compiler {
     pub fn no_cache(mut self, on: bool) -> Compiler {
         self.no_cache = on;
         self
+    }
+
+    /// Whether runs on a Hopper GPU take the GEMM tiles measured by [`Compiled::autotune`] from
+    /// the autotune cache, and whether autotuning writes them there (on by default). See
+    /// `tiles.rs` for the cache.
+    pub fn autotune_cache(mut self, on: bool) -> Compiler {
+        self.no_autotune_cache = !on;
+        self
+    }
+
+    /// The symbol values (e.g. `[("T", 8192)]`) the runs are expected at: the autotune cache's
+    /// entry for the matching row count is taken. Without them, or for a row count never
+    /// measured, the entry measured at the largest row count of the key is taken.
+    pub fn tile_bindings(mut self, bindings: Vec<(String, u64)>) -> Compiler {
+        self.tile_bindings = bindings;
+        self
+    }
+
+    pub(crate) fn uses_autotune_cache(&self) -> bool {
+        !self.no_autotune_cache
     }
 
     /// Reads `model.json` (and the weights it names) and compiles it.
@@ -175,12 +200,13 @@ impl Compiler {
             explain,
             cuda,
             arch: self.arch.unwrap_or(Arch::Sm90),
+            forced_tiles: None,
             cpu: Mutex::new(None),
             gpu: Mutex::new(None),
         })
     }
 
-    fn jit_options(&self) -> JitOptions {
+    pub(crate) fn jit_options(&self) -> JitOptions {
         JitOptions {
             arch: self.arch.unwrap_or(Arch::Sm90),
             no_cache: self.no_cache,
@@ -209,6 +235,9 @@ pub struct Compiled {
     explain: String,
     cuda: Option<CudaBuild>,
     arch: Arch,
+    /// Hopper GEMM tiles forced for runs on a device (a candidate being measured); `None`: the
+    /// autotune cache's, else the heuristic's.
+    forced_tiles: Option<TileOverrides>,
     cpu: Mutex<Option<Arc<crate::cpu::CpuState>>>,
     gpu: Mutex<Option<Arc<crate::cuda::GpuState>>>,
 }
@@ -315,20 +344,23 @@ impl Compiled {
         }
     }
 
-    /// The plan's kernels generated and compiled for `arch` (the disk cache makes a repeat cheap).
+    /// The plan's kernels generated and compiled for `arch` with the Hopper GEMM tiles `tiles`
+    /// (the disk cache makes a repeat cheap).
     pub(crate) fn kernels_for(
         &self,
         arch: Arch,
+        tiles: &TileOverrides,
     ) -> Result<(Vec<CudaKernel>, Arc<Vec<CompiledKernel>>), Error> {
-        if arch == self.arch {
+        if arch == self.arch && tiles.is_empty() {
             return self.compiled_kernels();
         }
-        let kernels = mlpc_codegen::generate(
+        let kernels = mlpc_codegen::generate_tiled(
             &self.plan,
             &CodegenOptions {
                 arch,
                 allow_tf32: self.model.allow_tf32,
             },
+            tiles,
         )?;
         let jit = JitOptions {
             arch,
@@ -336,6 +368,94 @@ impl Compiled {
         };
         let compiled = mlpc_jit::compile_all(&kernels, &jit)?;
         Ok((kernels, Arc::new(compiled)))
+    }
+
+    /// The Hopper GEMM tiles of a run on `device` (its [`mlpc_runtime::Device::describe`]) for
+    /// `arch`: the forced ones, else the autotune cache's winners, else the heuristic's; and one
+    /// note per tunable kernel saying which.
+    pub(crate) fn device_tiles(
+        &self,
+        arch: Arch,
+        device: &str,
+    ) -> Result<(TileOverrides, Vec<TileNote>), Error> {
+        let opts = CodegenOptions {
+            arch,
+            allow_tf32: self.model.allow_tf32,
+        };
+        if let Some(t) = &self.forced_tiles {
+            return Ok((t.clone(), crate::tiles::forced_notes(&self.plan, &opts, t)?));
+        }
+        let none = TileOverrides::new();
+        if arch != Arch::Sm90a || !self.compiler.uses_autotune_cache() {
+            return Ok((
+                none.clone(),
+                crate::tiles::forced_notes(&self.plan, &opts, &none)?,
+            ));
+        }
+        let cache = crate::tiles::TileCache::load(&crate::tiles::default_tile_cache_path()?)?;
+        let mut bindings = mlpc_ir::Bindings::new();
+        for (s, v) in &self.compiler.tile_bindings {
+            // A conflicting repeat keeps the first value: the bucket is a speed hint only.
+            let _ = bindings.bind(&s.as_str().into(), *v);
+        }
+        crate::tiles::cached_tiles(&self.plan, &opts, &cache, device, &bindings)
+    }
+
+    /// This compilation with the Hopper GEMM tiles `tiles` forced for runs on a device (the
+    /// device state is not shared: the next run loads the kernels anew).
+    pub(crate) fn with_tiles(&self, tiles: TileOverrides) -> Compiled {
+        Compiled {
+            compiler: self.compiler.clone(),
+            variants: Mutex::new(Vec::new()),
+            model: self.model.clone(),
+            optimized: self.optimized.clone(),
+            report: self.report.clone(),
+            plan: self.plan.clone(),
+            explain: self.explain.clone(),
+            cuda: self.cuda.as_ref().map(|b| CudaBuild {
+                kernels: b.kernels.clone(),
+                compiled: Mutex::new(b.compiled.lock().unwrap_or_else(|p| p.into_inner()).clone()),
+                jit: b.jit.clone(),
+            }),
+            arch: self.arch,
+            forced_tiles: Some(tiles),
+            cpu: Mutex::new(None),
+            gpu: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn compiler(&self) -> &Compiler {
+        &self.compiler
+    }
+
+    /// Which Hopper GEMM tile each tunable kernel runs with on the device, and why (the
+    /// heuristic, the autotune cache): empty until the CUDA backend has loaded the kernels (the
+    /// first CUDA run, [`Compiled::autotune`]), and on devices without tunable kernels.
+    pub fn tile_notes(&self) -> Vec<TileNote> {
+        self.gpu
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|g| g.tiles.clone())
+            .unwrap_or_default()
+    }
+
+    /// The explain text with, once the kernels run on a device, the Hopper GEMM tile of each
+    /// tunable kernel and where it came from.
+    pub fn explain_with_tiles(&self) -> String {
+        let notes = self.tile_notes();
+        if notes.is_empty() {
+            return self.explain.clone();
+        }
+        let mut s = self.explain.clone();
+        if !s.ends_with('\n') {
+            s.push('\n');
+        }
+        s.push_str("\nHopper GEMM tiles (sm_90a, on this device):\n");
+        for n in notes {
+            s.push_str(&format!("  {n}\n"));
+        }
+        s
     }
 
     pub fn name(&self) -> &str {
@@ -398,7 +518,7 @@ impl Compiled {
             "plan.json",
             serde_json::to_string_pretty(&self.plan).map_err(Error::Serialize)?,
         );
-        a.add("explain.txt", self.explain.clone());
+        a.add("explain.txt", self.explain_with_tiles());
         if self.compiler.emit_weights {
             let weights: std::collections::BTreeMap<String, mlpc_ir::HostTensor> = self
                 .optimized

@@ -11,11 +11,18 @@ use std::sync::Arc;
 pub(crate) struct GpuState {
     pub(crate) exe: Arc<Executable>,
     pub(crate) images: Vec<KernelImage>,
+    /// The Hopper GEMM tile of each tunable kernel, and where it came from.
+    pub(crate) tiles: Vec<crate::tiles::TileNote>,
 }
 
-/// The images of every kernel of `c` for `arch`, compiling them now if needed.
-pub(crate) fn images(c: &Compiled, arch: mlpc_codegen::Arch) -> Result<Vec<KernelImage>, Error> {
-    let (kernels, compiled) = c.kernels_for(arch)?;
+/// The images of every kernel of `c` for `arch` with the Hopper GEMM tiles `tiles`, compiling
+/// them now if needed.
+pub(crate) fn images(
+    c: &Compiled,
+    arch: mlpc_codegen::Arch,
+    tiles: &mlpc_codegen::TileOverrides,
+) -> Result<Vec<KernelImage>, Error> {
+    let (kernels, compiled) = c.kernels_for(arch, tiles)?;
     Ok(kernels
         .into_iter()
         .zip(compiled.iter())
@@ -30,10 +37,15 @@ impl GpuState {
     pub(crate) fn new(c: &Compiled) -> Result<GpuState, Error> {
         let device = Device::open(0)?;
         let arch = c.arch_for_device(device.compute_capability()?)?;
-        let images = images(c, arch)?;
+        let (tiles, notes) = c.device_tiles(arch, &device.describe())?;
+        let images = images(c, arch, &tiles)?;
         let weights = |name: &str| c.optimized().weight(name).cloned();
         let exe = Arc::new(Executable::load(&device, c.plan(), &images, &weights)?);
-        Ok(GpuState { exe, images })
+        Ok(GpuState {
+            exe,
+            images,
+            tiles: notes,
+        })
     }
 
     pub(crate) fn run(&self, inputs: &Tensors, opts: RunOptions) -> Result<Tensors, Error> {

@@ -58,6 +58,15 @@ pub enum Error {
     /// A variant for the inputs' layout could not be made.
     #[error("re-specialisation: {0}")]
     Respecialize(String),
+    /// The autotune cache file cannot be used.
+    #[error(
+        "autotune cache `{}`: {reason} (delete the file, or pass --no-autotune-cache)",
+        path.display()
+    )]
+    TileCache { path: PathBuf, reason: String },
+    /// Autotuning cannot run here, or no candidate of a kernel survived.
+    #[error("autotune: {0}")]
+    Autotune(String),
     /// Timing could not be set up.
     #[error("benchmark: {0}")]
     Bench(String),

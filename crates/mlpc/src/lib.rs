@@ -21,6 +21,7 @@
 //! they are called, the choice of backend and the files a compilation produces.
 
 mod artifacts;
+mod autotune;
 mod backend;
 mod bundle;
 mod check;
@@ -29,16 +30,24 @@ mod cpu;
 mod cuda;
 mod error;
 mod respecialize;
+mod tiles;
 
 pub use artifacts::Artifacts;
+pub use autotune::{
+    AutotuneOptions, AutotuneProgress, AutotuneReport, CandidateResult, KernelTuning,
+};
 pub use backend::{Backend, UnknownBackend};
 pub use bundle::Bundle;
 pub use check::{plan_flops, tolerance, BenchOptions, BenchReport, CheckReport, OutputCheck};
 pub use compiler::{Compiled, Compiler, CudaKernels, CudaStatus, Summary};
 pub use error::Error;
-pub use mlpc_codegen::Arch;
+pub use mlpc_codegen::{Arch, TileChoice, TileKey, TileOverrides};
 pub use mlpc_passes::PrintAfter;
 pub use respecialize::transpose_inputs;
+pub use tiles::{
+    default_tile_cache_path, m_bucket, TileCache, TileCacheEntry, TileNote, TileSource,
+    TILE_CACHE_FILE,
+};
 
 pub use mlpc_frontend::{FrontendError, Model};
 pub use mlpc_ir::{DType, Graph, HostTensor, TensorType};

@@ -1,0 +1,154 @@
+//! Choosing the tile of a Hopper GEMM from outside the heuristic.
+//!
+//! `wgmma.rs` picks a tile per GEMM from its shape ([`TileChoice`]: the tile width `bn` and the
+//! CTAs per SM); a caller that measured better choices hands them in as [`TileOverrides`], keyed
+//! by what the heuristic itself looks at ([`TileKey`]: dtype, dual or plain, constant K and N).
+//! An override is checked with the same rules as the heuristic's own choices: an invalid one is a
+//! [`crate::CodegenError::TileChoice`], never a silent fallback. [`tile_candidates`] lists the
+//! valid choices of a plan kernel (the heuristic's first), so that a tuner never restates the
+//! rules. With no overrides, code generation is exactly the heuristic's.
+//!
+//! Only GEMMs that take the TMA kernel (sm_90a, f16 / bf16, K-major operands with constant row
+//! strides) and whose K and N are constants have a key; every other kernel is not tunable.
+
+use mlpc_ir::{DType, Kernel, Op, Plan};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::{CodegenError, CodegenOptions, Ctx};
+
+/// What a Hopper GEMM's tile choice depends on, besides the architecture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TileKey {
+    pub dtype: DType,
+    /// A dual (gated) GEMM: two accumulators per tile.
+    pub dual: bool,
+    /// The reduction depth.
+    pub k: u64,
+    /// The output's column count.
+    pub n: u64,
+}
+
+impl fmt::Display for TileKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} K={} N={}",
+            self.dtype.name(),
+            if self.dual { "dual" } else { "plain" },
+            self.k,
+            self.n
+        )
+    }
+}
+
+/// A Hopper GEMM tile: 128 rows by `bn` columns, `ctas` CTAs per SM (1 or 2). The pipeline
+/// depth follows: as many stages (2 to 5) as the shared memory of one CTA's share holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TileChoice {
+    pub bn: u32,
+    pub ctas: u32,
+}
+
+impl fmt::Display for TileChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "128x{} x{} CTA", self.bn, self.ctas)
+    }
+}
+
+/// Forced tile choices, by key. Serialised as a list of `{ "key": .., "choice": .. }`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Vec<TileOverride>", into = "Vec<TileOverride>")]
+pub struct TileOverrides {
+    map: BTreeMap<TileKey, TileChoice>,
+}
+
+/// One entry of [`TileOverrides`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TileOverride {
+    pub key: TileKey,
+    pub choice: TileChoice,
+}
+
+impl From<Vec<TileOverride>> for TileOverrides {
+    fn from(v: Vec<TileOverride>) -> TileOverrides {
+        TileOverrides {
+            map: v.into_iter().map(|o| (o.key, o.choice)).collect(),
+        }
+    }
+}
+
+impl From<TileOverrides> for Vec<TileOverride> {
+    fn from(t: TileOverrides) -> Vec<TileOverride> {
+        t.map
+            .into_iter()
+            .map(|(key, choice)| TileOverride { key, choice })
+            .collect()
+    }
+}
+
+impl TileOverrides {
+    pub fn new() -> TileOverrides {
+        TileOverrides::default()
+    }
+
+    /// Forces `choice` for every GEMM with `key`; returns the choice it replaces.
+    pub fn insert(&mut self, key: TileKey, choice: TileChoice) -> Option<TileChoice> {
+        self.map.insert(key, choice)
+    }
+
+    pub fn get(&self, key: &TileKey) -> Option<TileChoice> {
+        self.map.get(key).copied()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&TileKey, &TileChoice)> {
+        self.map.iter()
+    }
+}
+
+/// The tile choices of one tunable kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TileCandidates {
+    pub kernel: String,
+    pub key: TileKey,
+    /// Every valid choice, the heuristic's first.
+    pub choices: Vec<TileChoice>,
+}
+
+/// The tile candidates of `kernel`, or `None` when it is not a tunable GEMM (see the module
+/// docs). Errors are those code generation would report for the kernel.
+pub fn tile_candidates(
+    plan: &Plan,
+    kernel: &Kernel,
+    opts: &CodegenOptions,
+) -> Result<Option<TileCandidates>, CodegenError> {
+    let none = TileOverrides::default();
+    let ctx = Ctx::new(plan, kernel, opts, &none)?;
+    let found = match &kernel.op {
+        Op::Gemm(g) => crate::gemm::tile_candidates(&ctx, g)?,
+        Op::MatMul => crate::gemm::tile_candidates(&ctx, &crate::gemm::plain_matmul())?,
+        _ => None,
+    };
+    Ok(found.map(|(key, choices)| TileCandidates {
+        kernel: kernel.name.clone(),
+        key,
+        choices,
+    }))
+}
+
+/// [`tile_candidates`] for every kernel of `plan`, in launch order.
+pub fn plan_tile_candidates(
+    plan: &Plan,
+    opts: &CodegenOptions,
+) -> Result<Vec<TileCandidates>, CodegenError> {
+    let mut out = Vec::new();
+    for k in &plan.kernels {
+        out.extend(tile_candidates(plan, k, opts)?);
+    }
+    Ok(out)
+}

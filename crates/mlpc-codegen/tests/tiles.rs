@@ -1,0 +1,261 @@
+//! Forced Hopper GEMM tiles: which choices a GEMM offers, that a forced choice changes exactly
+//! the targeted kernel, that an invalid one is refused, and that no overrides change nothing.
+
+use mlpc_codegen::samples::{self, PlanBuilder};
+use mlpc_codegen::{
+    generate, generate_tiled, plan_tile_candidates, tile_candidates, Arch, CodegenError,
+    CodegenOptions, Grid, TileChoice, TileKey, TileOverrides,
+};
+use mlpc_ir::{BufferKind, DType, Dual, Gemm, MatLayout, Op, Plan};
+
+fn opts(arch: Arch) -> CodegenOptions {
+    CodegenOptions {
+        arch,
+        allow_tf32: false,
+    }
+}
+
+fn gemm_op(dual: bool) -> Op {
+    Op::Gemm(Gemm {
+        a: MatLayout::N,
+        b: MatLayout::T,
+        dual: dual.then(|| Dual {
+            gate: Default::default(),
+            up: Default::default(),
+        }),
+        epilogue: Default::default(),
+    })
+}
+
+/// Three kernels: a plain GEMM `[T, k] x [n, k]^T`, a dual GEMM of the same shape, and a plain
+/// GEMM with a symbolic K (`D`).
+fn plan(k: &str, n: &str) -> Plan {
+    let mut p = PlanBuilder::new("tiles", DType::Bf16);
+    let x = p.dense("x", BufferKind::Input, &["T", k]);
+    let w = p.dense("w", BufferKind::Weight, &[n, k]);
+    let wu = p.dense("wu", BufferKind::Weight, &[n, k]);
+    let y = p.dense("y", BufferKind::Intermediate, &["T", n]);
+    let h = p.dense("h", BufferKind::Intermediate, &["T", n]);
+    let xs = p.dense("xs", BufferKind::Input, &["T", "D"]);
+    let ws = p.dense("ws", BufferKind::Weight, &[n, "D"]);
+    let z = p.dense("z", BufferKind::Output, &["T", n]);
+    p.kernel("plain", gemm_op(false), &[x, w], y);
+    p.kernel("dual", gemm_op(true), &[x, w, wu], h);
+    p.kernel("symbolic_k", gemm_op(false), &[xs, ws], z);
+    p.finish()
+}
+
+fn c(bn: u32, ctas: u32) -> TileChoice {
+    TileChoice { bn, ctas }
+}
+
+#[test]
+fn candidates_follow_the_heuristics_rules() {
+    let p = plan("768", "768");
+    let all = plan_tile_candidates(&p, &opts(Arch::Sm90a)).unwrap();
+    assert_eq!(all.len(), 2, "the symbolic-K GEMM is not tunable: {all:?}");
+    let plain = &all[0];
+    assert_eq!(plain.kernel, "plain");
+    assert_eq!(
+        plain.key,
+        TileKey {
+            dtype: DType::Bf16,
+            dual: false,
+            k: 768,
+            n: 768
+        }
+    );
+    // The heuristic (two CTAs of 128 x 128 for a shallow plain GEMM) first.
+    assert_eq!(plain.choices, [c(128, 2), c(128, 1), c(192, 1), c(256, 1)]);
+    let dual = &all[1];
+    assert_eq!(dual.kernel, "dual");
+    assert!(dual.key.dual);
+    assert_eq!(dual.choices, [c(128, 1)]);
+    assert_eq!(
+        tile_candidates(&p, &p.kernels[2], &opts(Arch::Sm90a)).unwrap(),
+        None
+    );
+
+    // N not divisible by 192, deep K: 256 wide first, no 192.
+    let p = plan("3072", "1024");
+    let plain = tile_candidates(&p, &p.kernels[0], &opts(Arch::Sm90a))
+        .unwrap()
+        .unwrap();
+    assert_eq!(plain.choices, [c(256, 1), c(128, 1), c(128, 2)]);
+
+    // Narrow outputs: 64 only for N <= 64, nothing above 128 for N <= 128.
+    let p = plan("768", "64");
+    let plain = tile_candidates(&p, &p.kernels[0], &opts(Arch::Sm90a))
+        .unwrap()
+        .unwrap();
+    assert_eq!(plain.choices, [c(64, 1), c(128, 1), c(128, 2)]);
+
+    // Other targets have no Hopper tiles to choose.
+    for arch in [Arch::Sm80, Arch::Sm90] {
+        assert!(plan_tile_candidates(&plan("768", "768"), &opts(arch))
+            .unwrap()
+            .is_empty());
+    }
+    // Nor have the sample plans' f32 GEMMs; every candidate list starts with a distinct
+    // heuristic choice and holds no duplicates.
+    for p in samples::all() {
+        for t in plan_tile_candidates(&p, &opts(Arch::Sm90a)).unwrap() {
+            assert_ne!(t.key.dtype, DType::F32);
+            let mut sorted = t.choices.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted.len(), t.choices.len(), "{}", t.kernel);
+        }
+    }
+}
+
+#[test]
+fn no_overrides_is_the_heuristic() {
+    for p in samples::all().into_iter().chain([plan("768", "768")]) {
+        let o = opts(Arch::Sm90a);
+        assert_eq!(
+            generate(&p, &o).unwrap(),
+            generate_tiled(&p, &o, &TileOverrides::new()).unwrap()
+        );
+    }
+}
+
+#[test]
+fn an_override_changes_exactly_the_targeted_kernels() {
+    let p = plan("768", "768");
+    let o = opts(Arch::Sm90a);
+    let base = generate(&p, &o).unwrap();
+    let key = tile_candidates(&p, &p.kernels[0], &o).unwrap().unwrap().key;
+    for choice in [c(128, 1), c(192, 1), c(256, 1)] {
+        let mut tiles = TileOverrides::new();
+        tiles.insert(key, choice);
+        let tuned = generate_tiled(&p, &o, &tiles).unwrap();
+        assert_ne!(tuned[0], base[0], "{choice}");
+        assert_eq!(
+            tuned[1..],
+            base[1..],
+            "{choice}: only the plain GEMM changes"
+        );
+        let k = &tuned[0];
+        assert!(
+            k.source
+                .contains(&format!("mlpc::WgmmaTmaConfig<128, {}, ", choice.bn))
+                && k.source.contains(", 8, 1>;"),
+            "{choice}:\n{}",
+            k.source
+        );
+        assert!(k
+            .entry
+            .ends_with(&format!("_wgmma_tma_128x{}x64", choice.bn)));
+        let Grid::Persistent { tile_n, per_sm, .. } = k.launch.grid else {
+            panic!("{choice}: not persistent")
+        };
+        assert_eq!((tile_n, per_sm), (choice.bn, 1));
+        assert_eq!(k.launch.block, [384, 1, 1]);
+        // The tensor map of B reads boxes as wide as the tile.
+        assert!(k.params.iter().any(|pm| matches!(
+            pm,
+            mlpc_codegen::Param::TensorMap { box_rows, .. } if *box_rows == choice.bn
+        )));
+    }
+    // Forcing the heuristic's own choice changes nothing.
+    let mut same = TileOverrides::new();
+    same.insert(key, c(128, 2));
+    assert_eq!(generate_tiled(&p, &o, &same).unwrap(), base);
+    // A key no kernel has changes nothing either.
+    let mut other = TileOverrides::new();
+    other.insert(TileKey { n: 4096, ..key }, c(256, 1));
+    assert_eq!(generate_tiled(&p, &o, &other).unwrap(), base);
+}
+
+#[test]
+fn an_invalid_override_is_an_error_naming_kernel_and_choice() {
+    let p = plan("768", "768");
+    let o = opts(Arch::Sm90a);
+    let all = plan_tile_candidates(&p, &o).unwrap();
+    let (plain, dual) = (all[0].key, all[1].key);
+    for (key, choice, kernel, why) in [
+        (plain, c(256, 2), "plain", "two CTAs"),
+        (plain, c(64, 1), "plain", "64-wide"),
+        (plain, c(96, 1), "plain", "one of"),
+        (plain, c(128, 3), "plain", "1 or 2 CTAs"),
+        (dual, c(256, 1), "dual", "at most 128"),
+        (dual, c(128, 2), "dual", "two CTAs"),
+    ] {
+        let mut tiles = TileOverrides::new();
+        tiles.insert(key, choice);
+        let e = generate_tiled(&p, &o, &tiles).unwrap_err();
+        assert!(
+            matches!(&e, CodegenError::TileChoice { kernel: k, .. } if k == kernel),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(msg.contains(&choice.to_string()), "{msg}");
+        assert!(msg.contains(why), "{msg}");
+    }
+    // 192 must divide N.
+    let p = plan("768", "1024");
+    let key = plan_tile_candidates(&p, &o).unwrap()[0].key;
+    let mut tiles = TileOverrides::new();
+    tiles.insert(key, c(192, 1));
+    let msg = generate_tiled(&p, &o, &tiles).unwrap_err().to_string();
+    assert!(
+        msg.contains("192-wide tiles need N divisible by 192"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn overrides_round_trip_through_json() {
+    let mut tiles = TileOverrides::new();
+    let key = TileKey {
+        dtype: DType::F16,
+        dual: true,
+        k: 4096,
+        n: 11008,
+    };
+    tiles.insert(key, c(128, 1));
+    tiles.insert(TileKey { dual: false, ..key }, c(256, 1));
+    let text = serde_json::to_string(&tiles).unwrap();
+    assert!(text.starts_with("[{\"key\":{\"dtype\":\"f16\""), "{text}");
+    let back: TileOverrides = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, tiles);
+    assert_eq!(back.get(&key), Some(c(128, 1)));
+}
+
+/// Every candidate tile of a plain and a dual GEMM compiles for sm_90a with NVRTC: the
+/// template's `static_assert`s on block size and shared memory hold for each, and none spills.
+/// Needs NVRTC 13.0, as the other NVRTC tests.
+#[test]
+fn every_candidate_compiles_for_sm_90a_without_local_memory() {
+    use mlpc_jit::{compile_all, JitOptions};
+    let o = opts(Arch::Sm90a);
+    let mut kernels = Vec::new();
+    for p in [plan("768", "768"), plan("4096", "1024"), plan("768", "64")] {
+        for c in plan_tile_candidates(&p, &o).unwrap() {
+            let kernel = p.kernels.iter().find(|k| k.name == c.kernel).unwrap();
+            for choice in c.choices {
+                let mut tiles = TileOverrides::new();
+                tiles.insert(c.key, choice);
+                kernels.push(mlpc_codegen::generate_kernel_tiled(&p, kernel, &o, &tiles).unwrap());
+            }
+        }
+    }
+    assert_eq!(kernels.len(), (4 + 1) + (3 + 1) + (3 + 2));
+    let jit = JitOptions {
+        arch: Arch::Sm90a,
+        no_cache: true,
+        cache_dir: None,
+    };
+    let compiled = compile_all(&kernels, &jit).unwrap_or_else(|e| panic!("{e}"));
+    for (k, c) in kernels.iter().zip(&compiled) {
+        assert!(c.ptx.contains("wgmma.mma_async"), "{}", k.entry);
+        assert!(
+            !c.resources.uses_local_memory(),
+            "{} uses local memory: {:?}\n{}",
+            k.entry,
+            c.resources,
+            c.log
+        );
+    }
+}
