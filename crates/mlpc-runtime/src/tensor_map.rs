@@ -58,8 +58,8 @@ pub enum TensorMapError {
 impl MapRequest {
     /// Checks the request against the copy engine's rules (CUDA driver API,
     /// `cuTensorMapEncodeTiled`): 16-byte aligned address, row stride a multiple of 16 bytes and
-    /// below 2^40, dims at most 2^32, box dims 1..=256 with the inner one at most 128 bytes (the
-    /// 128-byte swizzle).
+    /// below 2^40, box dims 1..=256 with the inner one at most 128 bytes (the 128-byte swizzle);
+    /// and dims below 2^31, which the kernels' signed 32-bit box coordinates can reach.
     pub fn check(&self) -> Result<(), TensorMapError> {
         let elem = self.dtype.size_bytes() as u64;
         if !self.address.is_multiple_of(16) {
@@ -80,12 +80,14 @@ impl MapRequest {
                 limit: 1 << 40,
             });
         }
+        // The driver takes dims up to 2^32, but the kernels address boxes with signed 32-bit
+        // coordinates (`cp.async.bulk.tensor`'s operands).
         for (what, value) in [("row count", self.rows), ("column count", self.cols)] {
-            if value > 1 << 32 {
+            if value > i32::MAX as u64 {
                 return Err(TensorMapError::TooLarge {
                     what,
                     value,
-                    limit: 1 << 32,
+                    limit: i32::MAX as u64,
                 });
             }
         }
@@ -205,7 +207,7 @@ mod tests {
         };
         assert!(matches!(f32_box.check(), Err(TensorMapError::Box { .. })));
         let huge = MapRequest {
-            rows: (1 << 32) + 1,
+            rows: 1 << 31,
             ..req()
         };
         assert!(matches!(
