@@ -392,7 +392,12 @@ impl Compiled {
                 crate::tiles::forced_notes(&self.plan, &opts, &none)?,
             ));
         }
-        let cache = crate::tiles::TileCache::load(&crate::tiles::default_tile_cache_path()?)?;
+        // With no cache directory at all there is nothing to look up: the heuristic's tiles
+        // (only `--autotune`, which has to write the file, makes that an error).
+        let cache = match crate::tiles::default_tile_cache_path() {
+            Ok(path) => crate::tiles::TileCache::load(&path)?,
+            Err(_) => crate::tiles::TileCache::default(),
+        };
         let mut bindings = mlpc_ir::Bindings::new();
         for (s, v) in &self.compiler.tile_bindings {
             // A conflicting repeat keeps the first value: the bucket is a speed hint only.
