@@ -351,6 +351,54 @@ mod tests {
         }
     }
 
+    /// What a run on a Hopper device does before loading kernels, with no cache file: for every
+    /// model of `tests/cases` and `examples`, the lookup succeeds, forces nothing, and notes
+    /// every tunable GEMM as the heuristic's; the forced-tiles path agrees.
+    #[test]
+    fn every_shipped_model_takes_the_heuristics_tiles_without_a_cache() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut models = Vec::new();
+        for dir in ["tests/cases", "examples"] {
+            for e in std::fs::read_dir(root.join(dir)).unwrap() {
+                let m = e.unwrap().path().join("model.json");
+                if m.exists() {
+                    models.push(m);
+                }
+            }
+        }
+        assert!(models.len() >= 20, "{models:?}");
+        let opts = CodegenOptions {
+            arch: Arch::Sm90a,
+            allow_tf32: false,
+        };
+        let mut tunable = 0;
+        for m in &models {
+            let c = crate::Compiler::new()
+                .cuda_kernels(crate::CudaKernels::Skip)
+                .compile_file(m)
+                .unwrap_or_else(|e| panic!("{}: {e}", m.display()));
+            let (tiles, notes) = cached_tiles(
+                c.plan(),
+                &opts,
+                &TileCache::default(),
+                "NVIDIA H200",
+                &Bindings::new(),
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", m.display()));
+            assert!(tiles.is_empty(), "{}", m.display());
+            assert!(
+                notes.iter().all(|n| n.source == TileSource::Heuristic),
+                "{}: {notes:?}",
+                m.display()
+            );
+            let forced = forced_notes(c.plan(), &opts, &TileOverrides::new()).unwrap();
+            assert_eq!(forced, notes, "{}", m.display());
+            tunable += notes.len();
+        }
+        // The bf16 / f16 examples and cases with constant K and N have tunable GEMMs.
+        assert!(tunable >= 10, "{tunable}");
+    }
+
     /// A bf16 model of two linears (768 -> 768 -> 3072), compiled without kernels.
     fn compiled() -> crate::Compiled {
         let text = r#"{ "mlpc": 1, "dtype": "bf16", "seed": 1,
