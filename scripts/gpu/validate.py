@@ -33,7 +33,13 @@ def models(quick):
             jobs.append((m, t))
     for m in examples:
         big = "llama" in m
-        for t in ([1, 16, 33] if big else [1, 16, 67]):
+        ts = [1, 16, 33] if big else [1, 16, 67]
+        if not quick:
+            # Enough row tiles that every CTA of the persistent Hopper GEMMs computes several
+            # tiles (more tiles than 2 x 132 CTAs), so the stage ring and accumulators carry over
+            # from one tile to the next, as at benchmark sizes.
+            ts.append(1024 if big else 2048)
+        for t in ts:
             jobs.append((m, t))
     return jobs
 
