@@ -141,13 +141,25 @@ __device__ __forceinline__ float activate(float x) {
     }
 }
 
+/// `2^x` through the special function unit with denormal results flushed to zero
+/// (`ex2.approx.ftz`): one MUFU, without the range fix-up `exp2f` / `__expf` add to keep
+/// denormals. For the f16 / bf16 epilogues only, whose outputs cannot hold such values anyway.
+/// Callers fold log2(e) into their own constants.
+__device__ __forceinline__ float exp2_fast(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /// The activations in forms for f16 / bf16 outputs: exp and division through the special
-/// function unit (`__expf`, `__fdividef`: relative errors near 2^-21), arranged so that both tails
-/// stay accurate (no `1 + tanh` or `1 - erf` cancellation), far below the outputs' own rounding
-/// (2^-8 for bf16, 2^-11 for f16) and several times cheaper than `tanhf` / `erff`. f32 outputs
-/// keep `activate`.
+/// function unit (`exp2_fast`, `__fdividef`: relative errors near 2^-21), arranged so that both
+/// tails stay accurate (no `1 + tanh` or `1 - erf` cancellation), far below the outputs' own
+/// rounding (2^-8 for bf16, 2^-11 for f16) and several times cheaper than `tanhf` / `erff`.
+/// Constants are pre-multiplied (log2(e) folded in), since the compiler may not reassociate.
+/// f32 outputs keep `activate`.
 template <ActKind A>
 __device__ __forceinline__ float activate_fast(float x) {
+    constexpr float kLog2e = 1.4426950408889634f;
     if constexpr (A == ActKind::Gelu) {
         // erf(z) = 1 - q(t) exp(-z^2), t = 1 / (1 + p z), z = |x| / sqrt 2 (Abramowitz and
         // Stegun 7.1.26, |error| <= 1.5e-7); gelu = x (1 + sign(x) erf(z)) / 2.
@@ -156,16 +168,19 @@ __device__ __forceinline__ float activate_fast(float x) {
         const float q =
             t * (0.254829592f +
                  t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-        const float tail = q * __expf(-z * z);  // 1 - erf(z)
+        // exp(-z^2) = 2^(-x^2 log2(e) / 2)
+        const float tail = q * exp2_fast(x * x * (-0.5f * kLog2e));  // 1 - erf(z)
         return 0.5f * x * (x >= 0.0f ? 2.0f - tail : tail);
     } else if constexpr (A == ActKind::GeluTanh) {
-        // (1 + tanh u) / 2 = 1 / (1 + exp(-2u)).
-        const float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-        return __fdividef(x, 1.0f + __expf(-2.0f * u));
+        // (1 + tanh u) / 2 = 1 / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3):
+        // exp(-2u) = 2^(x (k1 + k2 x^2)), k1 = -2 sqrt(2/pi) log2(e), k2 = 0.044715 k1.
+        constexpr float k1 = -2.0f * 0.79788456080286536f * kLog2e;
+        constexpr float k2 = 0.044715f * k1;
+        return __fdividef(x, 1.0f + exp2_fast(x * fmaf(x * x, k2, k1)));
     } else if constexpr (A == ActKind::Silu) {
-        return __fdividef(x, 1.0f + __expf(-x));
+        return __fdividef(x, 1.0f + exp2_fast(x * -kLog2e));
     } else if constexpr (A == ActKind::Sigmoid) {
-        return __fdividef(1.0f, 1.0f + __expf(-x));
+        return __fdividef(1.0f, 1.0f + exp2_fast(x * -kLog2e));
     } else {
         return activate<A>(x);
     }

@@ -619,6 +619,27 @@ struct GemmBsrWgmma {
         const int lane = tid & 31;
         const int q = (tid >> 5) & 3;
         const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
+// Two passes (see wgmma_detail::store_tile): the epilogue of every element in place, then
+        // the stores, so that no operand load waits behind a store.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;
+            if (row >= p.m) continue;
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                if (n0 + g * BR >= p.n) break;
+#pragma unroll
+                for (int i = 0; i < BR / 8; ++i) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2 + e;
+                        const int r = 4 * i + 2 * h + e;
+                        const float up = kDual ? acc_up[kDual ? g : 0][kDual ? r : 0] : 0.0f;
+                        acc[g][r] = Epi::apply(acc[g][r], up, row, col, p);
+                    }
+                }
+            }
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;
@@ -632,15 +653,11 @@ struct GemmBsrWgmma {
                     // BR is a multiple of 8: both columns of the pair lie in the block row.
                     const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2;
                     const int r = 4 * i + 2 * h;
-                    const float up0 = kDual ? acc_up[kDual ? g : 0][kDual ? r : 0] : 0.0f;
-                    const float up1 = kDual ? acc_up[kDual ? g : 0][kDual ? r + 1 : 0] : 0.0f;
-                    const float v0 = Epi::apply(acc[g][r], up0, row, col, p);
-                    const float v1 = Epi::apply(acc[g][r + 1], up1, row, col + 1, p);
                     if (pair_ok) {
-                        *reinterpret_cast<u32*>(out_row + col) = pack2<T>(v0, v1);
+                        *reinterpret_cast<u32*>(out_row + col) = pack2<T>(acc[g][r], acc[g][r + 1]);
                     } else {
-                        out_row[col] = from_f32<T>(v0);
-                        out_row[col + 1] = from_f32<T>(v1);
+                        out_row[col] = from_f32<T>(acc[g][r]);
+                        out_row[col + 1] = from_f32<T>(acc[g][r + 1]);
                     }
                 }
             }

@@ -344,6 +344,26 @@ struct GemmMma {
 
         // Epilogue: thread holds C[g][2t..2t+1] and C[g+8][2t..2t+1] of each 16x8 tile.
         const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
+        // Two passes (see wgmma_detail::store_tile): the epilogue of every element in place, then
+        // the stores, so that no operand load waits behind a store.
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const i64 row = m0 + warp_m * WM + mt * 16 + (lane >> 2) + half * 8;
+                if (row >= p.m) continue;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const i64 col = n0 + warp_n * WN + nt * 8 + (lane & 3) * 2 + e;
+                        if (col >= p.n) continue;
+                        const float up = kDual ? acc_up[kDual ? mt : 0][kDual ? nt : 0][half * 2 + e] : 0.0f;
+                        acc[mt][nt][half * 2 + e] = Epi::apply(acc[mt][nt][half * 2 + e], up, row, col, p);
+                    }
+                }
+            }
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -355,11 +375,9 @@ struct GemmMma {
                 for (int nt = 0; nt < NT; ++nt) {
                     const i64 col = n0 + warp_n * WN + nt * 8 + (lane & 3) * 2;
                     if (col >= p.n) continue;
-                    const float up0 = kDual ? acc_up[kDual ? mt : 0][kDual ? nt : 0][half * 2] : 0.0f;
-                    const float up1 = kDual ? acc_up[kDual ? mt : 0][kDual ? nt : 0][half * 2 + 1] : 0.0f;
-                    const float v0 = Epi::apply(acc[mt][nt][half * 2], up0, row, col, p);
+                    const float v0 = acc[mt][nt][half * 2];
                     if (col + 1 < p.n) {
-                        const float v1 = Epi::apply(acc[mt][nt][half * 2 + 1], up1, row, col + 1, p);
+                        const float v1 = acc[mt][nt][half * 2 + 1];
                         if (pair_ok) {
                             *reinterpret_cast<u32*>(out_row + col) = pack2<T>(v0, v1);
                         } else {

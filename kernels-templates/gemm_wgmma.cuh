@@ -118,6 +118,18 @@ __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/// Named barrier `id` (1..15) for `threads` threads: `named_arrive` counts this warp in without
+/// waiting, `named_sync` counts it in and waits until `threads` threads have arrived.
+template <int THREADS>
+__device__ __forceinline__ void named_arrive(int id) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
+
+template <int THREADS>
+__device__ __forceinline__ void named_sync(int id) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
+
 /// Pins the accumulator registers at this point of the program: the compiler may not move their
 /// reads or writes across it (they are written by in-flight wgmmas until the wait).
 template <int N>
@@ -455,35 +467,84 @@ __device__ __forceinline__ void load_tile(u32 dst, const T* g, i64 ld, i64 row0,
 /// first column `n0`: d[4i + 2h + e] is C[row0 + 16q + g + 8h][n0 + 8i + 2t + e] (q = warp in the
 /// warpgroup, g = lane / 4, t = lane % 4; `wtid` = thread index in the warpgroup). Applies the
 /// epilogue chain and stores bf16 / f16 pairs; rows past M and columns past N are not written.
+///
+/// Two passes: first every element's epilogue (its operand loads: bias, residual) in place in
+/// `acc`, then every store. Interleaved, each operand load would wait behind the stores before
+/// it (the compiler cannot prove that the output does not alias the operands), so each element
+/// would pay a full load latency in turn; split, the loads of a whole tile are in flight at once.
+/// A tile wholly inside the output (the common case) takes a copy of both passes without bounds
+/// checks, so that no load hides behind a predicate.
 template <class T, int BN, bool kDual, class Epi, class P, int NACC, int NUP>
-__device__ __forceinline__ void store_tile(const float (&acc)[NACC], const float (&acc_up)[NUP],
+__device__ __forceinline__ void store_tile(float (&acc)[NACC], const float (&acc_up)[NUP],
                                            i64 row0, i64 n0, int wtid, const P& p) {
     const int lane = wtid & 31;
     const int q = wtid >> 5;
+    const i64 rbase = row0 + q * 16 + (lane >> 2);
+    const i64 cbase = n0 + (lane & 3) * 2;
     const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
+    if (row0 + 64 <= p.m && n0 + BN <= p.n) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int i = 0; i < BN / 8; ++i) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int r = 4 * i + 2 * h + e;
+                    const float up = kDual ? acc_up[kDual ? r : 0] : 0.0f;
+                    acc[r] = Epi::apply(acc[r], up, rbase + h * 8, cbase + i * 8 + e, p);
+                }
+            }
+        }
+        if (pair_ok) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                T* out_row = p.c + (rbase + h * 8) * p.ldc + cbase;
+#pragma unroll
+                for (int i = 0; i < BN / 8; ++i) {
+                    const int r = 4 * i + 2 * h;
+                    *reinterpret_cast<u32*>(out_row + i * 8) = pack2<T>(acc[r], acc[r + 1]);
+                }
+            }
+            return;
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const i64 row = rbase + h * 8;
+            if (row >= p.m) continue;
+#pragma unroll
+            for (int i = 0; i < BN / 8; ++i) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const i64 col = cbase + i * 8 + e;
+                    const int r = 4 * i + 2 * h + e;
+                    if (col < p.n) {
+                        const float up = kDual ? acc_up[kDual ? r : 0] : 0.0f;
+                        acc[r] = Epi::apply(acc[r], up, row, col, p);
+                    }
+                }
+            }
+        }
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const i64 row = row0 + q * 16 + (lane >> 2) + h * 8;
+        const i64 row = rbase + h * 8;
         if (row >= p.m) continue;
         T* out_row = p.c + row * p.ldc;
 #pragma unroll
         for (int i = 0; i < BN / 8; ++i) {
-            const i64 col = n0 + i * 8 + (lane & 3) * 2;
+            const i64 col = cbase + i * 8;
             if (col >= p.n) continue;
             const int r = 4 * i + 2 * h;
-            const float up0 = kDual ? acc_up[kDual ? r : 0] : 0.0f;
-            const float up1 = kDual ? acc_up[kDual ? r + 1 : 0] : 0.0f;
-            const float v0 = Epi::apply(acc[r], up0, row, col, p);
             if (col + 1 < p.n) {
-                const float v1 = Epi::apply(acc[r + 1], up1, row, col + 1, p);
                 if (pair_ok) {
-                    *reinterpret_cast<u32*>(out_row + col) = pack2<T>(v0, v1);
+                    *reinterpret_cast<u32*>(out_row + col) = pack2<T>(acc[r], acc[r + 1]);
                 } else {
-                    out_row[col] = from_f32<T>(v0);
-                    out_row[col + 1] = from_f32<T>(v1);
+                    out_row[col] = from_f32<T>(acc[r]);
+                    out_row[col + 1] = from_f32<T>(acc[r + 1]);
                 }
             } else {
-                out_row[col] = from_f32<T>(v0);
+                out_row[col] = from_f32<T>(acc[r]);
             }
         }
     }
@@ -614,23 +675,28 @@ struct GemmWgmma {
 ///
 /// - CTAS = 1: BM / 64 consumer warpgroups (one 64-row band of the tile each) and a producer
 ///   warpgroup; `setmaxnreg` moves registers from the producer (40) to the consumers (232).
+/// - CTAS = 1, PINGPONG: two consumer warpgroups, each computing whole tiles (every 64-row band)
+///   and taking the CTA's tiles in turn, and a producer warpgroup with the register handover:
+///   one warpgroup's epilogue runs while the other's wgmmas keep the tensor cores busy.
 /// - CTAS = 2: one consumer warpgroup computing every 64-row band of the tile and a producer warp
 ///   (no register handover: `__launch_bounds__(kThreads, 2)` leaves each thread 200 registers),
 ///   half the shared memory each: one CTA's epilogue runs while the other's wgmmas keep the
 ///   tensor cores busy.
-template <int BM_, int BN_, int STAGES_, int GROUP_M_, int CTAS_ = 1>
+template <int BM_, int BN_, int STAGES_, int GROUP_M_, int CTAS_ = 1, bool PINGPONG_ = false>
 struct WgmmaTmaConfig {
     static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_, GROUP_M = GROUP_M_;
     static constexpr int CTAS = CTAS_;
-    static constexpr int kConsumers = CTAS == 1 ? BM / 64 : 1;
+    static constexpr bool kPingpong = PINGPONG_;
+    static constexpr int kConsumers = kPingpong ? 2 : (CTAS == 1 ? BM / 64 : 1);
     /// 64-row bands per consumer warpgroup.
-    static constexpr int kBands = BM / 64 / kConsumers;
+    static constexpr int kBands = kPingpong ? BM / 64 : BM / 64 / kConsumers;
     static constexpr int kProducerThreads = CTAS == 1 ? 128 : 32;
     static constexpr int kThreads = kConsumers * 128 + kProducerThreads;
     static constexpr bool kHandover = CTAS == 1;
     static constexpr int kProducerRegs = 40;
     static constexpr int kConsumerRegs = 232;
     static_assert(CTAS == 1 || CTAS == 2, "one or two CTAs per SM");
+    static_assert(!kPingpong || CTAS == 1, "the ping-pong schedule runs one CTA per SM");
     static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
     static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
                   "BN must be 64, 128, 192 or 256 (a TMA box has at most 256 rows)");
@@ -653,7 +719,18 @@ struct WgmmaTmaConfig {
 ///   the stage's bytes on its `full` barrier and issues the two (three) TMA copies. Consumers,
 ///   per slice: wait on `full`, issue the wgmmas of their bands, commit, wait until the previous
 ///   slice's wgmmas are done and arrive on that slice's `empty` barrier (every consumer thread
-///   arrives; the barrier counts them all). No CTA-wide barrier after the set-up.
+///   that reads the stage arrives; the barrier counts them all). No CTA-wide barrier after the
+///   set-up.
+/// - Ping-pong (`Cfg::kPingpong`): the CTA's j-th tile belongs to consumer warpgroup j % 2, which
+///   computes all of it. The producer still fills the ring in tile order, so each warpgroup
+///   steps over the other's slices (its slice counter jumps by one tile's slices) and a stage's
+///   `empty` barrier counts the 128 threads of one warpgroup. The main loops take turns, in tile
+///   order, through two named barriers (warpgroup w waits on barrier 1 + w before its main loop;
+///   the other arrives on it after its own): the tensor cores serve one warpgroup at a time while
+///   the other runs its epilogue, and, what correctness needs, a warpgroup only waits on a
+///   stage's `full` barrier once every earlier slice has been waited for. An mbarrier wait names
+///   a phase by its parity only, so a wait for slice s must not start before the phase of slice
+///   s - STAGES in the same stage has completed, or it would pass on that older phase.
 /// - Persistent: the grid is at most CTAS CTAs per SM; CTA b computes tiles b, b + gridDim.x, ...
 ///   in a grouped order (GROUP_M row tiles, then the next column; see `tile_of`), so that the
 ///   CTAs running at the same time share A and B tiles in L2. While the consumers run one tile's
@@ -706,7 +783,7 @@ struct GemmWgmmaTma {
 #pragma unroll
             for (int s = 0; s < STAGES; ++s) {
                 mbar_init(full + 8 * s, 1);
-                mbar_init(empty + 8 * s, kConsumers * 128);
+                mbar_init(empty + 8 * s, Cfg::kPingpong ? 128 : kConsumers * 128);
             }
             mbar_fence_init();
         }
@@ -752,12 +829,17 @@ struct GemmWgmmaTma {
         }
 
         if constexpr (Cfg::kHandover) setmaxnreg_inc<Cfg::kConsumerRegs>();
-        // Consumer warpgroup `wg` owns the bands wg * kBands .. + kBands of 64 rows.
+        // Consumer warpgroup `wg` owns the bands band0 .. band0 + kBands of 64 rows: its share
+        // of each tile, or (ping-pong) every band of its own tiles.
+        const int band0 = Cfg::kPingpong ? 0 : wg * kBands;
+        const i64 first = blockIdx.x + (Cfg::kPingpong ? (i64)wg * gridDim.x : 0);
+        const i64 step = (i64)gridDim.x * (Cfg::kPingpong ? 2 : 1);
         float acc[kBands][kAcc];
         float acc_up[kDual ? kAcc : 1];
-        int stage = 0;
-        u32 phase = 0;
-        for (i64 t = blockIdx.x; t < tiles; t += gridDim.x) {
+        // The ring position of this warpgroup's next slice: the producer's sequence is every
+        // slice of the CTA's tiles in order, so a ping-pong warpgroup starts wg tiles in.
+        i64 slice = Cfg::kPingpong ? (i64)wg * ktiles : 0;
+        for (i64 t = first; t < tiles; t += step) {
             i64 tm, tn;
             tile_of(t, tiles_m, tiles_n, tm, tn);
 #pragma unroll
@@ -766,7 +848,11 @@ struct GemmWgmmaTma {
                 for (int b = 0; b < kBands; ++b) acc[b][i] = 0.0f;
                 if constexpr (kDual) acc_up[i] = 0.0f;
             }
+            int stage = (int)(slice % STAGES);
+            u32 phase = (u32)((slice / STAGES) & 1);
             int prev = -1;
+            // Ping-pong: the other warpgroup's previous tile has left its main loop.
+            if (Cfg::kPingpong && t != blockIdx.x) named_sync<256>(1 + wg);
             for (i64 kt = 0; kt < ktiles; ++kt) {
                 mbar_wait(full + 8 * stage, phase);
                 const u32 sa = ring + stage * kStageBytes;
@@ -780,7 +866,7 @@ struct GemmWgmmaTma {
                 for (int j = 0; j < BK / 16; ++j) {
 #pragma unroll
                     for (int b = 0; b < kBands; ++b) {
-                        const u64 da = make_desc(sa + (wg * kBands + b) * (64 * 128));
+                        const u64 da = make_desc(sa + (band0 + b) * (64 * 128));
                         Mma<T, BN>::run(acc[b], da + 2 * j, db + 2 * j);
                         if constexpr (kDual) Mma<T, BN>::run(acc_up, da + 2 * j, dbu + 2 * j);
                     }
@@ -801,15 +887,19 @@ struct GemmWgmmaTma {
                     phase ^= 1;
                 }
             }
+            // Ping-pong: every wgmma of this tile is issued; hand the tensor cores to the other
+            // warpgroup, if it has a next tile.
+            if (Cfg::kPingpong && t + gridDim.x < tiles) named_arrive<256>(2 - wg);
             wait<0>();
 #pragma unroll
             for (int b = 0; b < kBands; ++b) fence_regs(acc[b]);
             if constexpr (kDual) fence_regs(acc_up);
             if (prev >= 0) mbar_arrive(empty + 8 * prev);
+            slice += ktiles * (Cfg::kPingpong ? 2 : 1);
 #pragma unroll
             for (int b = 0; b < kBands; ++b) {
-                store_tile<T, BN, kDual, Epi>(acc[b], acc_up, tm * BM + (wg * kBands + b) * 64,
-                                              tn * BN, tid & 127, p);
+                store_tile<T, BN, kDual, Epi>(acc[b], acc_up, tm * BM + (band0 + b) * 64, tn * BN,
+                                              tid & 127, p);
             }
         }
     }

@@ -43,17 +43,37 @@ impl fmt::Display for TileKey {
     }
 }
 
-/// A Hopper GEMM tile: 128 rows by `bn` columns, `ctas` CTAs per SM (1 or 2). The pipeline
-/// depth follows: as many stages (2 to 5) as the shared memory of one CTA's share holds.
+/// A Hopper GEMM tile: 128 rows by `bn` columns, `ctas` CTAs per SM (1 or 2), and with
+/// `pingpong` the schedule in which two consumer warpgroups take whole tiles in turn (one's
+/// epilogue under the other's wgmmas). The pipeline depth follows: as many stages (2 to 5) as
+/// the shared memory of one CTA's share holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TileChoice {
     pub bn: u32,
     pub ctas: u32,
+    /// Absent in caches written before the schedule existed: `false`.
+    #[serde(default)]
+    pub pingpong: bool,
+}
+
+impl TileChoice {
+    /// A choice with the cooperative schedule (every consumer warpgroup on the same tile).
+    pub fn new(bn: u32, ctas: u32) -> TileChoice {
+        TileChoice {
+            bn,
+            ctas,
+            pingpong: false,
+        }
+    }
 }
 
 impl fmt::Display for TileChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "128x{} x{} CTA", self.bn, self.ctas)
+        write!(f, "128x{} x{} CTA", self.bn, self.ctas)?;
+        if self.pingpong {
+            write!(f, " ping-pong")?;
+        }
+        Ok(())
     }
 }
 

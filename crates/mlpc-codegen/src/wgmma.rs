@@ -47,6 +47,8 @@ pub(crate) struct WgmmaConfig {
     pub stages: u32,
     /// CTAs per SM the registers and shared memory are budgeted for (TMA kernel: 1 or 2).
     pub ctas: u32,
+    /// TMA kernel, one CTA per SM: two consumer warpgroups taking whole tiles in turn.
+    pub pingpong: bool,
 }
 
 /// Row tiles per group of the persistent kernel's tile order.
@@ -54,10 +56,11 @@ const GROUP_M: u32 = 8;
 
 impl WgmmaConfig {
     /// Mirrors `kThreads`: one consumer warpgroup (128 threads) per 64 rows and, for the TMA
-    /// kernel, a producer warpgroup; with two CTAs per SM, one consumer warpgroup for the whole
-    /// tile and a producer warp.
+    /// kernel, a producer warpgroup; with ping-pong, two consumer warpgroups and the producer;
+    /// with two CTAs per SM, one consumer warpgroup for the whole tile and a producer warp.
     pub fn threads(&self) -> u32 {
         match (self.family, self.ctas) {
+            (Family::Tma, 1) if self.pingpong => 2 * 128 + 128,
             (Family::Tma, 1) => self.bm / 64 * 128 + 128,
             (Family::Tma, _) => 128 + 32,
             (Family::CpAsync, _) => self.bm / 64 * 128,
@@ -77,8 +80,12 @@ impl WgmmaConfig {
     pub fn template(&self) -> String {
         match self.family {
             Family::Tma => format!(
-                "mlpc::WgmmaTmaConfig<{}, {}, {}, {GROUP_M}, {}>",
-                self.bm, self.bn, self.stages, self.ctas
+                "mlpc::WgmmaTmaConfig<{}, {}, {}, {GROUP_M}, {}{}>",
+                self.bm,
+                self.bn,
+                self.stages,
+                self.ctas,
+                if self.pingpong { ", true" } else { "" }
             ),
             Family::CpAsync => format!(
                 "mlpc::WgmmaConfig<{}, {}, {}>",
@@ -93,7 +100,8 @@ impl WgmmaConfig {
             Family::Tma => "wgmma_tma",
             Family::CpAsync => "wgmma",
         };
-        format!("{family}_{}x{}x{}", self.bm, self.bn, BK)
+        let schedule = if self.pingpong { "_pp" } else { "" };
+        format!("{family}_{}x{}x{}{schedule}", self.bm, self.bn, BK)
     }
 }
 
@@ -135,19 +143,20 @@ pub(crate) fn select(
     } else {
         Family::CpAsync
     };
-    // Shallow plain GEMMs (K <= 1024: at most 16 slices per tile) spend a large share of each
-    // tile in the epilogue; two CTAs per SM with 128 x 128 tiles let one CTA's epilogue run under
-    // the other's wgmmas. Deep ones, and dual GEMMs (two accumulators), keep one CTA of the
+    // Shallow plain GEMMs (K <= 1024: at most 16 slices per tile) take 128-wide tiles: more
+    // tiles, so the per-tile fill and epilogue spread over fuller waves. Measured with
+    // `--autotune` (docs/perf-notes.md 3c), this beat both 256-wide tiles and two CTAs per SM on
+    // the gpt2 and bert-large up-projections; the ping-pong schedule is a tuning candidate.
+    // Deep ones, and dual GEMMs (two accumulators), keep the cooperative schedule with the
     // widest tile.
     let shallow = !dual
         && family == Family::Tma
         && k.as_constant().is_some_and(|k| k <= 1024)
         && n.as_constant().is_none_or(|n| n > 128);
-    let ctas = if shallow { 2 } else { 1 };
     // Narrow outputs get a narrower tile; the widest is 256 (128 for the two accumulators of a
-    // dual GEMM, which hold as many registers, and for two CTAs per SM). A width that 192
-    // divides but 256 does not, or that makes few 256-wide column tiles (N = 768: 3 of 256 or
-    // 4 of 192), takes 192 wide tiles: more, smaller tiles fill the 132 SMs in fuller waves.
+    // dual GEMM, which hold as many registers, and for shallow GEMMs). A width that 192 divides
+    // but 256 does not, or that makes few 256-wide column tiles (N = 768: 3 of 256 or 4 of
+    // 192), takes 192 wide tiles: more, smaller tiles fill the 132 SMs in fuller waves.
     let widest = if dual || shallow { 128 } else { 256 };
     let bn = match n.as_constant() {
         Some(c) if c <= 64 => 64,
@@ -156,13 +165,15 @@ pub(crate) fn select(
         _ => widest,
     }
     .min(widest);
-    let stages = deepest(family, 128, bn, ctas, dual).unwrap_or(2);
+    let pingpong = false;
+    let stages = deepest(family, 128, bn, 1, dual).unwrap_or(2);
     Some(WgmmaConfig {
         family,
         bm: 128,
         bn,
         stages,
-        ctas,
+        ctas: 1,
+        pingpong,
     })
 }
 
@@ -175,6 +186,7 @@ fn deepest(family: Family, bm: u32, bn: u32, ctas: u32, dual: bool) -> Option<u3
             bn,
             stages,
             ctas,
+            pingpong: false,
         }
         .smem_bytes(dual)
             <= SMEM_LIMIT / ctas.max(1)
@@ -188,7 +200,8 @@ const WIDTHS: [u32; 4] = [64, 128, 192, 256];
 /// by `choice`, or why `choice` is not valid for it. The rules are the heuristic's: only the TMA
 /// kernel is tunable; a width of 64, 128, 192 or 256, 64 only for outputs of at most 64 columns
 /// and above 128 only for outputs wider than 128; 192 only when it divides `n`; at most 128 for
-/// a dual GEMM; two CTAs per SM only with 128-wide plain tiles; at least two stages in shared
+/// a dual GEMM; two CTAs per SM only with 128-wide plain tiles; the ping-pong schedule only for
+/// plain GEMMs with tiles at most 128 wide and one CTA per SM; at least two stages in shared
 /// memory.
 pub(crate) fn with_choice(
     heuristic: WgmmaConfig,
@@ -196,7 +209,7 @@ pub(crate) fn with_choice(
     n: u64,
     choice: TileChoice,
 ) -> Result<WgmmaConfig, String> {
-    let TileChoice { bn, ctas } = choice;
+    let TileChoice { bn, ctas, pingpong } = choice;
     if heuristic.family != Family::Tma {
         return Err(
             "only GEMMs on the TMA kernel (constant row strides) take a tile choice".into(),
@@ -227,12 +240,19 @@ pub(crate) fn with_choice(
     if ctas == 2 && (dual || bn != 128) {
         return Err("two CTAs per SM take 128-wide tiles of a plain GEMM".into());
     }
+    if pingpong && (dual || ctas != 1 || bn > 128) {
+        return Err(
+            "the ping-pong schedule takes tiles at most 128 wide of a plain GEMM, one CTA per SM"
+                .into(),
+        );
+    }
     let stages = deepest(Family::Tma, heuristic.bm, bn, ctas, dual)
         .ok_or_else(|| "two stages do not fit in shared memory".to_string())?;
     Ok(WgmmaConfig {
         bn,
         ctas,
         stages,
+        pingpong,
         ..heuristic
     })
 }
@@ -246,11 +266,12 @@ pub(crate) fn candidates(heuristic: WgmmaConfig, dual: bool, n: u64) -> Vec<Tile
     let first = TileChoice {
         bn: heuristic.bn,
         ctas: heuristic.ctas,
+        pingpong: heuristic.pingpong,
     };
     let mut out = vec![first];
     for bn in WIDTHS {
-        for ctas in [1, 2] {
-            let c = TileChoice { bn, ctas };
+        for (ctas, pingpong) in [(1, false), (1, true), (2, false)] {
+            let c = TileChoice { bn, ctas, pingpong };
             if c != first && with_choice(heuristic, dual, n, c).is_ok() {
                 out.push(c);
             }
@@ -289,7 +310,7 @@ mod tests {
             "((u64)1 << 62);",
             "Mma<T, BN>::run(acc, da + 2 * j, db + 2 * j);",
             "const u64 da = make_desc(sa + wg * (64 * 128));",
-            "const u64 da = make_desc(sa + (wg * kBands + b) * (64 * 128));",
+            "const u64 da = make_desc(sa + (band0 + b) * (64 * 128));",
             "Mma<T, BN>::run(acc, da + 2 * j, db + 2 * j);",
             "const u64 db = make_desc(sa + kTileABytes);",
             "const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;",
@@ -398,6 +419,7 @@ mod tests {
             bn: 192,
             stages: 5,
             ctas: 1,
+            pingpong: false,
         };
         let top = cfg.smem_bytes(false);
         assert!(top <= SMEM_LIMIT);
@@ -420,6 +442,7 @@ mod tests {
             bn: 256,
             stages: 4,
             ctas: 1,
+            pingpong: false,
         });
         assert_eq!(
             pick(Arch::Sm90a, DType::Bf16, false, nt, &[&s, &s], &n),
@@ -482,8 +505,7 @@ mod tests {
             assert_eq!((c.bn, c.stages), (bn, stages), "N = {cols}");
             assert!(c.smem_bytes(false) <= SMEM_LIMIT);
         }
-        // Shallow plain GEMMs: two CTAs per SM of 128 x 128 tiles, three stages each (half the
-        // shared memory); dual ones keep one CTA.
+        // Shallow plain GEMMs: 128 x 128 tiles, one CTA per SM, five stages; dual ones too.
         let shallow = |dual: bool, strides: &[&Extent]| {
             select(
                 Arch::Sm90a,
@@ -496,13 +518,33 @@ mod tests {
             )
             .unwrap()
         };
-        let two = shallow(false, &[&s, &s]);
-        assert_eq!((two.bn, two.stages, two.ctas), (128, 3, 2));
-        assert_eq!(two.threads(), 160);
-        assert!(two.smem_bytes(false) <= SMEM_LIMIT / 2);
-        assert!(two.template().ends_with(", 8, 2>"));
+        let plain = shallow(false, &[&s, &s]);
+        assert_eq!(
+            (plain.bn, plain.stages, plain.ctas, plain.pingpong),
+            (128, 5, 1, false)
+        );
+        assert_eq!(plain.threads(), 384);
+        assert!(plain.smem_bytes(false) <= SMEM_LIMIT);
+        assert!(plain.template().ends_with(", 8, 1>"));
+        // The ping-pong schedule, as a tuning candidate: its own entry name and template flag.
+        let pp = with_choice(
+            plain,
+            false,
+            3072,
+            TileChoice {
+                pingpong: true,
+                ..TileChoice::new(128, 1)
+            },
+        )
+        .unwrap();
+        assert_eq!((pp.threads(), pp.stages), (384, 5));
+        assert!(pp.template().ends_with(", 8, 1, true>"));
+        assert!(pp.tag().ends_with("_pp"));
         let dual_shallow = shallow(true, &[&s, &s, &s]);
-        assert_eq!((dual_shallow.bn, dual_shallow.ctas), (128, 1));
+        assert_eq!(
+            (dual_shallow.bn, dual_shallow.ctas, dual_shallow.pingpong),
+            (128, 1, false)
+        );
         // Narrow outputs.
         let narrow = pick(
             Arch::Sm90a,

@@ -46,7 +46,15 @@ fn plan(k: &str, n: &str) -> Plan {
 }
 
 fn c(bn: u32, ctas: u32) -> TileChoice {
-    TileChoice { bn, ctas }
+    TileChoice::new(bn, ctas)
+}
+
+/// A ping-pong choice (one CTA per SM).
+fn pp(bn: u32) -> TileChoice {
+    TileChoice {
+        pingpong: true,
+        ..c(bn, 1)
+    }
 }
 
 #[test]
@@ -65,8 +73,11 @@ fn candidates_follow_the_heuristics_rules() {
             n: 768
         }
     );
-    // The heuristic (two CTAs of 128 x 128 for a shallow plain GEMM) first.
-    assert_eq!(plain.choices, [c(128, 2), c(128, 1), c(192, 1), c(256, 1)]);
+    // The heuristic (128 x 128, one CTA, for a shallow plain GEMM) first.
+    assert_eq!(
+        plain.choices,
+        [c(128, 1), pp(128), c(128, 2), c(192, 1), c(256, 1)]
+    );
     let dual = &all[1];
     assert_eq!(dual.kernel, "dual");
     assert!(dual.key.dual);
@@ -81,14 +92,17 @@ fn candidates_follow_the_heuristics_rules() {
     let plain = tile_candidates(&p, &p.kernels[0], &opts(Arch::Sm90a))
         .unwrap()
         .unwrap();
-    assert_eq!(plain.choices, [c(256, 1), c(128, 1), c(128, 2)]);
+    assert_eq!(plain.choices, [c(256, 1), c(128, 1), pp(128), c(128, 2)]);
 
     // Narrow outputs: 64 only for N <= 64, nothing above 128 for N <= 128.
     let p = plan("768", "64");
     let plain = tile_candidates(&p, &p.kernels[0], &opts(Arch::Sm90a))
         .unwrap()
         .unwrap();
-    assert_eq!(plain.choices, [c(64, 1), c(128, 1), c(128, 2)]);
+    assert_eq!(
+        plain.choices,
+        [c(64, 1), pp(64), c(128, 1), pp(128), c(128, 2)]
+    );
 
     // Other targets have no Hopper tiles to choose.
     for arch in [Arch::Sm80, Arch::Sm90] {
@@ -126,7 +140,7 @@ fn an_override_changes_exactly_the_targeted_kernels() {
     let o = opts(Arch::Sm90a);
     let base = generate(&p, &o).unwrap();
     let key = tile_candidates(&p, &p.kernels[0], &o).unwrap().unwrap().key;
-    for choice in [c(128, 1), c(192, 1), c(256, 1)] {
+    for choice in [c(128, 2), c(192, 1), c(256, 1)] {
         let mut tiles = TileOverrides::new();
         tiles.insert(key, choice);
         let tuned = generate_tiled(&p, &o, &tiles).unwrap();
@@ -140,7 +154,7 @@ fn an_override_changes_exactly_the_targeted_kernels() {
         assert!(
             k.source
                 .contains(&format!("mlpc::WgmmaTmaConfig<128, {}, ", choice.bn))
-                && k.source.contains(", 8, 1>;"),
+                && k.source.contains(&format!(", 8, {}>;", choice.ctas)),
             "{choice}:\n{}",
             k.source
         );
@@ -150,17 +164,30 @@ fn an_override_changes_exactly_the_targeted_kernels() {
         let Grid::Persistent { tile_n, per_sm, .. } = k.launch.grid else {
             panic!("{choice}: not persistent")
         };
-        assert_eq!((tile_n, per_sm), (choice.bn, 1));
-        assert_eq!(k.launch.block, [384, 1, 1]);
+        assert_eq!((tile_n, per_sm), (choice.bn, choice.ctas));
+        let threads = if choice.ctas == 1 { 384 } else { 160 };
+        assert_eq!(k.launch.block, [threads, 1, 1]);
         // The tensor map of B reads boxes as wide as the tile.
         assert!(k.params.iter().any(|pm| matches!(
             pm,
             mlpc_codegen::Param::TensorMap { box_rows, .. } if *box_rows == choice.bn
         )));
     }
+    // The ping-pong schedule: its own entry name, two consumer warpgroups and the producer.
+    let mut tiles = TileOverrides::new();
+    tiles.insert(key, pp(128));
+    let k = &generate_tiled(&p, &o, &tiles).unwrap()[0];
+    assert!(
+        k.source
+            .contains("mlpc::WgmmaTmaConfig<128, 128, 5, 8, 1, true>;"),
+        "{}",
+        k.source
+    );
+    assert!(k.entry.ends_with("_wgmma_tma_128x128x64_pp"), "{}", k.entry);
+    assert_eq!(k.launch.block, [384, 1, 1]);
     // Forcing the heuristic's own choice changes nothing.
     let mut same = TileOverrides::new();
-    same.insert(key, c(128, 2));
+    same.insert(key, c(128, 1));
     assert_eq!(generate_tiled(&p, &o, &same).unwrap(), base);
     // A key no kernel has changes nothing either.
     let mut other = TileOverrides::new();
@@ -181,6 +208,14 @@ fn an_invalid_override_is_an_error_naming_kernel_and_choice() {
         (plain, c(128, 3), "plain", "1 or 2 CTAs"),
         (dual, c(256, 1), "dual", "at most 128"),
         (dual, c(128, 2), "dual", "two CTAs"),
+        (plain, pp(192), "plain", "ping-pong"),
+        (
+            plain,
+            TileChoice { ctas: 2, ..pp(128) },
+            "plain",
+            "ping-pong",
+        ),
+        (dual, pp(128), "dual", "ping-pong"),
     ] {
         let mut tiles = TileOverrides::new();
         tiles.insert(key, choice);
@@ -241,7 +276,7 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             }
         }
     }
-    assert_eq!(kernels.len(), (4 + 1) + (3 + 1) + (3 + 2));
+    assert_eq!(kernels.len(), (5 + 1) + (4 + 1) + (5 + 2));
     let jit = JitOptions {
         arch: Arch::Sm90a,
         no_cache: true,

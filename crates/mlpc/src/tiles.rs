@@ -287,7 +287,7 @@ mod tests {
             arch: Arch::Sm90a,
             device: device.to_string(),
             m_bucket,
-            choice: TileChoice { bn, ctas: 1 },
+            choice: TileChoice::new(bn, 1),
             median_ms: 0.25,
         }
     }
@@ -432,7 +432,7 @@ mod tests {
             arch: Arch::Sm90a,
             device: "GPU".into(),
             m_bucket,
-            choice: TileChoice { bn, ctas: 1 },
+            choice: TileChoice::new(bn, 1),
             median_ms: 1.0,
         };
         cache.record(win(first, 8192, 192));
@@ -441,7 +441,7 @@ mod tests {
         let mut t = Bindings::new();
         t.bind(&"T".into(), 5000).unwrap();
         let (tiles, notes) = cached_tiles(c.plan(), &opts, &cache, "GPU", &t).unwrap();
-        assert_eq!(tiles.get(&first), Some(TileChoice { bn: 192, ctas: 1 }));
+        assert_eq!(tiles.get(&first), Some(TileChoice::new(192, 1)));
         assert_eq!(tiles.get(&second), None);
         assert_eq!(notes.len(), 2);
         assert_eq!(notes[0].source, TileSource::Cache { m_bucket: 8192 });
@@ -480,7 +480,7 @@ mod tests {
         }
         // Unbound rows: the entry of the largest bucket.
         let (tiles, _) = cached_tiles(c.plan(), &opts, &cache, "GPU", &Bindings::new()).unwrap();
-        assert_eq!(tiles.get(&first), Some(TileChoice { bn: 192, ctas: 1 }));
+        assert_eq!(tiles.get(&first), Some(TileChoice::new(192, 1)));
     }
 
     #[test]
@@ -499,12 +499,12 @@ mod tests {
         assert!(tiles.is_empty());
         assert_eq!(notes.len(), 1);
         assert_eq!(notes[0].source, TileSource::Heuristic);
-        assert_eq!(notes[0].choice, TileChoice { bn: 128, ctas: 2 });
+        assert_eq!(notes[0].choice, TileChoice::new(128, 1));
         // Other targets have no tunable kernels.
         assert!(c.device_tiles(Arch::Sm80, "GPU").unwrap().1.is_empty());
         // A candidate being measured: forced.
         let mut forced = TileOverrides::new();
-        let choice = TileChoice { bn: 256, ctas: 1 };
+        let choice = TileChoice::new(256, 1);
         forced.insert(notes[0].key, choice);
         let v = c.with_tiles(forced.clone());
         let (tiles, notes) = v.device_tiles(Arch::Sm90a, "GPU").unwrap();
