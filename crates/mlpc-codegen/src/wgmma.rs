@@ -143,12 +143,12 @@ pub(crate) fn select(
     } else {
         Family::CpAsync
     };
-    // Shallow plain GEMMs (K <= 1024: at most 16 slices per tile) take 128-wide tiles: more
-    // tiles, so the per-tile fill and epilogue spread over fuller waves. Measured with
-    // `--autotune` (docs/perf-notes.md 3c), this beat both 256-wide tiles and two CTAs per SM on
-    // the gpt2 and bert-large up-projections; the ping-pong schedule is a tuning candidate.
-    // Deep ones, and dual GEMMs (two accumulators), keep the cooperative schedule with the
-    // widest tile.
+    // Shallow plain GEMMs (K <= 1024: at most 16 slices per tile) spend a large share of each
+    // tile in the epilogue: they take 128-wide tiles with the ping-pong schedule, so that one
+    // consumer warpgroup's epilogue runs under the other's wgmmas. Measured with `--autotune`
+    // (docs/perf-notes.md 3d) on the gpt2 up-projection: ping-pong 0.142 ms for the whole MLP,
+    // two CTAs per SM 0.150, one cooperative CTA 0.163, 256-wide tiles 0.160. Deep ones, and
+    // dual GEMMs (two accumulators), keep the cooperative schedule with the widest tile.
     let shallow = !dual
         && family == Family::Tma
         && k.as_constant().is_some_and(|k| k <= 1024)
@@ -165,7 +165,7 @@ pub(crate) fn select(
         _ => widest,
     }
     .min(widest);
-    let pingpong = false;
+    let pingpong = shallow && bn == 128;
     let stages = deepest(family, 128, bn, 1, dual).unwrap_or(2);
     Some(WgmmaConfig {
         family,
@@ -505,7 +505,8 @@ mod tests {
             assert_eq!((c.bn, c.stages), (bn, stages), "N = {cols}");
             assert!(c.smem_bytes(false) <= SMEM_LIMIT);
         }
-        // Shallow plain GEMMs: 128 x 128 tiles, one CTA per SM, five stages; dual ones too.
+        // Shallow plain GEMMs: 128 x 128 tiles with the ping-pong schedule, one CTA per SM, five
+        // stages; dual ones keep the cooperative schedule.
         let shallow = |dual: bool, strides: &[&Extent]| {
             select(
                 Arch::Sm90a,
@@ -518,28 +519,19 @@ mod tests {
             )
             .unwrap()
         };
-        let plain = shallow(false, &[&s, &s]);
-        assert_eq!(
-            (plain.bn, plain.stages, plain.ctas, plain.pingpong),
-            (128, 5, 1, false)
-        );
-        assert_eq!(plain.threads(), 384);
-        assert!(plain.smem_bytes(false) <= SMEM_LIMIT);
-        assert!(plain.template().ends_with(", 8, 1>"));
-        // The ping-pong schedule, as a tuning candidate: its own entry name and template flag.
-        let pp = with_choice(
-            plain,
-            false,
-            3072,
-            TileChoice {
-                pingpong: true,
-                ..TileChoice::new(128, 1)
-            },
-        )
-        .unwrap();
-        assert_eq!((pp.threads(), pp.stages), (384, 5));
+        let pp = shallow(false, &[&s, &s]);
+        assert_eq!((pp.bn, pp.stages, pp.ctas, pp.pingpong), (128, 5, 1, true));
+        assert_eq!(pp.threads(), 384);
+        assert!(pp.smem_bytes(false) <= SMEM_LIMIT);
         assert!(pp.template().ends_with(", 8, 1, true>"));
         assert!(pp.tag().ends_with("_pp"));
+        // The cooperative schedule, as a tuning candidate.
+        let coop = with_choice(pp, false, 3072, TileChoice::new(128, 1)).unwrap();
+        assert_eq!(
+            (coop.threads(), coop.stages, coop.pingpong),
+            (384, 5, false)
+        );
+        assert!(coop.template().ends_with(", 8, 1>"));
         let dual_shallow = shallow(true, &[&s, &s, &s]);
         assert_eq!(
             (dual_shallow.bn, dual_shallow.ctas, dual_shallow.pingpong),

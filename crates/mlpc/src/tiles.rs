@@ -499,7 +499,13 @@ mod tests {
         assert!(tiles.is_empty());
         assert_eq!(notes.len(), 1);
         assert_eq!(notes[0].source, TileSource::Heuristic);
-        assert_eq!(notes[0].choice, TileChoice::new(128, 1));
+        assert_eq!(
+            notes[0].choice,
+            TileChoice {
+                pingpong: true,
+                ..TileChoice::new(128, 1)
+            }
+        );
         // Other targets have no tunable kernels.
         assert!(c.device_tiles(Arch::Sm80, "GPU").unwrap().1.is_empty());
         // A candidate being measured: forced.
