@@ -421,10 +421,12 @@ mod tests {
                 assert_eq!(g.to_bits(), w.to_bits(), "[{m}, {k}] x [{k}, {n}]");
             }
         }
-        assert!(
-            301 * 257 * 229 > PARALLEL_WORK,
-            "one case must take the threaded path"
-        );
+        const {
+            assert!(
+                301 * 257 * 229 > PARALLEL_WORK,
+                "one case must take the threaded path"
+            )
+        };
     }
 
     fn t(shape: &[usize], v: &[f64]) -> HostTensor {
