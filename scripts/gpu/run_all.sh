@@ -16,7 +16,8 @@ MLPC=target/release/mlpc
 export MLPC_CACHE_DIR=${MLPC_CACHE_DIR:-/tmp/mlpc-cache}
 
 echo "== smoke: tiled kernels (T > 64) of gpt2-mlp and seed-geglu on the default target"
-for spec in "examples/gpt2-mlp/model.json 129" "examples/seed-geglu/model.json 300"; do
+# T = 2048: every persistent CTA computes several tiles (both ping-pong warpgroups work).
+for spec in "examples/gpt2-mlp/model.json 129" "examples/gpt2-mlp/model.json 2048" "examples/seed-geglu/model.json 300"; do
     model=${spec% *}
     t=${spec#* }
     if ! timeout 180 "$MLPC" check "$model" --backend cuda --bind T="$t" >>"$OUT/smoke.txt" 2>&1; then
