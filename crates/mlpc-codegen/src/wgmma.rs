@@ -201,7 +201,8 @@ const WIDTHS: [u32; 4] = [64, 128, 192, 256];
 /// kernel is tunable; a width of 64, 128, 192 or 256, 64 only for outputs of at most 64 columns
 /// and above 128 only for outputs wider than 128; 192 only when it divides `n`; at most 128 for
 /// a dual GEMM; two CTAs per SM only with 128-wide plain tiles; the ping-pong schedule only for
-/// plain GEMMs with tiles at most 128 wide and one CTA per SM; at least two stages in shared
+/// plain GEMMs with tiles at most 192 wide (a warpgroup holds the accumulators of both 64-row
+/// bands: 192 registers per thread at most) and one CTA per SM; at least two stages in shared
 /// memory.
 pub(crate) fn with_choice(
     heuristic: WgmmaConfig,
@@ -240,9 +241,9 @@ pub(crate) fn with_choice(
     if ctas == 2 && (dual || bn != 128) {
         return Err("two CTAs per SM take 128-wide tiles of a plain GEMM".into());
     }
-    if pingpong && (dual || ctas != 1 || bn > 128) {
+    if pingpong && (dual || ctas != 1 || bn > 192) {
         return Err(
-            "the ping-pong schedule takes tiles at most 128 wide of a plain GEMM, one CTA per SM"
+            "the ping-pong schedule takes tiles at most 192 wide of a plain GEMM, one CTA per SM"
                 .into(),
         );
     }

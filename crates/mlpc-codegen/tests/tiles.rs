@@ -76,7 +76,7 @@ fn candidates_follow_the_heuristics_rules() {
     // The heuristic (128 x 128 ping-pong for a shallow plain GEMM) first.
     assert_eq!(
         plain.choices,
-        [pp(128), c(128, 1), c(128, 2), c(192, 1), c(256, 1)]
+        [pp(128), c(128, 1), c(128, 2), c(192, 1), pp(192), c(256, 1)]
     );
     let dual = &all[1];
     assert_eq!(dual.kernel, "dual");
@@ -207,7 +207,7 @@ fn an_invalid_override_is_an_error_naming_kernel_and_choice() {
         (plain, c(128, 3), "plain", "1 or 2 CTAs"),
         (dual, c(256, 1), "dual", "at most 128"),
         (dual, c(128, 2), "dual", "two CTAs"),
-        (plain, pp(192), "plain", "ping-pong"),
+        (plain, pp(256), "plain", "ping-pong"),
         (
             plain,
             TileChoice { ctas: 2, ..pp(128) },
@@ -275,7 +275,7 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             }
         }
     }
-    assert_eq!(kernels.len(), (5 + 1) + (4 + 1) + (5 + 2));
+    assert_eq!(kernels.len(), (6 + 1) + (4 + 1) + (5 + 2));
     let jit = JitOptions {
         arch: Arch::Sm90a,
         no_cache: true,
