@@ -3,7 +3,12 @@
 # eat the session), then the full validation, then the benchmark. Run from the repository root
 # after `scripts/gpu/build.sh` (binaries carried over); results go to $OUT (default /tmp/mlpc-gpu).
 #
-#   scripts/gpu/run_all.sh [validate|bench|all] [extra bench.py arguments...]
+#   scripts/gpu/run_all.sh [validate|bench|all|tune] [extra bench.py arguments...]
+#
+# `tune` runs `mlpc compile --autotune` on every example at its benchmark size instead (every
+# candidate tile checked against the reference, then timed; tables in $OUT/tune-*.txt), with its
+# own cache directory, so that the validation and benchmark runs keep the heuristic's tiles.
+# TUNE="gpt2-mlp:8192 ..." picks the models (about a minute or two each).
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -28,6 +33,21 @@ for spec in "examples/gpt2-mlp/model.json 129" "examples/gpt2-mlp/model.json 204
 done
 tail -4 "$OUT/smoke.txt"
 
+if [ "$what" = tune ]; then
+    export MLPC_CACHE_DIR=/tmp/mlpc-tune
+    mkdir -p /tmp/mlpc-tune-out
+    for spec in ${TUNE:-gpt2-mlp:8192 bert-large-ffn:8192 seed-geglu:8192 mlp3-relu:8192 llama-swiglu:4096}; do
+        model=${spec%:*}
+        t=${spec#*:}
+        echo "== autotune $model T=$t"
+        timeout 240 "$MLPC" compile "examples/$model/model.json" --autotune --bind T="$t" \
+            -o "/tmp/mlpc-tune-out/$model" >"$OUT/tune-$model.txt" 2>&1
+        echo "exit $?"
+        grep -E " ms|error" "$OUT/tune-$model.txt"
+    done
+    cp "$MLPC_CACHE_DIR/autotune.json" "$OUT/" 2>/dev/null
+    exit 0
+fi
 if [ "$what" = validate ] || [ "$what" = all ]; then
     echo "== validate"
     timeout 400 python3 scripts/gpu/validate.py --mlpc "$MLPC" \
