@@ -333,6 +333,31 @@ mod tests {
         assert_eq!(bn(1024, Arch::Sm90a, "H200", Some(8192)), None);
     }
 
+    /// A cache written before the ping-pong schedule existed (no `pingpong` in its choices)
+    /// still loads, its choices cooperative; a ping-pong winner round-trips.
+    #[test]
+    fn a_cache_without_the_schedule_field_loads_as_cooperative() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(TILE_CACHE_FILE);
+        let old = r#"{"version": 1, "entries": [{"key": {"dtype": "bf16", "dual": false,
+            "k": 768, "n": 3072}, "arch": "sm_90a", "device": "NVIDIA H200 (sm_90)",
+            "m_bucket": 8192, "choice": {"bn": 128, "ctas": 1}, "median_ms": 0.18}]}"#;
+        std::fs::write(&path, old).unwrap();
+        let mut cache = TileCache::load(&path).unwrap();
+        assert_eq!(cache.entries.len(), 1);
+        assert_eq!(cache.entries[0].choice, TileChoice::new(128, 1));
+        let pp = TileChoice {
+            pingpong: true,
+            ..TileChoice::new(128, 1)
+        };
+        cache.record(TileCacheEntry {
+            choice: pp,
+            ..cache.entries[0].clone()
+        });
+        cache.save(&path).unwrap();
+        assert_eq!(TileCache::load(&path).unwrap().entries[0].choice, pp);
+    }
+
     #[test]
     fn a_corrupt_cache_is_an_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
