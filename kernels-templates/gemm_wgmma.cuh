@@ -472,72 +472,47 @@ __device__ __forceinline__ void load_tile(u32 dst, const T* g, i64 ld, i64 row0,
 /// `acc`, then every store. Interleaved, each operand load would wait behind the stores before
 /// it (the compiler cannot prove that the output does not alias the operands), so each element
 /// would pay a full load latency in turn; split, the loads of a whole tile are in flight at once.
-/// A tile wholly inside the output (the common case) takes a copy of both passes without bounds
-/// checks, so that no load hides behind a predicate.
-template <class T, int BN, bool kDual, class Epi, class P, int NACC, int NUP>
-__device__ __forceinline__ void store_tile(float (&acc)[NACC], const float (&acc_up)[NUP],
-                                           i64 row0, i64 n0, int wtid, const P& p) {
-    const int lane = wtid & 31;
-    const int q = wtid >> 5;
-    const i64 rbase = row0 + q * 16 + (lane >> 2);
-    const i64 cbase = n0 + (lane & 3) * 2;
-    const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
-    if (row0 + 64 <= p.m && n0 + BN <= p.n) {
+/// A tile wholly inside the output (the common case) takes both passes without bounds checks
+/// (`kChecked = false`), so that no load hides behind a predicate.
+template <bool kChecked, class T, int BN, bool kDual, class Epi, class P, int NACC, int NUP>
+__device__ __forceinline__ void epilogue_pass(float (&acc)[NACC], const float (&acc_up)[NUP],
+                                              i64 rbase, i64 cbase, const P& p) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h) {
+        const i64 row = rbase + h * 8;
+        if (kChecked && row >= p.m) continue;
 #pragma unroll
-            for (int i = 0; i < BN / 8; ++i) {
+        for (int i = 0; i < BN / 8; ++i) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int r = 4 * i + 2 * h + e;
+            for (int e = 0; e < 2; ++e) {
+                const i64 col = cbase + i * 8 + e;
+                const int r = 4 * i + 2 * h + e;
+                if (!kChecked || col < p.n) {
                     const float up = kDual ? acc_up[kDual ? r : 0] : 0.0f;
-                    acc[r] = Epi::apply(acc[r], up, rbase + h * 8, cbase + i * 8 + e, p);
-                }
-            }
-        }
-        if (pair_ok) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                T* out_row = p.c + (rbase + h * 8) * p.ldc + cbase;
-#pragma unroll
-                for (int i = 0; i < BN / 8; ++i) {
-                    const int r = 4 * i + 2 * h;
-                    *reinterpret_cast<u32*>(out_row + i * 8) = pack2<T>(acc[r], acc[r + 1]);
-                }
-            }
-            return;
-        }
-    } else {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const i64 row = rbase + h * 8;
-            if (row >= p.m) continue;
-#pragma unroll
-            for (int i = 0; i < BN / 8; ++i) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const i64 col = cbase + i * 8 + e;
-                    const int r = 4 * i + 2 * h + e;
-                    if (col < p.n) {
-                        const float up = kDual ? acc_up[kDual ? r : 0] : 0.0f;
-                        acc[r] = Epi::apply(acc[r], up, row, col, p);
-                    }
+                    acc[r] = Epi::apply(acc[r], up, row, col, p);
                 }
             }
         }
     }
+}
+
+/// The stores of `store_tile`: pairs as one word when `kPairs`, and with `kChecked` only the
+/// rows and columns inside the output.
+template <bool kChecked, bool kPairs, class T, int BN, class P, int NACC>
+__device__ __forceinline__ void store_pass(const float (&acc)[NACC], i64 rbase, i64 cbase,
+                                           const P& p) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const i64 row = rbase + h * 8;
-        if (row >= p.m) continue;
+        if (kChecked && row >= p.m) continue;
         T* out_row = p.c + row * p.ldc;
 #pragma unroll
         for (int i = 0; i < BN / 8; ++i) {
             const i64 col = cbase + i * 8;
-            if (col >= p.n) continue;
+            if (kChecked && col >= p.n) continue;
             const int r = 4 * i + 2 * h;
-            if (col + 1 < p.n) {
-                if (pair_ok) {
+            if (!kChecked || col + 1 < p.n) {
+                if (kPairs) {
                     *reinterpret_cast<u32*>(out_row + col) = pack2<T>(acc[r], acc[r + 1]);
                 } else {
                     out_row[col] = from_f32<T>(acc[r]);
@@ -547,6 +522,30 @@ __device__ __forceinline__ void store_tile(float (&acc)[NACC], const float (&acc
                 out_row[col] = from_f32<T>(acc[r]);
             }
         }
+    }
+}
+
+template <class T, int BN, bool kDual, class Epi, class P, int NACC, int NUP>
+__device__ __forceinline__ void store_tile(float (&acc)[NACC], const float (&acc_up)[NUP],
+                                           i64 row0, i64 n0, int wtid, const P& p) {
+    const int lane = wtid & 31;
+    const int q = wtid >> 5;
+    const i64 rbase = row0 + q * 16 + (lane >> 2);
+    const i64 cbase = n0 + (lane & 3) * 2;
+    const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
+    if (row0 + 64 <= p.m && n0 + BN <= p.n) {
+        epilogue_pass<false, T, BN, kDual, Epi>(acc, acc_up, rbase, cbase, p);
+        if (pair_ok) {
+            store_pass<false, true, T, BN>(acc, rbase, cbase, p);
+            return;
+        }
+    } else {
+        epilogue_pass<true, T, BN, kDual, Epi>(acc, acc_up, rbase, cbase, p);
+    }
+    if (pair_ok) {
+        store_pass<true, true, T, BN>(acc, rbase, cbase, p);
+    } else {
+        store_pass<true, false, T, BN>(acc, rbase, cbase, p);
     }
 }
 
