@@ -463,17 +463,8 @@ __device__ __forceinline__ void load_tile(u32 dst, const T* g, i64 ld, i64 row0,
     }
 }
 
-/// The epilogue of one warpgroup's 64 x BN accumulator tile whose first output row is `row0` and
-/// first column `n0`: d[4i + 2h + e] is C[row0 + 16q + g + 8h][n0 + 8i + 2t + e] (q = warp in the
-/// warpgroup, g = lane / 4, t = lane % 4; `wtid` = thread index in the warpgroup). Applies the
-/// epilogue chain and stores bf16 / f16 pairs; rows past M and columns past N are not written.
-///
-/// Two passes: first every element's epilogue (its operand loads: bias, residual) in place in
-/// `acc`, then every store. Interleaved, each operand load would wait behind the stores before
-/// it (the compiler cannot prove that the output does not alias the operands), so each element
-/// would pay a full load latency in turn; split, the loads of a whole tile are in flight at once.
-/// A tile wholly inside the output (the common case) takes both passes without bounds checks
-/// (`kChecked = false`), so that no load hides behind a predicate.
+/// The first pass of `store_tile`: the epilogue chain of every element in place in `acc`; with
+/// `kChecked` only for the rows and columns inside the output.
 template <bool kChecked, class T, int BN, bool kDual, class Epi, class P, int NACC, int NUP>
 __device__ __forceinline__ void epilogue_pass(float (&acc)[NACC], const float (&acc_up)[NUP],
                                               i64 rbase, i64 cbase, const P& p) {
@@ -525,6 +516,17 @@ __device__ __forceinline__ void store_pass(const float (&acc)[NACC], i64 rbase, 
     }
 }
 
+/// The epilogue of one warpgroup's 64 x BN accumulator tile whose first output row is `row0` and
+/// first column `n0`: d[4i + 2h + e] is C[row0 + 16q + g + 8h][n0 + 8i + 2t + e] (q = warp in the
+/// warpgroup, g = lane / 4, t = lane % 4; `wtid` = thread index in the warpgroup). Applies the
+/// epilogue chain and stores bf16 / f16 pairs; rows past M and columns past N are not written.
+///
+/// Two passes: first every element's epilogue (its operand loads: bias, residual) in place in
+/// `acc`, then every store. Interleaved, each operand load would wait behind the stores before
+/// it (the compiler cannot prove that the output does not alias the operands), so each element
+/// would pay a full load latency in turn; split, the loads of a whole tile are in flight at once.
+/// A tile wholly inside the output (the common case) takes both passes without bounds checks
+/// (`kChecked = false`), so that no load hides behind a predicate.
 template <class T, int BN, bool kDual, class Epi, class P, int NACC, int NUP>
 __device__ __forceinline__ void store_tile(float (&acc)[NACC], const float (&acc_up)[NUP],
                                            i64 row0, i64 n0, int wtid, const P& p) {
