@@ -212,7 +212,7 @@ pub fn autotune(
         }
     })?;
     let mut out = format!(
-        "autotune on {} ({}): {} kernel(s)\n",
+        "autotune on {}, {} kernels: {} tuned\n",
         report.device,
         report.arch,
         report.kernels.len()
