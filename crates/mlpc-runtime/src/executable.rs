@@ -662,12 +662,15 @@ pub fn time_runs(
         if exe.graph_stats().graph_launches > before {
             graph_runs += 1;
         }
-        pairs.push((start, end, out));
+        // Freed in stream order, as a caller dropping its outputs would: the next run's
+        // outputs reuse the pool's memory instead of growing it by every run's outputs.
+        drop(out);
+        pairs.push((start, end));
     }
     device.synchronize()?;
     let gpu_ms = pairs
         .iter()
-        .map(|(s, e, _)| {
+        .map(|(s, e)| {
             s.elapsed_ms(e)
                 .map(f64::from)
                 .map_err(driver("reading an event"))
