@@ -9,10 +9,10 @@
 // block col), as for gemm_bsr.cuh. A is row-major [M, K] (k contiguous): both operands are then
 // "K-major", what wgmma reads for 16-bit types without a transpose.
 //
-// CTA: BM = 128 rows of A and C (two consumer warpgroups of 64 rows, 256 threads) x a group of G
-// consecutive block rows of W (G * BR output columns). Accumulator g (G of them; two sets for a
-// dual GEMM) is a separate register array of BR / 2 f32 per thread: the m64nBRk16 result of block
-// row g. Grid (ceil(M / BM), ceil(block rows / G)).
+// CTA: BM = 128 rows of A and C (two consumer warpgroups of 64 rows, 256 threads, and a producer
+// warpgroup) x a group of G consecutive block rows of W (G * BR output columns). Accumulator g (G of
+// them; two sets for a dual GEMM) is a separate register array of BR / 2 f32 per thread: the
+// m64nBRk16 result of block row g. Grid (ceil(M / BM), ceil(block rows / G)).
 //
 // Steps (compile-time lists emitted by the generated file, see BsrWgmmaParams): the steps of a
 // group are the union of the kept block columns of its G block rows, in increasing order. Step s
@@ -46,20 +46,21 @@
 // Accumulators of m64nNk16 (as in gemm_wgmma.cuh): with q = warp in the warpgroup, gr = lane / 4,
 // t = lane % 4, register d[4i + 2h + e] holds D[16q + gr + 8h][8i + 2t + e].
 //
-// Pipeline: the ring and its synchronisation are those of GemmWgmma (STAGES >= 3, prefetch
-// distance STAGES - 2 slices):
-//   iteration kt:
-//     cp.async.wait_group(STAGES - 3); fence.proxy.async.shared::cta; __syncthreads
-//     wgmma.fence; for each kept g: BK / 16 wgmmas into acc[g] (and acc_up[g]); commit_group
-//     cp.async slice kt + STAGES - 2 into the stage of slice kt - 2; commit (possibly empty)
-//     wgmma.wait_group(1)
+// Loads (the copy engine): one atom column of one operand is one TMA box of R rows x SW elements
+// written with the swizzle of 2 * SW-byte rows (32, 64 or 128 bytes), which is the address XOR
+// above; rows of A past M arrive as zeros. A is read through a tensor map over [M, K], the kept
+// blocks through one over the packed weight seen as a [kept * BR, BC] matrix (block b's k slice
+// ks, atom a: box at column ks * BK + a * SW, row b * BR).
 //
-// Loads: 16-byte cp.async with zero-fill of the A rows past M (A's base 16-byte aligned and its
-// row stride a multiple of 8, decided at run time; the blocks need only an aligned base, their
-// rows being BC elements); plain loads and st.shared into the same positions otherwise. A slice
-// of A is BM x BK chunks of 8 elements, chunk i = tid + p * 256 being row i / (BK / 8), chunk
-// i % (BK / 8); the G slots likewise, slot g being chunks [g, g + 1) * BR * BK / 8, a thread
-// copying its chunk of slot g only when the step keeps row g.
+// Pipeline (as GemmWgmmaTma, not persistent): STAGES stages with a `full` and an `empty` mbarrier
+// each. Up to four producer warps walk the group's slices, slice s filled by warp s % warps (a
+// divisor of STAGES: a stage is always filled by one warp, in order), the step lists read ahead
+// and spread over the lanes; per slice, lane 0 of its warp waits on the stage's `empty` barrier,
+// announces the A piece's and the kept blocks' bytes on its `full` barrier and issues their
+// copies.
+// Consumers, per slice: wait on `full`, wgmma.fence, for each kept g the BK / 16 wgmmas into
+// acc[g] (and acc_up[g]), commit, wgmma.wait_group(1), and every consumer thread arrives on the
+// previous slice's `empty` barrier. No CTA-wide barrier after the set-up.
 #pragma once
 
 #include "gemm_wgmma.cuh"
@@ -71,11 +72,18 @@ template <int BM_, int G_, int BK_, int STAGES_>
 struct BsrWgmmaConfig {
     static constexpr int BM = BM_, G = G_, BK = BK_, STAGES = STAGES_;
     static constexpr int kWarpgroups = BM / 64;
-    static constexpr int kThreads = kWarpgroups * 128;
+    /// The consumer warpgroups, then the producer warpgroup (ptxas budgets registers by whole
+    /// warpgroups); `setmaxnreg` moves registers from the producer to the consumers.
+    static constexpr int kConsumerThreads = kWarpgroups * 128;
+    static constexpr int kThreads = kConsumerThreads + 128;
+    static constexpr int kProducerRegs = 40;
+    static constexpr int kConsumerRegs = 232;
+    static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536,
+                  "the register handover must fit the register file");
     static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
     static_assert(G >= 1 && G <= 16, "the row mask of a step has 16 bits");
     static_assert(BK == 16 || BK == 32 || BK == 48 || BK == 64, "BK must be 16, 32, 48 or 64");
-    static_assert(STAGES >= 3, "the ring needs a stage in flight, one computing, one draining");
+    static_assert(STAGES >= 2, "the ring needs a stage loading while one computes");
 };
 
 /// Run-time description of a grouped BSR GEMM: the dense GEMM parameters (`b` and `b_up` point at
@@ -113,17 +121,6 @@ template <int BK>
 struct SliceAtom {
     static constexpr int SW = BK % 64 == 0 ? 64 : (BK % 32 == 0 ? 32 : 16);
 };
-
-/// Byte offset of 16-byte chunk `c` (k = 8c .. 8c + 7 of the slice) of row `r` in a tile of ROWS
-/// rows x BK, made of BK / SW atom columns.
-template <int ROWS, int BK>
-__device__ __forceinline__ u32 chunk_offset(int r, int c) {
-    typedef Atom<SliceAtom<BK>::SW> A;
-    const int atom = c / A::kChunks;
-    const int cc = c % A::kChunks;
-    return (u32)(atom * (ROWS * A::kRowBytes) + r * A::kRowBytes +
-                 ((cc ^ ((r >> A::kShift) & (A::kChunks - 1))) << 4));
-}
 
 /// The descriptor of a K-major operand with the atom's swizzle starting at shared address `addr`.
 template <int SW>
@@ -430,115 +427,159 @@ struct Mma<f16, 256> {
 #undef MLPC_BSR_WGMMA_N192
 #undef MLPC_BSR_WGMMA_N256
 
-/// Copies chunk `c` (8 elements) of row `gr` of a row-major matrix (row stride `ld`, the chunk's
-/// first element at column `k0 + 8c`) to shared address `dst`; rows at or past `rows` read as
-/// zero. `vec`: one 16-byte cp.async (the base is 16-byte aligned and `ld` a multiple of 8).
-template <class T>
-__device__ __forceinline__ void copy_chunk(u32 dst, const T* g, i64 ld, i64 gr, i64 k0, int c,
-                                           i64 rows, bool vec) {
-    const bool row_in = gr < rows;
-    const T* src = g + (row_in ? gr * ld + k0 + 8 * c : 0);
-    if (vec) {
-        // A chunk that reads nothing still needs a valid address: `g` itself.
-        mma_detail::cp_async_16(dst, src, row_in ? 16 : 0);
-    } else {
-        u32 w[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const u32 lo = row_in ? src[2 * e].bits : 0u;
-            const u32 hi = row_in ? src[2 * e + 1].bits : 0u;
-            w[e] = lo | (hi << 16);
-        }
-        mma_detail::st_shared_v4(dst, w[0], w[1], w[2], w[3]);
-    }
-}
-
 }  // namespace bsr_wgmma
 
 /// The grouped Hopper BSR GEMM. `T` is `bf16` or `f16`; A is row-major [M, K]; `BR` x `BC` the
 /// block (BR a wgmma N: 8, 16, 24, 32, 48, 64, 96, 128, 192 or 256; BC a multiple of BK); `Cfg` a
-/// `BsrWgmmaConfig`; `Epi` a `SingleEpilogue` or `DualEpilogue`. Launch with `kThreads` threads,
-/// grid `(ceil(M / BM), ceil(block rows / G))` and `kSmemBytes` bytes of dynamic shared memory;
-/// compile for sm_90a.
+/// `BsrWgmmaConfig`; `Epi` a `SingleEpilogue` or `DualEpilogue`. `map_a` reads A in boxes of BM
+/// rows x SW columns, `map_b` (`map_bu`) the packed blocks as a [kept * BR, BC] matrix in boxes of
+/// BR rows x SW columns, both with the swizzle of SW-element rows. Launch with `kThreads`
+/// threads, grid `(ceil(M / BM), ceil(block rows / G))` and `kSmemBytes` bytes of dynamic shared
+/// memory; compile for sm_90a.
 template <class T, int BR, int BC, class Cfg, class Epi>
 struct GemmBsrWgmma {
     static constexpr bool kDual = Epi::kDual;
     static constexpr int BM = Cfg::BM, G = Cfg::G, BK = Cfg::BK, STAGES = Cfg::STAGES;
     static constexpr int kThreads = Cfg::kThreads;
+    static constexpr int kConsumerThreads = Cfg::kConsumerThreads;
     static constexpr int kGroup = G;
     /// k slices per block.
     static constexpr int kKSub = BC / BK;
-    static constexpr int kChunks = BK / 8;
+    static constexpr int SW = bsr_wgmma::SliceAtom<BK>::SW;
+    /// Atom columns per slice: one copy each per operand.
+    static constexpr int kAtoms = BK / SW;
+    /// Producer warps filling the ring, slice s by warp s % kProducerWarps: a divisor of STAGES,
+    /// so that each stage is always filled by the same warp, in slice order.
+    static constexpr int kProducerWarps = STAGES % 4 == 0 ? 4 : (STAGES % 2 == 0 ? 2 : 1);
     static constexpr int kTileABytes = BM * BK * 2;
     static constexpr int kSlotBytes = BR * BK * 2;
     static constexpr int kSlotsBytes = G * kSlotBytes;
     static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);
-    /// The ring plus 1024 bytes to align its base to the widest swizzle pattern.
-    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;
+    /// The ring, 1024 bytes to align its base to the widest swizzle pattern, and the barriers.
+    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024 + 2 * STAGES * 8;
     /// Accumulator registers per thread and block row.
     static constexpr int kAcc = BR / 2;
-    static constexpr int kPassesA = ceil_div(BM * kChunks, kThreads);
-    static constexpr int kSlotChunks = BR * kChunks;
-    static constexpr int kPassesB = ceil_div(G * kSlotChunks, kThreads);
-    static constexpr int SW = bsr_wgmma::SliceAtom<BK>::SW;
     static_assert(BC % BK == 0, "a block is whole k slices");
     static_assert(BR % 8 == 0 && BR >= 8 && BR <= 256, "BR must be a wgmma N");
     static_assert(G * kAcc * (kDual ? 2 : 1) <= 128, "the accumulators must fit the registers");
     static_assert(kTileABytes % 1024 == 0, "the slots start on a swizzle period");
     static_assert(kSlotBytes % (8 * 2 * SW) == 0, "every slot starts on a swizzle period");
-
-    /// Loads k slice `ks` of step `s` (A piece and the step's kept blocks) into `stage`.
-    template <class P>
-    __device__ __forceinline__ static void load_slice(u32 stage, const P& p, i64 m0, int s, int ks,
-                                                      bool vec_a, bool vec_b, bool vec_bu,
-                                                      int tid) {
-        using bsr_wgmma::chunk_offset;
-        using bsr_wgmma::copy_chunk;
-        const u32 info = (u32)p.step_info[s];
-        const u32 mask = info & 0xffffu;
-        const i64 k0 = (i64)(info >> 16) * BC + (i64)ks * BK;
-#pragma unroll
-        for (int pass = 0; pass < kPassesA; ++pass) {
-            const int i = tid + pass * kThreads;
-            if ((BM * kChunks) % kThreads != 0 && i >= BM * kChunks) break;
-            const int r = i / kChunks, c = i % kChunks;
-            copy_chunk(stage + chunk_offset<BM, BK>(r, c), p.a, p.lda, m0 + r, k0, c, p.m, vec_a);
-        }
-        const int first = p.step_first[s];
-#pragma unroll
-        for (int pass = 0; pass < kPassesB; ++pass) {
-            const int i = tid + pass * kThreads;
-            if ((G * kSlotChunks) % kThreads != 0 && i >= G * kSlotChunks) break;
-            const int g = i / kSlotChunks;
-            if (((mask >> g) & 1u) == 0) continue;
-            const int r = (i % kSlotChunks) / kChunks, c = i % kChunks;
-            const int blk = p.step_blk[first + __popc(mask & ((1u << g) - 1u))];
-            const i64 off = (i64)blk * (BR * BC);
-            const u32 dst = stage + kTileABytes + g * kSlotBytes + chunk_offset<BR, BK>(r, c);
-            copy_chunk(dst, p.b + off, BC, r, (i64)ks * BK, c, BR, vec_b);
-            if constexpr (kDual) {
-                copy_chunk(dst + kSlotsBytes, p.b_up + off, BC, r, (i64)ks * BK, c, BR, vec_bu);
-            }
-        }
-    }
+    static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
 
     template <class P>
-    __device__ __forceinline__ static void run(const P& p) {
+    __device__ __forceinline__ static void run(const P& p, const TensorMap& map_a,
+                                               const TensorMap& map_b, const TensorMap& map_bu) {
         using namespace wgmma_detail;
         using bsr_wgmma::kstep_offset;
         extern __shared__ __align__(1024) unsigned char mlpc_smem[];
         const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;
+        const u32 full = ring + STAGES * kStageBytes;
+        const u32 empty = full + STAGES * 8;
 
         const int tid = (int)threadIdx.x;
         const int wg = tid >> 7;
-        const i64 m0 = (i64)blockIdx.x * BM;
+        const int m0 = (int)blockIdx.x * BM;
         const int group = (int)blockIdx.y;
         const i64 n0 = (i64)group * (G * BR);
+        const int s0 = p.grp_ptr[group];
+        const int slices = (p.grp_ptr[group + 1] - s0) * kKSub;
 
-        const bool vec_a = is_aligned(p.a, 16) && (p.lda % 8 == 0);
-        const bool vec_b = is_aligned(p.b, 16);
-        const bool vec_bu = kDual && is_aligned(p.b_up, 16);
+        if (tid == kConsumerThreads) {
+#pragma unroll
+            for (int s = 0; s < STAGES; ++s) {
+                mbar_init(full + 8 * s, 1);
+                mbar_init(empty + 8 * s, kConsumerThreads);
+            }
+            mbar_fence_init();
+        }
+        __syncthreads();
 
+        if (tid >= kConsumerThreads) {
+            // The producer: each of its kProducerWarps warps walks the group's steps and fills
+            // every kProducerWarps-th slice (so that one warp always fills the same stages, in
+            // order); its lane 0 issues, per slice, the wait for the stage's `empty` barrier, the
+            // bytes of the A piece and of the step's kept blocks on its `full` barrier, and their
+            // copies. One warp alone could not issue them as fast as the consumers compute. The
+            // step lists are read ahead (info and first block two steps, the block indices one
+            // step: lane j holds the j-th kept block of a step), so no list read waits between
+            // two slices.
+            setmaxnreg_dec<Cfg::kProducerRegs>();
+            const int pw = (tid - kConsumerThreads) >> 5;
+            if (pw >= kProducerWarps) return;
+            const int lane = tid & 31;
+            if (tid == kConsumerThreads) {
+                tma_prefetch_map(map_a);
+                tma_prefetch_map(map_b);
+                if constexpr (kDual) tma_prefetch_map(map_bu);
+            }
+            const int steps = slices / kKSub;
+            auto info_at = [&](int i) { return i < steps ? (u32)p.step_info[s0 + i] : 0u; };
+            auto first_at = [&](int i) { return i < steps ? p.step_first[s0 + i] : 0; };
+            auto blk_of = [&](u32 info, int first) {
+                return lane < __popc(info & 0xffffu) ? p.step_blk[first + lane] : 0;
+            };
+            u32 info = info_at(0);
+            int blk = blk_of(info, first_at(0));
+            u32 info1 = info_at(1);
+            int first1 = first_at(1);
+            int stage = 0;
+            u32 phase = 0;
+            for (int st = 0; st < steps; ++st) {
+                const int blk1 = blk_of(info1, first1);
+                const u32 info2 = info_at(st + 2);
+                const int first2 = first_at(st + 2);
+                const u32 mask = info & 0xffffu;
+                const int col = (int)(info >> 16) * BC;
+                for (int ks = 0; ks < kKSub; ++ks) {
+                    if ((st * kKSub + ks) % kProducerWarps != pw) {
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1;
+                        }
+                        continue;
+                    }
+                    mbar_wait(empty + 8 * stage, phase ^ 1);
+                    const u32 bar = full + 8 * stage;
+                    const u32 sa = ring + stage * kStageBytes;
+                    if (lane == 0) {
+                        mbar_arrive_expect_tx(
+                            bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));
+#pragma unroll
+                        for (int a = 0; a < kAtoms; ++a) {
+                            tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BK + a * SW, m0,
+                                        bar);
+                        }
+                    }
+                    int j = 0;
+                    for (u32 rest = mask; rest != 0u; rest &= rest - 1u, ++j) {
+                        const int g = __ffs(rest) - 1;
+                        const int row = __shfl_sync(0xffffffffu, blk, j) * BR;
+                        if (lane != 0) continue;
+                        const u32 slot = sa + kTileABytes + g * kSlotBytes;
+#pragma unroll
+                        for (int a = 0; a < kAtoms; ++a) {
+                            const int x = ks * BK + a * SW;
+                            tma_load_2d(slot + a * (BR * 2 * SW), map_b, x, row, bar);
+                            if constexpr (kDual) {
+                                tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SW), map_bu, x,
+                                            row, bar);
+                            }
+                        }
+                    }
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                info = info1;
+                blk = blk1;
+                info1 = info2;
+                first1 = first2;
+            }
+            return;
+        }
+
+        setmaxnreg_inc<Cfg::kConsumerRegs>();
         float acc[G][kAcc];
         float acc_up[kDual ? G : 1][kDual ? kAcc : 1];
 #pragma unroll
@@ -556,28 +597,22 @@ struct GemmBsrWgmma {
             }
         };
 
-        const int s0 = p.grp_ptr[group];
-        const int slices = (p.grp_ptr[group + 1] - s0) * kKSub;
-        auto load = [&](int sl, u32 stage) {
-            load_slice(stage, p, m0, s0 + sl / kKSub, sl % kKSub, vec_a, vec_b, vec_bu, tid);
-        };
-
-        // Prologue: slices 0 .. STAGES - 3 in flight, one commit group each.
-#pragma unroll
-        for (int s = 0; s < STAGES - 2; ++s) {
-            if (s < slices) load(s, ring + s * kStageBytes);
-            mma_detail::cp_async_commit();
-        }
-
-        int read_stage = 0;
-        int write_stage = STAGES - 2;
+        // Consumers, per slice: wait on `full`, the wgmmas of the kept rows, commit, wait until
+        // the previous slice's wgmmas are done and release its stage. The next slice's step
+        // info is read one slice ahead, so its latency hides behind the current one.
+        int stage = 0;
+        u32 phase = 0;
+        int prev = -1;
+        u32 info = slices > 0 ? (u32)p.step_info[s0] : 0u;
         for (int kt = 0; kt < slices; ++kt) {
-            mma_detail::cp_async_wait<STAGES - 3>();
-            fence_proxy_async();
-            __syncthreads();
-
-            const u32 mask = (u32)p.step_info[s0 + kt / kKSub] & 0xffffu;
-            const u32 sa = ring + read_stage * kStageBytes;
+            const u32 mask = info & 0xffffu;
+            if (kt + 1 < slices) info = (u32)p.step_info[s0 + (kt + 1) / kKSub];
+            mbar_wait(full + 8 * stage, phase);
+            // The wait's spin loop may leave the warp diverged as far as ptxas knows; the wgmmas
+            // below sit behind branches on the (uniform) row mask, which ptxas serialises unless
+            // the warp is converged first.
+            __syncwarp();
+            const u32 sa = ring + stage * kStageBytes;
             const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));
             pin();
             fence();
@@ -598,20 +633,18 @@ struct GemmBsrWgmma {
             }
             commit();
             pin();
-
-            // The stage of slice kt - 2: every warpgroup finished it before the barrier above.
-            const int pre = kt + STAGES - 2;
-            if (pre < slices) load(pre, ring + write_stage * kStageBytes);
-            mma_detail::cp_async_commit();
-            read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
-            write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
-
+            // The previous slice's wgmmas are complete: its stage may be refilled.
             wait<1>();
             pin();
+            if (prev >= 0) mbar_arrive(empty + 8 * prev);
+            prev = stage;
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
         }
         wait<0>();
         pin();
-        mma_detail::cp_async_wait<0>();
 
         // Epilogue: acc[g][4i + 2h + e] is C[16q + lane / 4 + 8h][g * BR + 8i + 2t + e] of the
         // warpgroup's 64 rows and the group's columns; columns past N (a last group with fewer
@@ -619,7 +652,7 @@ struct GemmBsrWgmma {
         const int lane = tid & 31;
         const int q = (tid >> 5) & 3;
         const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
-// Two passes (see wgmma_detail::store_tile): the epilogue of every element in place, then
+        // Two passes (see wgmma_detail::store_tile): the epilogue of every element in place, then
         // the stores, so that no operand load waits behind a store.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {

@@ -26,7 +26,7 @@
 use crate::cpp::{self, Symbols};
 use crate::gemm::{a_layout, check_output_columns, epilogue_code, Config};
 use crate::view::matrix_view;
-use crate::{dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch};
+use crate::{dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch, Param};
 use mlpc_ir::{BlockPattern, DType, Extent, MatLayout, SparseGemm};
 use std::fmt::Write;
 
@@ -119,9 +119,9 @@ pub(crate) struct WgmmaBsr {
 }
 
 impl WgmmaBsr {
-    /// One consumer warpgroup (128 threads) per 64 rows.
+    /// One consumer warpgroup (128 threads) per 64 rows, then the producer warpgroup.
     pub fn threads(&self) -> u32 {
-        self.bm / 64 * 128
+        self.bm / 64 * 128 + 128
     }
 
     /// Mirrors `GemmBsrWgmma::kStageBytes`: the A slice and the G block slots (twice for dual).
@@ -130,9 +130,19 @@ impl WgmmaBsr {
         (bm + nb * g * br) * bk * 2
     }
 
-    /// Mirrors `GemmBsrWgmma::kSmemBytes`: the ring plus 1024 bytes of alignment slack.
+    /// Mirrors `GemmBsrWgmma::kSmemBytes`: the ring, 1024 bytes of alignment slack and a `full`
+    /// and an `empty` mbarrier per stage.
     pub fn smem_bytes(&self, br: u32, dual: bool) -> u32 {
-        self.stages * Self::stage_bytes(self.bm, self.g, br, self.bk, dual) + 1024
+        self.stages * (Self::stage_bytes(self.bm, self.g, br, self.bk, dual) + 16) + 1024
+    }
+
+    /// The width in elements of one swizzle atom column (`bsr_wgmma::SliceAtom<BK>::SW`): the
+    /// inner size of every TMA box the kernel reads.
+    pub fn atom(&self) -> u32 {
+        [64, 32, 16]
+            .into_iter()
+            .find(|w| self.bk % w == 0)
+            .unwrap_or(16)
     }
 
     pub fn template(&self) -> String {
@@ -142,9 +152,6 @@ impl WgmmaBsr {
         )
     }
 }
-
-/// The lowest density that takes the grouped Hopper kernel (see `select_wgmma`).
-pub(crate) const MIN_WGMMA_DENSITY: f64 = 0.4;
 
 /// The grouped Hopper kernel's configuration for a block-sparse GEMM, or `None` when it keeps
 /// `GemmBsrMma` / `GemmBsrSimt`. `la` is A's physical layout and `lda` its row stride.
@@ -175,7 +182,8 @@ pub(crate) fn select_wgmma(
     let g = (cols / br).min(16).min(rows).max(1);
     let bk = [64, 48, 32, 16].into_iter().find(|d| bc % d == 0)?;
     let bm = 128;
-    let stages = ((SMEM_LIMIT - 1024) / WgmmaBsr::stage_bytes(bm, g, br, bk, dual)).min(MAX_STAGES);
+    let stages =
+        ((SMEM_LIMIT - 1024) / (WgmmaBsr::stage_bytes(bm, g, br, bk, dual) + 16)).min(MAX_STAGES);
     (stages >= 3).then_some(WgmmaBsr { bm, g, bk, stages })
 }
 
@@ -315,12 +323,9 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     let [br, bc] = p.block;
     let elem = cpp::elem_type(dtype);
     // Measured on the H200 (W 4096 x 4096, T = 4096, 32 x 32 blocks, docs/perf-notes.md): the
-    // grouped kernel is ahead of `GemmBsrMma` at density 0.5 (0.535 against 0.58 ms) and behind
-    // at 0.25 (0.38 against 0.31) and 0.1 (0.225 against 0.143), where a group's steps hold
-    // about one kept block each and A is loaded for little work. Below the crossing the
-    // one-block-row kernel stays.
-    let hopper = select_wgmma(ctx.opts.arch, dtype, dual, (la, &lda), p)
-        .filter(|_| p.density() >= MIN_WGMMA_DENSITY);
+    // TMA-fed grouped kernel is ahead of `GemmBsrMma` at every density measured (0.245 / 0.179 /
+    // 0.114 ms against 0.58 / 0.31 / 0.14 at density 0.5 / 0.25 / 0.1).
+    let hopper = select_wgmma(ctx.opts.arch, dtype, dual, (la, &lda), p);
     let cfg = choose(dtype, dual, p.block);
     // Kept blocks are read as the `[N, K]` weight, B layout `t`.
     let (threads, smem, min_blocks, bm) = match hopper {
@@ -384,7 +389,41 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     };
     body.extend(lists.iter().map(|l| format!("    p.{l} = {l};")));
     body.extend(epi.lines);
-    body.push("    Kernel::run(p);".to_string());
+    // The Hopper kernel reads A and the kept blocks through tensor maps, passed after the
+    // symbols: A as [M, K] in boxes of BM rows, the packed blocks as a [kept * BR, BC] matrix in
+    // boxes of one block's BR rows; both one swizzle atom column (`atom` elements) wide.
+    let mut maps: Vec<(&str, Param)> = Vec::new();
+    match hopper {
+        Some(h) => {
+            let rows = Extent::constant(p.kept.len() as u64 * u64::from(br));
+            let blocks = |buf: usize| Param::TensorMap {
+                buffer: ctx.kernel.args[buf],
+                rows: rows.clone(),
+                cols: Extent::constant(u64::from(bc)),
+                row_stride: Extent::constant(u64::from(bc)),
+                box_rows: br,
+                box_cols: h.atom(),
+            };
+            maps.push((
+                "tm_a",
+                Param::TensorMap {
+                    buffer: ctx.kernel.args[0],
+                    rows: m.clone(),
+                    cols: k.clone(),
+                    row_stride: lda.clone(),
+                    box_rows: h.bm,
+                    box_cols: h.atom(),
+                },
+            ));
+            maps.push(("tm_b", blocks(1)));
+            if dual {
+                maps.push(("tm_bu", blocks(2)));
+            }
+            let bu = if dual { "tm_bu" } else { "tm_b" };
+            body.push(format!("    Kernel::run(p, tm_a, tm_b, {bu});"));
+        }
+        None => body.push("    Kernel::run(p);".to_string()),
+    }
 
     let symbols = syms.into_sorted();
     let summary = format!(
@@ -452,15 +491,21 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         ),
     });
     src.push_str("}  // namespace\n\n");
+    let mut sig = signature(elem, &arg_names, ctx.args.len(), &symbols);
+    for (name, _) in &maps {
+        sig.push_str(&format!(
+            ",\n    const __grid_constant__ mlpc::TensorMap {name}"
+        ));
+    }
     src.push_str(&format!(
-        "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks}) {entry}(\n{}) {{\n",
-        signature(elem, &arg_names, ctx.args.len(), &symbols)
+        "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks}) {entry}(\n{sig}) {{\n"
     ));
     src.push_str(&body.join("\n"));
     src.push_str("\n}\n");
 
     let mut params = ctx.buffer_params();
     params.extend(dim_params(&symbols));
+    params.extend(maps.into_iter().map(|(_, p)| p));
     Ok(CudaKernel {
         name: kname.clone(),
         entry,
@@ -492,10 +537,11 @@ mod tests {
     //! product needs; the accumulated values must equal the pruned GEMM.
 
     use super::*;
-    use std::collections::{HashMap, HashSet};
+    use std::collections::HashMap;
 
     const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_bsr_wgmma.cuh");
-    const THREADS: u32 = 256;
+    /// Consumer threads (two warpgroups); the producer warpgroup follows them.
+    const CONSUMERS: u32 = 256;
 
     /// `bsr_wgmma::SliceAtom<BK>::SW`.
     fn atom(bk: u32) -> u32 {
@@ -508,18 +554,18 @@ mod tests {
         }
     }
 
-    /// `bsr_wgmma::chunk_offset<ROWS, BK>(r, c)`.
-    fn chunk_offset(rows: u32, bk: u32, r: u32, c: u32) -> u32 {
-        let sw = atom(bk);
-        let (row_bytes, chunks) = (2 * sw, sw / 8);
-        let shift = match sw {
-            64 => 0,
-            32 => 1,
-            _ => 2,
+    /// Where the copy engine puts element (r, e) of a box of `sw`-element rows written at shared
+    /// address `dst` with the swizzle of its row width (CUDA driver API, `CU_TENSOR_MAP_SWIZZLE_
+    /// {32,64,128}B`): rows laid out one after the other, then byte-address bits [4, 4 + b) XOR
+    /// bits [7, 7 + b), b = 1, 2, 3 for 32-, 64- and 128-byte rows.
+    fn tma_box_address(sw: u32, dst: u32, r: u32, e: u32) -> u32 {
+        let b = match sw {
+            64 => 3,
+            32 => 2,
+            _ => 1,
         };
-        (c / chunks) * (rows * row_bytes)
-            + r * row_bytes
-            + (((c % chunks) ^ ((r >> shift) & (chunks - 1))) << 4)
+        let linear = dst + r * 2 * sw + 2 * e;
+        linear ^ (((linear >> 7) & ((1 << b) - 1)) << 4)
     }
 
     /// `bsr_wgmma::make_desc<SW>(addr)`.
@@ -572,35 +618,34 @@ mod tests {
     fn the_model_is_the_templates_address_math() {
         for line in [
             "static constexpr int kSbo = 8 * kRowBytes;",
+            "static constexpr int kChunks = SW / 8;",
             "static constexpr int kLayout = SW == 64 ? 1 : (SW == 32 ? 2 : 3);",
             "static constexpr int kShift = SW == 64 ? 0 : (SW == 32 ? 1 : 2);",
             "static constexpr int SW = BK % 64 == 0 ? 64 : (BK % 32 == 0 ? 32 : 16);",
-            "return (u32)(atom * (ROWS * A::kRowBytes) + r * A::kRowBytes +",
-            "((cc ^ ((r >> A::kShift) & (A::kChunks - 1))) << 4));",
             "return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(A::kSbo >> 4) << 32) |",
             "((u64)A::kLayout << 62);",
             "return (u32)((16 * j / SliceAtom<BK>::SW) * (ROWS * 2 * SliceAtom<BK>::SW) +",
             "(16 * j % SliceAtom<BK>::SW) * 2);",
             "static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);",
+            "static constexpr int kAtoms = BK / SW;",
             "const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;",
-            "const i64 k0 = (i64)(info >> 16) * BC + (i64)ks * BK;",
-            "const int r = i / kChunks, c = i % kChunks;",
-            "copy_chunk(stage + chunk_offset<BM, BK>(r, c), p.a, p.lda, m0 + r, k0, c, p.m, vec_a);",
-            "const int g = i / kSlotChunks;",
-            "const int r = (i % kSlotChunks) / kChunks, c = i % kChunks;",
-            "const int blk = p.step_blk[first + __popc(mask & ((1u << g) - 1u))];",
-            "const u32 dst = stage + kTileABytes + g * kSlotBytes + chunk_offset<BR, BK>(r, c);",
-            "copy_chunk(dst, p.b + off, BC, r, (i64)ks * BK, c, BR, vec_b);",
-            "copy_chunk(dst + kSlotsBytes, p.b_up + off, BC, r, (i64)ks * BK, c, BR, vec_bu);",
-            "const T* src = g + (row_in ? gr * ld + k0 + 8 * c : 0);",
-            "load_slice(stage, p, m0, s0 + sl / kKSub, sl % kKSub, vec_a, vec_b, vec_bu, tid);",
-            "const u32 mask = (u32)p.step_info[s0 + kt / kKSub] & 0xffffu;",
+            "return lane < __popc(info & 0xffffu) ? p.step_blk[first + lane] : 0;",
+            "const int col = (int)(info >> 16) * BC;",
+            "const u32 sa = ring + stage * kStageBytes;",
+            "bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));",
+            "tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BK + a * SW, m0,",
+            "const int g = __ffs(rest) - 1;",
+            "const int row = __shfl_sync(0xffffffffu, blk, j) * BR;",
+            "const u32 slot = sa + kTileABytes + g * kSlotBytes;",
+            "const int x = ks * BK + a * SW;",
+            "tma_load_2d(slot + a * (BR * 2 * SW), map_b, x, row, bar);",
+            "tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SW), map_bu, x,",
+            "if (kt + 1 < slices) info = (u32)p.step_info[s0 + (kt + 1) / kKSub];",
             "const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));",
             "const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);",
             "const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);",
             "const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);",
             "bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));",
-            "const int pre = kt + STAGES - 2;",
             "const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2;",
             "const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;",
             "if (n0 + g * BR >= p.n) break;",
@@ -653,15 +698,16 @@ mod tests {
     ) -> (Acc, Acc, HashMap<(u64, u64), u32>) {
         let [br, bc] = pattern.block;
         let (g, bk, bm, stages) = (cfg.g, cfg.bk, cfg.bm, cfg.stages);
-        assert_eq!(cfg.threads(), THREADS);
+        assert_eq!(cfg.threads(), CONSUMERS + 128);
         let sw = atom(bk);
-        let chunks = bk / 8;
+        assert_eq!(sw, cfg.atom(), "the tensor maps' box width");
+        let sw_atoms = bk / sw;
         let kksub = bc / bk;
         let tile_a = bm * bk * 2;
         let slot = br * bk * 2;
         let slots = g * slot;
         let stage_bytes = tile_a + slots * if dual { 2 } else { 1 };
-        assert_eq!(cfg.smem_bytes(br, dual), stages * stage_bytes + 1024);
+        assert_eq!(cfg.smem_bytes(br, dual), stages * (stage_bytes + 16) + 1024);
         let steps = GroupSteps::new(pattern, g);
         let groups = steps.grp_ptr.len() - 1;
         // The template aligns the ring to 1024 bytes inside the dynamic allocation.
@@ -676,91 +722,84 @@ mod tests {
                 let mut smem: HashMap<u32, Elem> = HashMap::new();
                 let s0 = steps.grp_ptr[group] as usize;
                 let slices = (steps.grp_ptr[group + 1] as usize - s0) * kksub as usize;
+                // The producer's copies of slice `sl` into `stage`: one TMA box per atom column
+                // of the A piece and of each kept block (the j-th set bit of the mask takes the
+                // j-th block of the step, as the lanes hold them).
                 let load = |smem: &mut HashMap<u32, Elem>, stage: u32, sl: usize| {
                     let s = s0 + sl / kksub as usize;
                     let ks = (sl % kksub as usize) as u32;
                     let info = steps.step_info[s];
                     let mask = info & 0xffff;
-                    let k0 = u64::from(info >> 16) * u64::from(bc) + u64::from(ks * bk);
-                    let mut seen = HashSet::new();
-                    let mut put =
-                        |smem: &mut HashMap<u32, Elem>, dst: u32, e: &dyn Fn(u64) -> Elem| {
-                            assert_eq!(dst % 16, 0, "a chunk is 16-byte aligned");
-                            assert!(
-                                dst >= stage && dst + 16 <= stage + stage_bytes,
-                                "outside the stage"
-                            );
-                            assert!(seen.insert(dst), "two chunks of one slice at {dst}");
-                            for i in 0..8u32 {
-                                smem.insert(dst + 2 * i, e(u64::from(i)));
+                    let col = (info >> 16) * bc;
+                    let mut bytes = 0u32;
+                    let mut box_copy =
+                        |smem: &mut HashMap<u32, Elem>,
+                         dst: u32,
+                         rows: u32,
+                         e: &dyn Fn(u32, u32) -> Elem| {
+                            assert_eq!(dst % 128, 0, "a TMA box starts 128-byte aligned");
+                            for r in 0..rows {
+                                for i in 0..sw {
+                                    let at = tma_box_address(sw, dst, r, i);
+                                    assert!(
+                                        at >= stage && at + 2 <= stage + stage_bytes,
+                                        "outside the stage"
+                                    );
+                                    assert!(
+                                        smem.insert(at, e(r, i)).is_none(),
+                                        "two elements of slice {sl} at {at}"
+                                    );
+                                    bytes += 2;
+                                }
                             }
                         };
-                    for tid in 0..THREADS {
-                        for pass in 0..(bm * chunks).div_ceil(THREADS) {
-                            let i = tid + pass * THREADS;
-                            if i >= bm * chunks {
-                                break;
-                            }
-                            let (r, c) = (i / chunks, i % chunks);
+                    // Earlier slices' elements in this stage are stale: the consumers released it.
+                    smem.retain(|&at, _| at < stage || at >= stage + stage_bytes);
+                    for a in 0..sw_atoms {
+                        let x = col + ks * bk + a * sw;
+                        box_copy(smem, stage + a * (bm * 2 * sw), bm, &|r, i| {
                             let row = m0 + u64::from(r);
-                            let k = k0 + u64::from(8 * c);
-                            put(smem, stage + chunk_offset(bm, bk, r, c), &|e| {
-                                if row < m {
-                                    Elem::A { m: row, k: k + e }
-                                } else {
-                                    Elem::Zero
+                            if row < m {
+                                Elem::A {
+                                    m: row,
+                                    k: u64::from(x + i),
                                 }
-                            });
-                        }
-                        let slot_chunks = br * chunks;
-                        for pass in 0..(g * slot_chunks).div_ceil(THREADS) {
-                            let i = tid + pass * THREADS;
-                            if i >= g * slot_chunks {
-                                break;
+                            } else {
+                                Elem::Zero
                             }
-                            let gg = i / slot_chunks;
-                            if (mask >> gg) & 1 == 0 {
-                                continue;
-                            }
-                            let (r, c) = ((i % slot_chunks) / chunks, i % chunks);
-                            let at = steps.step_first[s] + (mask & ((1 << gg) - 1)).count_ones();
-                            let blk = steps.step_blk[at as usize] as usize;
-                            // The packed block's own place in the weight, not the step's claim.
-                            let (brow, bcol) = pattern.kept[blk];
-                            let n = u64::from(brow * br + r);
-                            let k = u64::from(bcol * bc + ks * bk + 8 * c);
-                            let dst = stage + tile_a + gg * slot + chunk_offset(br, bk, r, c);
-                            put(smem, dst, &|e| Elem::W {
-                                up: false,
-                                n,
-                                k: k + e,
-                            });
-                            if dual {
-                                put(smem, dst + slots, &|e| Elem::W {
-                                    up: true,
-                                    n,
-                                    k: k + e,
+                        });
+                    }
+                    let first = steps.step_first[s];
+                    for (j, gg) in (0..g).filter(|gg| (mask >> gg) & 1 == 1).enumerate() {
+                        let blk = steps.step_blk[(first + j as u32) as usize] as usize;
+                        // The packed block's own place in the weight, not the step's claim:
+                        // box rows blk * BR .. of the packed [kept * BR, BC] matrix.
+                        let (brow, bcol) = pattern.kept[blk];
+                        let slot_at = stage + tile_a + gg * slot;
+                        for a in 0..sw_atoms {
+                            let x = ks * bk + a * sw;
+                            for (up, at) in [(false, slot_at), (true, slot_at + slots)] {
+                                if up && !dual {
+                                    continue;
+                                }
+                                box_copy(smem, at + a * (br * 2 * sw), br, &|r, i| Elem::W {
+                                    up,
+                                    n: u64::from(brow * br + r),
+                                    k: u64::from(bcol * bc + x + i),
                                 });
                             }
                         }
                     }
+                    // The bytes the `full` barrier expects.
+                    let kept = mask.count_ones();
+                    assert_eq!(bytes, tile_a + kept * slot * if dual { 2 } else { 1 });
                 };
 
-                // The ring, in the template's order; `held[stage]` is the slice a stage holds.
-                let mut held: Vec<Option<usize>> = vec![None; stages as usize];
-                for (s, h) in held.iter_mut().enumerate().take((stages - 2) as usize) {
-                    if s < slices {
-                        load(&mut smem, ring + s as u32 * stage_bytes, s);
-                        *h = Some(s);
-                    }
-                }
-                let (mut read_stage, mut write_stage) = (0usize, (stages - 2) as usize);
+                // The ring, in the template's order: slice kt in stage kt % STAGES, loaded once
+                // the consumers released the stage's previous slice (kt - STAGES).
                 for kt in 0..slices {
-                    assert_eq!(
-                        held[read_stage],
-                        Some(kt),
-                        "stage {read_stage} at slice {kt}"
-                    );
+                    let read_stage = kt % stages as usize;
+                    load(&mut smem, ring + read_stage as u32 * stage_bytes, kt);
                     let mask = steps.step_info[s0 + kt / kksub as usize] & 0xffff;
                     let sa = ring + read_stage as u32 * stage_bytes;
                     for wg in 0..bm / 64 {
@@ -830,21 +869,10 @@ mod tests {
                             }
                         }
                     }
-                    let pre = kt + stages as usize - 2;
-                    if pre < slices {
-                        // Slices kt and kt - 1 may still be read by in-flight wgmmas.
-                        if let Some(old) = held[write_stage] {
-                            assert!(old + 2 <= kt, "slice {pre} overwrites slice {old} at {kt}");
-                        }
-                        load(&mut smem, ring + write_stage as u32 * stage_bytes, pre);
-                        held[write_stage] = Some(pre);
-                    }
-                    read_stage = (read_stage + 1) % stages as usize;
-                    write_stage = (write_stage + 1) % stages as usize;
                 }
 
                 // The epilogue's stores.
-                for tid in 0..THREADS {
+                for tid in 0..CONSUMERS {
                     let (wg, lane, q) = (tid >> 7, tid & 31, (tid >> 5) & 3);
                     for h in 0..2 {
                         let row = m0 + u64::from(wg * 64 + q * 16 + (lane >> 2) + h * 8);

@@ -211,7 +211,8 @@ pub enum Param {
     /// `const __grid_constant__` parameter) over `buffer` (whose element type is the buffer's
     /// dtype) read as a 2-D matrix of `rows` x `cols` elements, columns contiguous, `row_stride`
     /// elements from one row to the next; the copy engine reads boxes of `box_rows` x `box_cols`
-    /// elements into shared memory with the 128-byte swizzle and fills elements outside the matrix
+    /// elements into shared memory with the swizzle whose span is one box row (`box_cols` elements
+    /// of 32, 64 or 128 bytes: the 32B, 64B or 128B mode) and fills elements outside the matrix
     /// with zeros. The runtime encodes it (`cuTensorMapEncodeTiled`) for each launch from the
     /// buffer's address and the bound symbols; it needs a 16-byte aligned address and a row
     /// stride of a multiple of 16 bytes.

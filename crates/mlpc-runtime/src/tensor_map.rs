@@ -49,7 +49,10 @@ pub enum TensorMapError {
         value: u64,
         limit: u64,
     },
-    #[error("the kernel's box of {rows} x {cols} elements is not one a 128-byte swizzled tensor map can read")]
+    #[error(
+        "the kernel's box of {rows} x {cols} elements is not one a swizzled tensor map can read \
+         (rows of 32, 64 or 128 bytes, at most 256 of them)"
+    )]
     Box { rows: u32, cols: u32 },
     #[error("cuTensorMapEncodeTiled failed: {0:?}")]
     Driver(sys::CUresult),
@@ -58,7 +61,7 @@ pub enum TensorMapError {
 impl MapRequest {
     /// Checks the request against the copy engine's rules (CUDA driver API,
     /// `cuTensorMapEncodeTiled`): 16-byte aligned address, row stride a multiple of 16 bytes and
-    /// below 2^40, box dims 1..=256 with the inner one at most 128 bytes (the 128-byte swizzle);
+    /// below 2^40, box dims 1..=256 with rows of 32, 64 or 128 bytes (the swizzle modes);
     /// and dims below 2^31, which the kernels' signed 32-bit box coordinates can reach.
     pub fn check(&self) -> Result<(), TensorMapError> {
         let elem = self.dtype.size_bytes() as u64;
@@ -92,8 +95,7 @@ impl MapRequest {
             }
         }
         let ok_box = |d: u32| (1..=256).contains(&d);
-        if !ok_box(self.box_rows) || !ok_box(self.box_cols) || u64::from(self.box_cols) * elem > 128
-        {
+        if !ok_box(self.box_rows) || self.swizzle().is_none() {
             return Err(TensorMapError::Box {
                 rows: self.box_rows,
                 cols: self.box_cols,
@@ -102,11 +104,28 @@ impl MapRequest {
         Ok(())
     }
 
-    /// Encodes the map: 2-D, dims (cols, rows) innermost first, 128-byte swizzle, zero fill
+    /// The swizzle of the box's rows: the mode whose span is exactly one box row (32, 64 or 128
+    /// bytes), so that the copy engine writes the K-major swizzled layout the kernels' wgmma
+    /// descriptors name.
+    fn swizzle(&self) -> Option<CUtensorMapSwizzle> {
+        match u64::from(self.box_cols) * self.dtype.size_bytes() as u64 {
+            32 => Some(CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B),
+            64 => Some(CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B),
+            128 => Some(CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B),
+            _ => None,
+        }
+    }
+
+    /// Encodes the map: 2-D, dims (cols, rows) innermost first, the swizzle of the box's rows
+    /// (`swizzle`), zero fill
     /// outside the matrix, L2 promotion of 256 bytes. An empty dimension is encoded as 1: a
     /// kernel with nothing to read along it issues no copy.
     pub fn encode(&self) -> Result<TensorMapArg, TensorMapError> {
         self.check()?;
+        let swizzle = self.swizzle().ok_or(TensorMapError::Box {
+            rows: self.box_rows,
+            cols: self.box_cols,
+        })?;
         let dtype = match self.dtype {
             DType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
             DType::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -134,7 +153,7 @@ impl MapRequest {
                 boxes.as_ptr(),
                 element_strides.as_ptr(),
                 CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+                swizzle,
                 CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
             )
@@ -206,6 +225,23 @@ mod tests {
             ..req()
         };
         assert!(matches!(f32_box.check(), Err(TensorMapError::Box { .. })));
+        // Rows of 64 and 32 bytes take the 64- and 32-byte swizzles; 48 bytes has no mode.
+        for (cols, swizzle) in [
+            (32, CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B),
+            (16, CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B),
+            (64, CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B),
+        ] {
+            let r = MapRequest {
+                box_cols: cols,
+                ..req()
+            };
+            assert_eq!((r.check(), r.swizzle()), (Ok(()), Some(swizzle)));
+        }
+        let odd_box = MapRequest {
+            box_cols: 24,
+            ..req()
+        };
+        assert!(matches!(odd_box.check(), Err(TensorMapError::Box { .. })));
         let huge = MapRequest {
             rows: 1 << 31,
             ..req()
