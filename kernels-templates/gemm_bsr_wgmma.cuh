@@ -451,6 +451,9 @@ struct GemmBsrWgmma {
     /// Producer warps filling the ring, slice s by warp s % kProducerWarps: a divisor of STAGES,
     /// so that each stage is always filled by the same warp, in slice order.
     static constexpr int kProducerWarps = STAGES % 4 == 0 ? 4 : (STAGES % 2 == 0 ? 2 : 1);
+    /// wgmma groups (slices) a consumer keeps in flight before it waits: their stages stay held,
+    /// the producer fills the other STAGES - kInFlight - 1.
+    static constexpr int kInFlight = STAGES >= 6 ? 2 : 1;
     static constexpr int kTileABytes = BM * BK * 2;
     static constexpr int kSlotBytes = BR * BK * 2;
     static constexpr int kSlotsBytes = G * kSlotBytes;
@@ -602,7 +605,6 @@ struct GemmBsrWgmma {
         // info is read one slice ahead, so its latency hides behind the current one.
         int stage = 0;
         u32 phase = 0;
-        int prev = -1;
         u32 info = slices > 0 ? (u32)p.step_info[s0] : 0u;
         for (int kt = 0; kt < slices; ++kt) {
             const u32 mask = info & 0xffffu;
@@ -633,11 +635,13 @@ struct GemmBsrWgmma {
             }
             commit();
             pin();
-            // The previous slice's wgmmas are complete: its stage may be refilled.
-            wait<1>();
+            // Slice kt - kInFlight's wgmmas are complete: its stage may be refilled.
+            wait<kInFlight>();
             pin();
-            if (prev >= 0) mbar_arrive(empty + 8 * prev);
-            prev = stage;
+            if (kt >= kInFlight) {
+                const int done = stage >= kInFlight ? stage - kInFlight : stage + STAGES - kInFlight;
+                mbar_arrive(empty + 8 * done);
+            }
             if (++stage == STAGES) {
                 stage = 0;
                 phase ^= 1;
