@@ -141,7 +141,7 @@ impl WgmmaBsr {
     pub fn atom(&self) -> u32 {
         [64, 32, 16]
             .into_iter()
-            .find(|w| self.bk % w == 0)
+            .find(|w| self.bk.is_multiple_of(*w))
             .unwrap_or(16)
     }
 
