@@ -472,6 +472,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             lb,
             m,
             n,
+            k,
             entry: &entry,
             epilogue: &epi_type,
             signature: &sig,

@@ -55,7 +55,13 @@ impl GemvConfig {
 }
 
 /// The variants for a GEMM with `m` output rows and `n` output columns.
-pub(crate) fn configs(dtype: DType, dual: bool, m: &Extent, n: &Extent) -> Vec<GemvConfig> {
+pub(crate) fn configs(
+    dtype: DType,
+    dual: bool,
+    m: &Extent,
+    n: &Extent,
+    k: &Extent,
+) -> Vec<GemvConfig> {
     // (token groups, unroll, 256-thread CTAs per SM): two CTAs per SM cap a thread at 128
     // registers, one at 255 (no spills either way: ptxas' reports, checked by the NVRTC tests).
     // Up to 16 tokens, a shallower unroll measured faster on the H200 than more loads in flight
@@ -68,8 +74,16 @@ pub(crate) fn configs(dtype: DType, dual: bool, m: &Extent, n: &Extent) -> Vec<G
         (DType::F32, false) => &[(1, 2, 2), (2, 1, 2)],
         (DType::F32, true) => &[(1, 1, 2)],
     };
-    let few_ctas = n.as_constant().is_some_and(|n| n.div_ceil(16) < SMS);
+    // 16-warp CTAs when there are too few 8-warp CTAs to fill the machine: fewer CTAs than SMs,
+    // or fewer than two per SM with a deep K (each of 16 warps still gets 8 or more 32-wide
+    // steps). The llama down projection (N = 4096, K = 11008: 256 CTAs) ran at 2.68 TB/s with
+    // 8-warp CTAs, a quarter of the warp slots occupied (`ncu`, docs/perf-notes.md).
+    let ctas = n.as_constant().map(|n| n.div_ceil(16));
+    let deep = k.as_constant().is_some_and(|k| k >= 4096);
     let all = buckets.iter().map(|&(mg, unroll, per_sm)| {
+        // The deep-K rule only up to 16 tokens: measured 0.0856 -> 0.0795 ms (T = 1), 0.0960 ->
+        // 0.0873 (T = 4), 0.1054 -> 0.1047 (T = 16), but 0.362 -> 0.371 at T = 64.
+        let few_ctas = ctas.is_some_and(|c| c < SMS || (deep && mg <= 2 && c < 2 * SMS));
         // A 16-warp CTA takes the register budget of two 8-warp ones.
         let warps = if few_ctas && per_sm == 2 { 16 } else { 8 };
         GemvConfig {
@@ -96,6 +110,7 @@ pub(crate) struct Parts<'a> {
     pub lb: MatLayout,
     pub m: &'a Extent,
     pub n: &'a Extent,
+    pub k: &'a Extent,
     /// The tiled entry; the variants are named `<entry>_gemv_m<max_m>`.
     pub entry: &'a str,
     /// The `mlpc::SingleEpilogue<...>` / `mlpc::DualEpilogue<...>` type.
@@ -112,7 +127,7 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
     if parts.la != MatLayout::N || parts.lb != MatLayout::T {
         return None;
     }
-    let configs = configs(parts.dtype, parts.dual, parts.m, parts.n);
+    let configs = configs(parts.dtype, parts.dual, parts.m, parts.n, parts.k);
     if configs.is_empty() {
         return None;
     }
@@ -187,7 +202,10 @@ mod tests {
     fn buckets_follow_the_dtype_and_a_constant_m() {
         let n = Extent::constant(4096);
         let maxes = |d, dual, m: &Extent| -> Vec<u64> {
-            configs(d, dual, m, &n).iter().map(|c| c.max_m()).collect()
+            configs(d, dual, m, &n, &Extent::constant(768))
+                .iter()
+                .map(|c| c.max_m())
+                .collect()
         };
         assert_eq!(maxes(DType::Bf16, false, &sym("T")), vec![8, 16, 32, 64]);
         assert_eq!(maxes(DType::F16, true, &sym("T")), vec![8, 16, 32, 64]);
@@ -203,12 +221,22 @@ mod tests {
     #[test]
     fn few_output_columns_get_more_warps_per_cta() {
         let t = sym("T");
-        let warps = |n: &Extent| configs(DType::Bf16, false, &t, n)[0].warps;
+        let warps =
+            |n: &Extent, k: u64| configs(DType::Bf16, false, &t, n, &Extent::constant(k))[0].warps;
         // 768 columns: 48 CTAs, fewer than the SMs.
-        assert_eq!(warps(&Extent::constant(768)), 16);
-        assert_eq!(warps(&Extent::constant(4096)), 8);
-        assert_eq!(warps(&sym("N")), 8);
-        for c in configs(DType::Bf16, true, &t, &Extent::constant(768)) {
+        assert_eq!(warps(&Extent::constant(768), 3072), 16);
+        assert_eq!(warps(&Extent::constant(4096), 1024), 8);
+        // 256 CTAs, fewer than two per SM, with a deep K (llama's down projection).
+        assert_eq!(warps(&Extent::constant(4096), 11008), 16);
+        assert_eq!(warps(&Extent::constant(11008), 4096), 8);
+        assert_eq!(warps(&sym("N"), 4096), 8);
+        for c in configs(
+            DType::Bf16,
+            true,
+            &t,
+            &Extent::constant(768),
+            &Extent::constant(768),
+        ) {
             let regs = 65536 / (c.threads() * c.min_blocks);
             assert!(regs == 128 || (c.mg == 8 && regs == 256), "{c:?}");
         }
