@@ -449,8 +449,11 @@ struct GemmBsrWgmma {
     /// Atom columns per slice: one copy each per operand.
     static constexpr int kAtoms = BK / SW;
     /// Producer warps filling the ring, slice s by warp s % kProducerWarps: a divisor of STAGES,
-    /// so that each stage is always filled by the same warp, in slice order.
+    /// so that each stage is always filled by the same warp, in slice order. At most STAGES: a
+    /// warp whose slices were more than a lap apart could pass its parity wait on a stage a lap
+    /// early (the CPU model in crates/mlpc-codegen/tests/bsr_schedule.rs shows both).
     static constexpr int kProducerWarps = STAGES % 4 == 0 ? 4 : (STAGES % 2 == 0 ? 2 : 1);
+    static_assert(kProducerWarps <= STAGES, "a producer warp's slices at most a lap apart");
     /// wgmma groups (slices) a consumer keeps in flight before it waits: their stages stay held,
     /// the producer fills the other STAGES - kInFlight - 1.
     static constexpr int kInFlight = STAGES >= 6 ? 2 : 1;
