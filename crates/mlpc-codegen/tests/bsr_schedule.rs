@@ -12,6 +12,9 @@
 //! more than a lap apart, and its parity wait can pass a lap early). Also caught: a stage released
 //! one slice early (while its wgmmas may still run), and consumers that keep every stage.
 
+mod schedule_model;
+
+use schedule_model::{MBarrier, XorShift};
 use std::collections::VecDeque;
 
 const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_bsr_wgmma.cuh");
@@ -40,37 +43,6 @@ fn the_model_transcribes_the_template() {
             TEMPLATE.contains(line),
             "gemm_bsr_wgmma.cuh no longer says `{line}`: update this model with it"
         );
-    }
-}
-
-/// An mbarrier: phases completed so far, arrivals in the current one.
-#[derive(Clone, Debug)]
-struct MBarrier {
-    completed: u64,
-    arrived: u32,
-    expected: u32,
-}
-
-impl MBarrier {
-    fn new(expected: u32) -> MBarrier {
-        MBarrier {
-            completed: 0,
-            arrived: 0,
-            expected,
-        }
-    }
-
-    /// `mbarrier.try_wait.parity`: true once the phase of parity `parity` has completed.
-    fn passed(&self, parity: u64) -> bool {
-        self.completed & 1 != parity
-    }
-
-    fn arrive(&mut self) {
-        self.arrived += 1;
-        if self.arrived == self.expected {
-            self.arrived = 0;
-            self.completed += 1;
-        }
     }
 }
 
@@ -111,17 +83,6 @@ fn template_shape(stages: u64, slices: u64) -> Shape {
     }
 }
 
-struct XorShift(u64);
-
-impl XorShift {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
-
 fn simulate(shape: Shape, seed: u64) -> Result<(), String> {
     let Shape {
         stages,
@@ -155,7 +116,7 @@ fn simulate(shape: Shape, seed: u64) -> Result<(), String> {
     }
     let mut consumers = [program.clone(), program];
 
-    let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = XorShift::new(seed);
     loop {
         // Ready actors: producer warps, a copy landing, consumers.
         let mut ready: Vec<usize> = Vec::new();

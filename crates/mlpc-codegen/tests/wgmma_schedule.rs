@@ -11,6 +11,9 @@
 //! The model without the ping-pong ordering (the first version of the schedule, which failed on
 //! the GPU) must be caught by these checks.
 
+mod schedule_model;
+
+use schedule_model::{MBarrier, XorShift};
 use std::collections::VecDeque;
 
 const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_wgmma.cuh");
@@ -48,37 +51,6 @@ fn the_model_transcribes_the_template() {
             TEMPLATE.contains(line),
             "gemm_wgmma.cuh no longer says `{line}`: update this model with it"
         );
-    }
-}
-
-/// An mbarrier: `completed` phases so far, arrivals in the current one.
-#[derive(Clone, Debug, Default)]
-struct MBarrier {
-    completed: u64,
-    arrived: u32,
-    expected: u32,
-}
-
-impl MBarrier {
-    fn new(expected: u32) -> MBarrier {
-        MBarrier {
-            expected,
-            ..Default::default()
-        }
-    }
-
-    /// `mbarrier.try_wait.parity`: true once the phase of parity `parity` has completed, i.e.
-    /// while the current (incomplete) phase has the other parity.
-    fn passed(&self, parity: u64) -> bool {
-        self.completed & 1 != parity
-    }
-
-    fn arrive(&mut self) {
-        self.arrived += 1;
-        if self.arrived == self.expected {
-            self.arrived = 0;
-            self.completed += 1;
-        }
     }
 }
 
@@ -148,18 +120,6 @@ fn consumer_program(
     ops
 }
 
-/// A small deterministic generator for the interleavings.
-struct XorShift(u64);
-
-impl XorShift {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 struct Shape {
     stages: u64,
@@ -199,7 +159,7 @@ fn simulate(shape: Shape, seed: u64) -> Result<(), String> {
         .map(|wg| consumer_program(wg, pingpong, ordered, tiles, ktiles, stages).into())
         .collect();
 
-    let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = XorShift::new(seed);
     loop {
         // Every actor that can take a step now: 0 = producer, 1 = a copy landing, 2.. = consumers.
         let mut ready = Vec::new();
