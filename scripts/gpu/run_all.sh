@@ -5,6 +5,9 @@
 #
 #   scripts/gpu/run_all.sh [validate|bench|all|tune] [extra bench.py arguments...]
 #
+# e.g. `run_all.sh bench --max-autotune gpt2-mlp,bert-large-ffn` adds torch.compile's max-autotune
+# peer for those rows (each compiles for tens of seconds: mind the 500 s limit of the bench step).
+#
 # `tune` runs `mlpc compile --autotune` on every example at its benchmark size instead (every
 # candidate tile checked against the reference, then timed; tables in $OUT/tune-*.txt), with its
 # own cache directory, so that the validation and benchmark runs keep the heuristic's tiles.
