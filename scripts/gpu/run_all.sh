@@ -5,6 +5,9 @@
 #
 #   scripts/gpu/run_all.sh [validate|bench|all|tune] [extra bench.py arguments...]
 #
+# Wall times on the H200 (2026-11-29, warm machine): smoke 15 s, validate 120 s (228 outputs,
+# guards, sanitizer), bench 120 s, `bench_goals.py` 70 s, `tune` about 45 s per model.
+#
 # e.g. `run_all.sh bench --max-autotune gpt2-mlp,bert-large-ffn` adds torch.compile's max-autotune
 # peer for those rows (each compiles for tens of seconds: mind the 500 s limit of the bench step).
 #
