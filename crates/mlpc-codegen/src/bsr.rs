@@ -491,12 +491,8 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         ),
     });
     src.push_str("}  // namespace\n\n");
-    let mut sig = signature(elem, &arg_names, ctx.args.len(), &symbols);
-    for (name, _) in &maps {
-        sig.push_str(&format!(
-            ",\n    const __grid_constant__ mlpc::TensorMap {name}"
-        ));
-    }
+    let map_names: Vec<&str> = maps.iter().map(|(name, _)| *name).collect();
+    let sig = signature(elem, &arg_names, ctx.args.len(), &symbols, &map_names);
     src.push_str(&format!(
         "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks}) {entry}(\n{sig}) {{\n"
     ));

@@ -205,7 +205,7 @@ pub fn generate(ctx: &Ctx<'_>) -> Result<CudaKernel, CodegenError> {
     src.push_str("}  // namespace\n\n");
     src.push_str(&format!(
         "extern \"C\" __global__ void __launch_bounds__({THREADS}) {entry}(\n{}) {{\n",
-        signature(elem, &arg_names, n_in, &symbols)
+        signature(elem, &arg_names, n_in, &symbols, &[])
     ));
     src.push_str(&body.join("\n"));
     src.push_str("\n}\n");

@@ -427,12 +427,8 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             maps.push(("tm_bu", map(2, n, ldbu, h.bn)));
         }
     }
-    let mut sig = signature(elem, &arg_names, ctx.args.len(), &symbols);
-    for (name, _) in &maps {
-        sig.push_str(&format!(
-            ",\n    const __grid_constant__ mlpc::TensorMap {name}"
-        ));
-    }
+    let map_names: Vec<&str> = maps.iter().map(|(name, _)| *name).collect();
+    let sig = signature(elem, &arg_names, ctx.args.len(), &symbols, &map_names);
     let mut src = ctx.header(&format!("out[m, n] = {summary}"), &arg_names);
     src.push_str(&format!("#include \"{include}\"\n\n"));
     src.push_str("namespace {\n");

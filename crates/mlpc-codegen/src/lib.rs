@@ -505,12 +505,14 @@ impl<'a> Ctx<'a> {
 }
 
 /// The C++ signature lines of an entry: buffer pointers (the output last, non-const), then one
-/// `long long` per symbol.
+/// `long long` per symbol, then one `const __grid_constant__ mlpc::TensorMap` per name of `maps`
+/// (the order of `Param::TensorMap` arguments).
 pub(crate) fn signature(
     elem: &str,
     arg_names: &[String],
     n_inputs: usize,
     symbols: &[String],
+    maps: &[&str],
 ) -> String {
     let mut lines: Vec<String> = Vec::new();
     for (i, name) in arg_names.iter().enumerate() {
@@ -522,6 +524,11 @@ pub(crate) fn signature(
     }
     for s in symbols {
         lines.push(format!("    long long {}", cpp::sym_arg(s)));
+    }
+    for name in maps {
+        lines.push(format!(
+            "    const __grid_constant__ mlpc::TensorMap {name}"
+        ));
     }
     lines.join(",\n")
 }
