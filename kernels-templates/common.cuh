@@ -108,6 +108,27 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     return (u32)a;
 }
 
+// Programmatic dependent launch (sm_90 and later; no-ops before). A kernel whose launch
+// description says `early_launch` may be started by the runtime while the kernel before it in
+// the stream still runs: it must call `wait_for_predecessors()` before its first read of
+// anything but constant weights and before its first global write. Every such kernel also calls
+// `launch_dependents()`, which lets the next one start launching once all of its own CTAs have
+// started (rather than when they have all finished).
+
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/// Waits until the kernels before this one in the stream have finished and their writes are
+/// visible. Returns at once when they have (or when the kernel was launched the ordinary way).
+__device__ __forceinline__ void wait_for_predecessors() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 template <class T>
 __host__ __device__ constexpr T ceil_div(T a, T b) {
     return (a + b - 1) / b;

@@ -32,6 +32,13 @@
 // r, r + 4, r + 8, r + 12 of each 16-row tile and of every token; the 8 lanes of a row group then
 // combine their partial sums with a shuffle reduce-scatter that leaves token q of a group in lane q.
 //
+// Early launch (sm_90 on; `Launch::early_launch`): the runtime may start these kernels while
+// the kernel before them still runs. Each warp issues its first chunk's weight loads (constant
+// data), then waits for the kernel before (`wait_for_predecessors`, griddepcontrol.wait) before
+// it loads activations or writes; every CTA lets the next kernel launch as soon as it has
+// started (`launch_dependents`). The weight stream of one kernel thus overlaps the tail of the
+// one before, and its launch latency is hidden.
+//
 // Everything outside the matrices reads as zero (rows n >= N, tokens m >= M, k >= K), and loads
 // fall back to bounds-checked scalars when an operand is not aligned for 16-byte vectors, so any
 // M, N, K and any base alignment is correct.
@@ -81,9 +88,13 @@ __device__ __forceinline__ void load16(u32 (&v)[4], const T* row, i64 k, i64 ken
                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
                 : "l"(ptr));
         } else {
-            asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-                : "l"(ptr));
+            // The activations: written by the kernel before, so read only after
+            // `wait_for_predecessors()` (volatile, and a memory clobber, keep the compiler from
+            // hoisting the load above it) and through the coherent path.
+            asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                         : "l"(ptr)
+                         : "memory");
         }
     } else {
 #pragma unroll
@@ -197,6 +208,7 @@ struct GemvMma {
         const bool vec_b = is_aligned(p.b, 16) && (p.ldb % 8 == 0);
         const bool vec_bu = kDual && is_aligned(p.b_up, 16) && (p.ldb_up % 8 == 0);
         const i64 chunks = ceil_div(ceil_div(p.k, (i64)32), (i64)U);
+        launch_dependents();
 
         for (i64 m0 = 0; m0 < p.m; m0 += Cfg::kMaxM) {
             float acc[RT][MG][4];
@@ -230,6 +242,8 @@ struct GemvMma {
                             }
                         }
                 }
+                // The first chunk's weights are in flight while the kernel before finishes.
+                if (m0 == 0 && c == warp) wait_for_predecessors();
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const i64 k = (c * U + u) * 32 + 8 * t;
@@ -258,6 +272,9 @@ struct GemvMma {
                 }
             }
 
+            // A warp without chunks (K shorter than the warps' steps) still waits before the
+            // stores; for the others this returns at once.
+            wait_for_predecessors();
             // Fragment of tile rt: c0, c1 = row 16 rt + g, tokens 2t, 2t+1; c2, c3 = row + 8.
 #pragma unroll
             for (int mg = 0; mg < MG; ++mg) {
@@ -303,6 +320,7 @@ struct GemvSimt {
         const bool vec_b = is_aligned(p.b, 16) && (p.ldb % 4 == 0);
         const bool vec_bu = kDual && is_aligned(p.b_up, 16) && (p.ldb_up % 4 == 0);
         const i64 chunks = ceil_div(ceil_div(p.k, (i64)32), (i64)U);
+        launch_dependents();
 
         for (i64 m0 = 0; m0 < p.m; m0 += Cfg::kMaxM) {
             // acc[rt][j][token]: weight row 16 rt + r + 4 j.
@@ -337,6 +355,7 @@ struct GemvSimt {
                             }
                         }
                 }
+                if (m0 == 0 && c == warp) wait_for_predecessors();
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const i64 k = (c * U + u) * 32 + 4 * q;
@@ -364,6 +383,7 @@ struct GemvSimt {
                 }
             }
 
+            wait_for_predecessors();
 #pragma unroll
             for (int mg = 0; mg < MG; ++mg) {
                 if (m0 + 8 * mg >= p.m) break;

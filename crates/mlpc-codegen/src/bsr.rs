@@ -509,6 +509,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         launch: Launch {
             block: [threads, 1, 1],
             smem_bytes: smem,
+            early_launch: false,
             // One CTA per BM rows and per group of block rows (wgmma) or BN-column share of a
             // block row.
             grid: Grid::Tiles {

@@ -219,6 +219,7 @@ pub fn generate(ctx: &Ctx<'_>) -> Result<CudaKernel, CodegenError> {
         launch: Launch {
             block: [THREADS, 1, 1],
             smem_bytes: 0,
+            early_launch: false,
             grid: Grid::Elements {
                 numel,
                 per_block: THREADS * vec,

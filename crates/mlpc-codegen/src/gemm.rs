@@ -462,6 +462,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let small_m = crate::gemv::append(
         &mut src,
         &crate::gemv::Parts {
+            arch: ctx.opts.arch,
             dtype,
             dual,
             la,
@@ -503,6 +504,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         launch: Launch {
             block: [threads, 1, 1],
             smem_bytes: smem,
+            early_launch: false,
             grid,
         },
         params,

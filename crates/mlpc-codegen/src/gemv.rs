@@ -9,7 +9,7 @@
 //! When M is a constant only the smallest bucket that holds it is emitted, or none.
 
 use crate::cpp;
-use crate::{Grid, Launch, SmallM, SmallMVariant};
+use crate::{Arch, Grid, Launch, SmallM, SmallMVariant};
 use mlpc_ir::{DType, Extent, MatLayout};
 
 /// SMs of the target GPUs this is tuned for (H100 / H200: 132). Fewer CTAs than this get twice
@@ -78,17 +78,49 @@ pub(crate) fn configs(
     // or fewer than two per SM with a deep K (each of 16 warps still gets 8 or more 32-wide
     // steps). The llama down projection (N = 4096, K = 11008: 256 CTAs) ran at 2.68 TB/s with
     // 8-warp CTAs, a quarter of the warp slots occupied (`ncu`, docs/perf-notes.md).
-    let ctas = n.as_constant().map(|n| n.div_ceil(16));
     let deep = k.as_constant().is_some_and(|k| k >= 4096);
+    let n = n.as_constant();
     let all = buckets.iter().map(|&(mg, unroll, per_sm)| {
+        // From 9 tokens on, every CTA re-reads the A rows of its whole K from L2: as many bytes
+        // as its 16 weight rows at 16 tokens. Two 16-row tiles per CTA halve that; it pays when
+        // K is deep and the halved grid still covers the SMs (llama-swiglu: T = 16 0.1043 ->
+        // 0.0956 ms, T = 64 0.363 -> 0.300; gpt2 / bert-large at T = 16, whose grids would
+        // drop below the SMs, measured 2 % slower).
+        let rt = if mg >= 2 && deep && n.is_some_and(|n| n.div_ceil(32) >= SMS - 8) {
+            2
+        } else {
+            1
+        };
+        let ctas = n.map(|n| n.div_ceil(16 * u64::from(rt)));
+        // From 32 tokens on, two tiles' accumulators take the registers of a second CTA per SM
+        // (at 128 registers a thread, ptxas spilled).
+        let per_sm = if rt == 2 && mg >= 4 { 1 } else { per_sm };
         // The deep-K rule only up to 16 tokens: measured 0.0856 -> 0.0795 ms (T = 1), 0.0960 ->
         // 0.0873 (T = 4), 0.1054 -> 0.1047 (T = 16), but 0.362 -> 0.371 at T = 64.
         let few_ctas = ctas.is_some_and(|c| c < SMS || (deep && mg <= 2 && c < 2 * SMS));
-        // A 16-warp CTA takes the register budget of two 8-warp ones.
-        let warps = if few_ctas && per_sm == 2 { 16 } else { 8 };
+        // A 16-warp CTA takes the register budget of two 8-warp ones; so do two tiles per CTA
+        // (measured with 8 warps: llama T = 16 0.1030 ms, with 16: 0.0966).
+        let warps = if (few_ctas || rt == 2) && per_sm == 2 {
+            16
+        } else {
+            8
+        };
+        // A dual GEMM of one token group with CTAs enough for several waves: three CTAs per SM
+        // at two steps per chunk (llama-swiglu T = 1: 0.0796 -> 0.0781 ms; 16-warp CTAs 0.0784,
+        // three CTAs at one step 0.0796, four 0.0800).
+        let (unroll, per_sm) = if dual
+            && dtype != DType::F32
+            && mg == 1
+            && !few_ctas
+            && ctas.is_some_and(|c| c >= 4 * SMS)
+        {
+            (2, 3)
+        } else {
+            (unroll, per_sm)
+        };
         GemvConfig {
             mg,
-            rt: 1,
+            rt,
             warps,
             unroll,
             min_blocks: per_sm * 8 / warps,
@@ -103,6 +135,7 @@ pub(crate) fn configs(
 
 /// What the small-M entries share with the tiled entry of the same module.
 pub(crate) struct Parts<'a> {
+    pub arch: Arch,
     pub dtype: DType,
     pub dual: bool,
     /// Physical layouts of A and B (which dimension is contiguous).
@@ -174,6 +207,8 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
             launch: Launch {
                 block: [c.threads(), 1, 1],
                 smem_bytes: 0,
+                // The templates wait for the kernel before (`wait_for_predecessors`) from sm_90 on.
+                early_launch: parts.arch != Arch::Sm80,
                 grid: Grid::Tiles {
                     m: parts.n.clone(),
                     n: Extent::constant(1),
@@ -230,6 +265,39 @@ mod tests {
         assert_eq!(warps(&Extent::constant(4096), 11008), 16);
         assert_eq!(warps(&Extent::constant(11008), 4096), 8);
         assert_eq!(warps(&sym("N"), 4096), 8);
+        // llama-swiglu's dual GEMM: 688 CTAs at one token group, two tiles per CTA from 9.
+        let dual = configs(
+            DType::Bf16,
+            true,
+            &t,
+            &Extent::constant(11008),
+            &Extent::constant(4096),
+        );
+        let shape: Vec<_> = dual
+            .iter()
+            .map(|c| (c.rt, c.warps, c.unroll, c.min_blocks))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![(1, 8, 2, 3), (2, 16, 1, 1), (2, 8, 2, 1), (2, 8, 2, 1)]
+        );
+        // Its down projection; gpt2's keeps one tile (96 two-tile CTAs would not fill the SMs).
+        let down = configs(
+            DType::Bf16,
+            false,
+            &t,
+            &Extent::constant(4096),
+            &Extent::constant(11008),
+        );
+        assert_eq!(down.iter().map(|c| c.rt).collect::<Vec<_>>(), [1, 2, 2, 2]);
+        let gpt2 = configs(
+            DType::Bf16,
+            false,
+            &t,
+            &Extent::constant(3072),
+            &Extent::constant(4096),
+        );
+        assert!(gpt2.iter().all(|c| c.rt == 1));
         for c in configs(
             DType::Bf16,
             true,

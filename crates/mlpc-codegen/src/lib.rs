@@ -234,6 +234,13 @@ pub struct Launch {
     /// Dynamic shared memory per block, in bytes.
     pub smem_bytes: u32,
     pub grid: Grid,
+    /// The entry waits for the kernels before it in the stream itself (`griddepcontrol.wait`,
+    /// `wait_for_predecessors()` in `common.cuh`) before it reads anything but constant weights
+    /// or writes anything, so the runtime may launch it while the kernel before still runs
+    /// (programmatic dependent launch, sm_90 and later): its first weight loads and its launch
+    /// overlap the tail of the kernel before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub early_launch: bool,
 }
 
 /// How the grid follows from the problem size, which may depend on symbols.
@@ -548,6 +555,7 @@ mod tests {
         let launch = Launch {
             block: [256, 1, 1],
             smem_bytes: 0,
+            early_launch: false,
             grid: Grid::Tiles {
                 m: Extent::of_dim(&Dim::sym("T")),
                 n: Extent::constant(3072),
@@ -574,6 +582,7 @@ mod tests {
         let launch = Launch {
             block: [384, 1, 1],
             smem_bytes: 0,
+            early_launch: false,
             grid: Grid::Persistent {
                 m: Extent::of_dim(&Dim::sym("T")),
                 n: Extent::constant(768),

@@ -113,8 +113,10 @@ fn variants_share_the_module_and_arguments_and_grow_in_m() {
                     tile_m,
                     tile_n,
                 } => {
-                    // One CTA per 16 output columns, along x.
-                    assert_eq!(*tile_m, 16);
+                    // Launched early (programmatic dependent launch) from sm_90 on: the default target.
+                    assert!(v.launch.early_launch, "{}", v.entry);
+                    // One CTA per 16 or 32 output columns, along x.
+                    assert!(*tile_m == 16 || *tile_m == 32, "{}: {tile_m}", v.entry);
                     assert_eq!((n.as_constant(), *tile_n), (Some(1), 1));
                     let Grid::Tiles { n: cols, .. } = &k.launch.grid else {
                         panic!("{}: tiled GEMM without a tiled grid", k.name)
@@ -236,6 +238,25 @@ fn kernels_without_variants_launch_their_own_entry() {
     assert_eq!(k.small_m_variant(&bindings(&[("T", 1)])), Ok(None));
 }
 
+#[test]
+fn only_small_m_entries_for_sm_90_and_later_launch_early() {
+    for arch in Arch::ALL {
+        let opts = CodegenOptions {
+            arch,
+            ..CodegenOptions::default()
+        };
+        for plan in plans() {
+            for k in generate(&plan, &opts).unwrap() {
+                // The tiled kernels read their operands from the first instruction on.
+                assert!(!k.launch.early_launch, "{}", k.entry);
+                for v in k.small_m.iter().flat_map(|s| &s.variants) {
+                    assert_eq!(v.launch.early_launch, arch != Arch::Sm80, "{}", v.entry);
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Snapshots
 // ---------------------------------------------------------------------------------------------
@@ -283,6 +304,51 @@ fn ptxas_report<'a>(log: &'a str, entry: &str) -> (&'a str, &'a str) {
     (lines.next().unwrap_or(""), lines.next().unwrap_or(""))
 }
 
+/// The PTX of one entry, from its `.entry` line to the next entry (or the end).
+fn entry_ptx<'a>(ptx: &'a str, entry: &str) -> &'a str {
+    let at = ptx
+        .find(&format!(".entry {entry}("))
+        .unwrap_or_else(|| panic!("no entry {entry}"));
+    let rest = &ptx[at + 1..];
+    &rest[..rest.find(".entry ").unwrap_or(rest.len())]
+}
+
+/// The small-M entries may be launched while the kernel before them runs (`early_launch`): from
+/// sm_90 on they let the next kernel launch early, issue weight loads before they wait for the
+/// kernel before, and load activations (the 16-byte coherent loads) only after that wait. Before
+/// sm_90 there is nothing to wait for.
+fn check_early_launch(ptx: &str, entry: &str, arch: Arch) {
+    let body = entry_ptx(ptx, entry);
+    let wait = body.find("griddepcontrol.wait;");
+    if arch == Arch::Sm80 {
+        assert!(
+            wait.is_none() && !body.contains("griddepcontrol"),
+            "{entry}"
+        );
+        return;
+    }
+    let wait = wait.unwrap_or_else(|| panic!("{entry}: no griddepcontrol.wait"));
+    let trigger = body.find("griddepcontrol.launch_dependents;");
+    assert!(
+        trigger.is_some_and(|t| t < wait),
+        "{entry}: no early trigger"
+    );
+    // (A constant K below one 16-byte vector has scalar loads only.)
+    let weights = body.find(".L1::no_allocate.v4.u32");
+    assert!(
+        weights.is_none_or(|w| w < wait),
+        "{entry}: no weight load issued before the wait"
+    );
+    let activations: Vec<usize> = body
+        .match_indices("ld.global.v4.u32")
+        .map(|(i, _)| i)
+        .collect();
+    assert!(
+        activations.iter().all(|&a| a > wait),
+        "{entry}: an activation load before the wait"
+    );
+}
+
 fn check_nvrtc(arch: Arch) {
     if let Err(e) = ensure_nvrtc() {
         panic!("these tests need NVRTC 13.0: {e}");
@@ -323,6 +389,7 @@ fn check_nvrtc(arch: Arch) {
                 "{}",
                 v.entry
             );
+            check_early_launch(&c.ptx, &v.entry, arch);
             let (frame, regs) = ptxas_report(&c.log, &v.entry);
             assert!(
                 frame.contains(" 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),

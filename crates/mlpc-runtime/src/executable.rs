@@ -386,6 +386,7 @@ impl Executable {
                 grid,
                 block: launch.block,
                 smem_bytes: launch.smem_bytes,
+                early_launch: launch.early_launch,
                 args: Vec::with_capacity(loaded.kernel.params.len()),
             });
         }
@@ -546,12 +547,12 @@ impl Executable {
         let cu_stream = stream.cu_stream();
         match s.replay.step(opts.graphs, s.launches.len()) {
             Step::Direct => {
-                for l in &s.launches {
+                for (i, l) in s.launches.iter().enumerate() {
                     // SAFETY: the arguments match the entry's signature by the kernel ABI
                     // (pointers and 64-bit dims, in `params` order); every pointer addresses a
                     // live buffer of the size the plan gives it, as checked by the guards for
                     // inputs; `resolve_launches` checked that the entry exists.
-                    unsafe { l.launch(function(l), cu_stream) }
+                    unsafe { l.launch(function(l), cu_stream, i > 0) }
                         .map_err(|e| launch_failed(&self.plan.kernels[l.kernel].name, e))?;
                 }
                 stats.direct_runs += 1;

@@ -191,14 +191,29 @@ impl KernelGraph {
         for launch in launches {
             let mut params = param_array(&launch.args);
             let p = launch.node_params(function(launch), &mut params);
-            let deps: &[sys::CUgraphNode] = match g.nodes.last() {
-                Some(prev) => std::slice::from_ref(prev),
-                None => &[],
-            };
             let mut node = std::ptr::null_mut();
             // The driver copies the argument values here.
-            sys::cuGraphAddKernelNode_v2(&mut node, g.graph, deps.as_ptr(), deps.len(), &p)
-                .result()?;
+            sys::cuGraphAddKernelNode_v2(&mut node, g.graph, std::ptr::null(), 0, &p).result()?;
+            if let Some(prev) = g.nodes.last() {
+                // An early-launch entry depends on the kernel before through a programmatic
+                // edge: it may start once every CTA of that kernel has started (or called
+                // `launch_dependents`) and waits for the rest itself.
+                let edge = sys::CUgraphEdgeData {
+                    from_port: if launch.early_launch {
+                        sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8
+                    } else {
+                        sys::CU_GRAPH_KERNEL_NODE_PORT_DEFAULT as u8
+                    },
+                    to_port: 0,
+                    type_: if launch.early_launch {
+                        sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8
+                    } else {
+                        sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_DEFAULT as u8
+                    },
+                    reserved: [0; 5],
+                };
+                sys::cuGraphAddDependencies_v2(g.graph, prev, &node, &edge, 1).result()?;
+            }
             g.nodes.push(node);
             g.last.push(launch.clone());
         }
@@ -271,6 +286,7 @@ mod tests {
             grid: [4, 1, 1],
             block: [256, 1, 1],
             smem_bytes: 0,
+            early_launch: false,
             args: args.iter().map(|&a| KernelArg::U64(a)).collect(),
         }
     }

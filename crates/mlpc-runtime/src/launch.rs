@@ -130,6 +130,9 @@ pub(crate) struct NodeLaunch {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub smem_bytes: u32,
+    /// The entry may start while the kernel before it runs (`Launch::early_launch`); used only
+    /// when the kernel before is one of the same run's.
+    pub early_launch: bool,
     pub args: Vec<KernelArg>,
 }
 
@@ -150,6 +153,7 @@ impl Clone for NodeLaunch {
         self.grid = source.grid;
         self.block = source.block;
         self.smem_bytes = source.smem_bytes;
+        self.early_launch = source.early_launch;
     }
 }
 
@@ -178,7 +182,9 @@ impl NodeLaunch {
         }
     }
 
-    /// Enqueues this launch on `stream`.
+    /// Enqueues this launch on `stream`. `after_kernel`: the work before it on the stream is a
+    /// kernel of the same run, so an `early_launch` entry may overlap it (programmatic stream
+    /// serialization); otherwise the launch waits for everything before it, as usual.
     ///
     /// # Safety
     /// `function` must be a live entry of the stream's context whose signature matches `args`,
@@ -187,16 +193,36 @@ impl NodeLaunch {
         &self,
         function: sys::CUfunction,
         stream: sys::CUstream,
+        after_kernel: bool,
     ) -> Result<(), cudarc::driver::DriverError> {
         let mut params = param_array(&self.args);
-        cudarc::driver::result::launch_kernel(
-            function,
-            (self.grid[0], self.grid[1], self.grid[2]),
-            (self.block[0], self.block[1], self.block[2]),
-            self.smem_bytes,
-            stream,
-            &mut params,
-        )
+        if !(self.early_launch && after_kernel) {
+            return cudarc::driver::result::launch_kernel(
+                function,
+                (self.grid[0], self.grid[1], self.grid[2]),
+                (self.block[0], self.block[1], self.block[2]),
+                self.smem_bytes,
+                stream,
+                &mut params,
+            );
+        }
+        // SAFETY: plain data; every field the driver reads is set below.
+        let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: self.grid[0],
+            gridDimY: self.grid[1],
+            gridDimZ: self.grid[2],
+            blockDimX: self.block[0],
+            blockDimY: self.block[1],
+            blockDimZ: self.block[2],
+            sharedMemBytes: self.smem_bytes,
+            hStream: stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        sys::cuLaunchKernelEx(&config, function, params.as_mut_ptr(), std::ptr::null_mut()).result()
     }
 }
 
@@ -362,6 +388,7 @@ mod tests {
             grid: [3, 2, 1],
             block: [128, 1, 1],
             smem_bytes: 4096,
+            early_launch: false,
             args: vec![KernelArg::U64(1), KernelArg::U64(2)],
         };
         let mut params = param_array(&launch.args);
