@@ -9,7 +9,9 @@
 # guards, sanitizer), bench 120 s, `bench_goals.py` 70 s, `tune` about 45 s per model.
 #
 # e.g. `run_all.sh bench --max-autotune gpt2-mlp,bert-large-ffn` adds torch.compile's max-autotune
-# peer for those rows (each compiles for tens of seconds: mind the 500 s limit of the bench step).
+# peer for those rows (each compiles for tens of seconds: mind the 500 s limit of the bench step;
+# the five bf16 models took the whole call to 210 s on 2026-11-30, `--max-autotune all` would also
+# compile every GEMM and decode row).
 #
 # `tune` runs `mlpc compile --autotune` on every example at its benchmark size instead (every
 # candidate tile checked against the reference, then timed; tables in $OUT/tune-*.txt), with its
