@@ -191,15 +191,33 @@ struct GraphArgs {
     /// graph when the shapes repeat (also: MLPC_NO_GRAPHS=1).
     #[arg(long)]
     no_graphs: bool,
+    /// Start every kernel only after the one before has finished, instead of letting the
+    /// small-token (weight-streaming) kernels start early and wait for it themselves
+    /// (also: MLPC_NO_EARLY_LAUNCH=1).
+    #[arg(long)]
+    no_early_launch: bool,
 }
 
 impl GraphArgs {
-    /// `compiler` with graphs turned off if asked; otherwise its default (the environment's).
-    fn apply(self, compiler: Compiler) -> Compiler {
+    /// `compiler` with graphs or early launches turned off if asked; otherwise its defaults (the
+    /// environment's).
+    fn apply(self, mut compiler: Compiler) -> Compiler {
         if self.no_graphs {
-            compiler.cuda_graphs(false)
-        } else {
-            compiler
+            compiler = compiler.cuda_graphs(false);
+        }
+        if self.no_early_launch {
+            compiler = compiler.early_launch(false);
+        }
+        compiler
+    }
+
+    /// The run options of a compiled directory's run: these flags over the environment's
+    /// defaults.
+    fn run_options(self) -> mlpc::runtime::RunOptions {
+        mlpc::runtime::RunOptions {
+            graphs: mlpc::runtime::graphs_by_default() && !self.no_graphs,
+            early_launch: mlpc::runtime::early_launch_by_default() && !self.no_early_launch,
+            ..Default::default()
         }
     }
 }
@@ -338,11 +356,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 }
                 let bundle = mlpc::Bundle::load(&model)?;
                 let inputs = mlpc::read_tensors(&input)?;
-                let run = mlpc::runtime::RunOptions {
-                    graphs: mlpc::runtime::graphs_by_default() && !graphs.no_graphs,
-                    ..Default::default()
-                };
-                let outputs = bundle.run_with(&inputs, run)?;
+                let outputs = bundle.run_with(&inputs, graphs.run_options())?;
                 mlpc::write_tensors(&output, &outputs)?;
                 let name = bundle.plan().name.clone();
                 print!(
@@ -562,6 +576,34 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(parse(&["mlpc", "check", "m.json", "--no-graphs"]).is_err());
+    }
+
+    #[test]
+    fn no_early_launch_is_a_flag_of_run_and_bench() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.command);
+        match parse(&["mlpc", "bench", "m.json", "--no-early-launch"]) {
+            Ok(Command::Bench { graphs, .. }) => {
+                assert!(graphs.no_early_launch && !graphs.no_graphs);
+                let run = graphs.run_options();
+                assert!(!run.early_launch && !run.poison);
+                assert_eq!(run.graphs, mlpc::runtime::graphs_by_default());
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&[
+            "mlpc",
+            "run",
+            "d",
+            "-i",
+            "in.st",
+            "-o",
+            "o.st",
+            "--no-early-launch",
+        ]) {
+            Ok(Command::Run { graphs, .. }) => assert!(graphs.no_early_launch),
+            other => panic!("{other:?}"),
+        }
+        assert!(parse(&["mlpc", "check", "m.json", "--no-early-launch"]).is_err());
     }
 
     #[test]

@@ -139,14 +139,20 @@ pub struct RunOptions {
     pub poison: bool,
     /// Replay the plan as one CUDA graph when its bindings repeat (see [`crate::graph`]).
     pub graphs: bool,
+    /// Let the entries that allow it (`Launch::early_launch`: the weight-streaming kernels) start
+    /// while the kernel before them in the run still finishes (programmatic dependent launch);
+    /// off, every kernel starts after the one before has finished.
+    pub early_launch: bool,
 }
 
 impl Default for RunOptions {
-    /// No poisoning; graphs on unless the environment turns them off ([`graphs_by_default`]).
+    /// No poisoning; graphs and early launches on unless the environment turns them off
+    /// ([`graphs_by_default`], [`early_launch_by_default`]).
     fn default() -> RunOptions {
         RunOptions {
             poison: false,
             graphs: graphs_by_default(),
+            early_launch: early_launch_by_default(),
         }
     }
 }
@@ -156,11 +162,18 @@ impl Default for RunOptions {
 /// whatever the variable says.
 pub fn graphs_by_default() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !no_graphs(std::env::var("MLPC_NO_GRAPHS").ok().as_deref()))
+    *ON.get_or_init(|| !turned_off(std::env::var("MLPC_NO_GRAPHS").ok().as_deref()))
 }
 
-/// Whether a value of `MLPC_NO_GRAPHS` turns graphs off.
-fn no_graphs(value: Option<&str>) -> bool {
+/// Whether runs let kernels start early unless told otherwise: yes, unless `MLPC_NO_EARLY_LAUNCH`
+/// is set to a value other than empty or `0` (read once per process).
+pub fn early_launch_by_default() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !turned_off(std::env::var("MLPC_NO_EARLY_LAUNCH").ok().as_deref()))
+}
+
+/// Whether a value of an `MLPC_NO_...` variable turns its feature off.
+fn turned_off(value: Option<&str>) -> bool {
     value.is_some_and(|v| !v.trim().is_empty() && v.trim() != "0")
 }
 
@@ -552,14 +565,17 @@ impl Executable {
                     // (pointers and 64-bit dims, in `params` order); every pointer addresses a
                     // live buffer of the size the plan gives it, as checked by the guards for
                     // inputs; `resolve_launches` checked that the entry exists.
-                    unsafe { l.launch(function(l), cu_stream, i > 0) }
+                    unsafe { l.launch(function(l), cu_stream, i > 0 && opts.early_launch) }
                         .map_err(|e| launch_failed(&self.plan.kernels[l.kernel].name, e))?;
                 }
                 stats.direct_runs += 1;
             }
             Step::Build | Step::Replay => {
                 // SAFETY: as for the direct launches; the context was made current above.
-                unsafe { s.replay.launch(&s.launches, function, cu_stream, stats) }?;
+                unsafe {
+                    s.replay
+                        .launch(&s.launches, function, cu_stream, opts.early_launch, stats)
+                }?;
             }
         }
         s.replay.ran();
@@ -701,13 +717,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mlpc_no_graphs_turns_graphs_off_unless_empty_or_zero() {
-        assert!(!no_graphs(None));
-        assert!(!no_graphs(Some("")));
-        assert!(!no_graphs(Some("0")));
-        assert!(!no_graphs(Some(" 0 ")));
-        assert!(no_graphs(Some("1")));
-        assert!(no_graphs(Some("yes")));
+    fn mlpc_no_variables_turn_off_unless_empty_or_zero() {
+        assert!(!turned_off(None));
+        assert!(!turned_off(Some("")));
+        assert!(!turned_off(Some("0")));
+        assert!(!turned_off(Some(" 0 ")));
+        assert!(turned_off(Some("1")));
+        assert!(turned_off(Some("yes")));
     }
 
     #[test]
@@ -715,9 +731,14 @@ mod tests {
         let o = RunOptions {
             poison: true,
             graphs: false,
+            early_launch: false,
         };
         assert_eq!(o, o.clone());
         assert!(!RunOptions::default().poison);
         assert_eq!(RunOptions::default().graphs, graphs_by_default());
+        assert_eq!(
+            RunOptions::default().early_launch,
+            early_launch_by_default()
+        );
     }
 }

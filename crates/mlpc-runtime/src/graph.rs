@@ -75,11 +75,15 @@ impl Replay<KernelGraph> {
         launches: &[NodeLaunch],
         function: impl Fn(&NodeLaunch) -> sys::CUfunction + Copy,
         stream: sys::CUstream,
+        early_launch: bool,
         stats: &mut GraphStats,
     ) -> Result<(), DeviceError> {
+        // A graph built with the other early-launch setting has the other edges: build anew.
         let updated = match &mut self.graph {
-            Some(g) => g.update(launches, function).ok().flatten(),
-            None => None,
+            Some(g) if g.early_launch == early_launch => {
+                g.update(launches, function).ok().flatten()
+            }
+            _ => None,
         };
         let g = match (updated, &mut self.graph) {
             (Some(n), Some(g)) => {
@@ -89,7 +93,7 @@ impl Replay<KernelGraph> {
             _ => {
                 // The old graph goes before the new one is made.
                 self.graph = None;
-                let g = KernelGraph::build(launches, function)
+                let g = KernelGraph::build(launches, function, early_launch)
                     .map_err(driver("building the CUDA graph of the plan"))?;
                 stats.graph_builds += 1;
                 self.graph.insert(g)
@@ -161,6 +165,8 @@ pub(crate) struct KernelGraph {
     nodes: Vec<sys::CUgraphNode>,
     /// The launch each node was last set to, by node.
     last: Vec<NodeLaunch>,
+    /// Whether early-launch entries got programmatic edges.
+    early_launch: bool,
 }
 
 // SAFETY: the handles are plain driver objects of the executable's context, usable from any
@@ -178,6 +184,7 @@ impl KernelGraph {
     pub(crate) unsafe fn build(
         launches: &[NodeLaunch],
         function: impl Fn(&NodeLaunch) -> sys::CUfunction,
+        early_launch: bool,
     ) -> Result<KernelGraph, DriverError> {
         let mut graph = std::ptr::null_mut();
         sys::cuGraphCreate(&mut graph, 0).result()?;
@@ -187,6 +194,7 @@ impl KernelGraph {
             exec: std::ptr::null_mut(),
             nodes: Vec::with_capacity(launches.len()),
             last: Vec::with_capacity(launches.len()),
+            early_launch,
         };
         for launch in launches {
             let mut params = param_array(&launch.args);
@@ -198,14 +206,15 @@ impl KernelGraph {
                 // An early-launch entry depends on the kernel before through a programmatic
                 // edge: it may start once every CTA of that kernel has started (or called
                 // `launch_dependents`) and waits for the rest itself.
+                let programmatic = early_launch && launch.early_launch;
                 let edge = sys::CUgraphEdgeData {
-                    from_port: if launch.early_launch {
+                    from_port: if programmatic {
                         sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8
                     } else {
                         sys::CU_GRAPH_KERNEL_NODE_PORT_DEFAULT as u8
                     },
                     to_port: 0,
-                    type_: if launch.early_launch {
+                    type_: if programmatic {
                         sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8
                     } else {
                         sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_DEFAULT as u8

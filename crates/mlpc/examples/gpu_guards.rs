@@ -195,13 +195,17 @@ fn runs_small_m(c: &Compiled, exe: &Executable, t: u64) -> Result<bool, Error> {
 fn graph_replay(c: &Compiled) -> Result<bool, Error> {
     let exe = c.executable()?;
     let device = exe.device().clone();
+    // The reference launches: one by one, each after the one before has finished.
     let direct = RunOptions {
         poison: false,
         graphs: false,
+        early_launch: false,
     };
+    // Replays with the small-M kernels launched early (programmatic edges).
     let graphs = RunOptions {
         poison: false,
         graphs: true,
+        early_launch: true,
     };
     let mut ok = true;
 
@@ -306,6 +310,7 @@ fn graph_replay(c: &Compiled) -> Result<bool, Error> {
         RunOptions {
             poison: true,
             graphs: true,
+            early_launch: true,
         },
     )?;
     let replayed = exe.graph_stats().graph_launches > before.graph_launches;

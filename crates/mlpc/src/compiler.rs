@@ -41,6 +41,8 @@ pub struct Compiler {
     emit_weights: bool,
     /// `None`: [`mlpc_runtime::graphs_by_default`].
     cuda_graphs: Option<bool>,
+    /// `None`: [`mlpc_runtime::early_launch_by_default`].
+    early_launch: Option<bool>,
     /// Neither read nor write the autotune cache.
     no_autotune_cache: bool,
     /// The symbol values whose row counts pick the autotune cache's M bucket.
@@ -104,6 +106,16 @@ impl Compiler {
     /// environment variable `MLPC_NO_GRAPHS` is set (to anything but empty or `0`).
     pub fn cuda_graphs(mut self, on: bool) -> Compiler {
         self.cuda_graphs = Some(on);
+        self
+    }
+
+    /// Whether CUDA runs let the weight-streaming (small-M) kernels start while the kernel before
+    /// them finishes (programmatic dependent launch, sm_90 and later): they issue their first
+    /// weight loads early and wait for that kernel before reading its output. On by default,
+    /// unless the environment variable `MLPC_NO_EARLY_LAUNCH` is set (to anything but empty or
+    /// `0`).
+    pub fn early_launch(mut self, on: bool) -> Compiler {
+        self.early_launch = Some(on);
         self
     }
 
@@ -621,8 +633,8 @@ impl Compiled {
         }
     }
 
-    /// The options of a CUDA run: poisoning as asked, graphs as the compiler says
-    /// ([`Compiler::cuda_graphs`]).
+    /// The options of a CUDA run: poisoning as asked, graphs and early launches as the compiler
+    /// says ([`Compiler::cuda_graphs`], [`Compiler::early_launch`]).
     pub fn run_options(&self, poison: bool) -> mlpc_runtime::RunOptions {
         mlpc_runtime::RunOptions {
             poison,
@@ -630,6 +642,10 @@ impl Compiled {
                 .compiler
                 .cuda_graphs
                 .unwrap_or_else(mlpc_runtime::graphs_by_default),
+            early_launch: self
+                .compiler
+                .early_launch
+                .unwrap_or_else(mlpc_runtime::early_launch_by_default),
         }
     }
 
