@@ -206,19 +206,22 @@ impl KernelGraph {
                 // An early-launch entry depends on the kernel before through a programmatic
                 // edge: it may start once every CTA of that kernel has started (or called
                 // `launch_dependents`) and waits for the rest itself.
-                let programmatic = early_launch && launch.early_launch;
+                use sys::CUgraphDependencyType as Dep;
+                let (port, kind) = if early_launch && launch.early_launch {
+                    (
+                        sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
+                        Dep::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC,
+                    )
+                } else {
+                    (
+                        sys::CU_GRAPH_KERNEL_NODE_PORT_DEFAULT,
+                        Dep::CU_GRAPH_DEPENDENCY_TYPE_DEFAULT,
+                    )
+                };
                 let edge = sys::CUgraphEdgeData {
-                    from_port: if programmatic {
-                        sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8
-                    } else {
-                        sys::CU_GRAPH_KERNEL_NODE_PORT_DEFAULT as u8
-                    },
+                    from_port: port as u8,
                     to_port: 0,
-                    type_: if programmatic {
-                        sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8
-                    } else {
-                        sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_DEFAULT as u8
-                    },
+                    type_: kind as u8,
                     reserved: [0; 5],
                 };
                 sys::cuGraphAddDependencies_v2(g.graph, prev, &node, &edge, 1).result()?;
