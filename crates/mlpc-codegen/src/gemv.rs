@@ -281,7 +281,8 @@ mod tests {
             shape,
             vec![(1, 8, 2, 3), (2, 16, 1, 1), (2, 8, 2, 1), (2, 8, 2, 1)]
         );
-        // Its down projection; gpt2's keeps one tile (96 two-tile CTAs would not fill the SMs).
+        // Its down projection; a 3072-wide output keeps one tile even with a deep K (96
+        // two-tile CTAs would not fill the SMs).
         let down = configs(
             DType::Bf16,
             false,
@@ -290,14 +291,14 @@ mod tests {
             &Extent::constant(11008),
         );
         assert_eq!(down.iter().map(|c| c.rt).collect::<Vec<_>>(), [1, 2, 2, 2]);
-        let gpt2 = configs(
+        let narrow = configs(
             DType::Bf16,
             false,
             &t,
             &Extent::constant(3072),
             &Extent::constant(4096),
         );
-        assert!(gpt2.iter().all(|c| c.rt == 1));
+        assert!(narrow.iter().all(|c| c.rt == 1));
         for c in configs(
             DType::Bf16,
             true,
