@@ -334,7 +334,7 @@ fn check_early_launch(ptx: &str, entry: &str, arch: Arch) {
         "{entry}: no early trigger"
     );
     // (A constant K below one 16-byte vector has scalar loads only.)
-    let weights = body.find(".L1::no_allocate.v4.u32");
+    let weights = body.find("ld.global.nc.L1::no_allocate");
     assert!(
         weights.is_none_or(|w| w < wait),
         "{entry}: no weight load issued before the wait"
