@@ -265,15 +265,18 @@ mod tests {
         assert_eq!(warps(&Extent::constant(4096), 11008), 16);
         assert_eq!(warps(&Extent::constant(11008), 4096), 8);
         assert_eq!(warps(&sym("N"), 4096), 8);
+        // The bf16 variants of a GEMM with n output columns and a depth of k.
+        let bf16 = |dual, n, k| {
+            configs(
+                DType::Bf16,
+                dual,
+                &t,
+                &Extent::constant(n),
+                &Extent::constant(k),
+            )
+        };
         // llama-swiglu's dual GEMM: 688 CTAs at one token group, two tiles per CTA from 9.
-        let dual = configs(
-            DType::Bf16,
-            true,
-            &t,
-            &Extent::constant(11008),
-            &Extent::constant(4096),
-        );
-        let shape: Vec<_> = dual
+        let shape: Vec<_> = bf16(true, 11008, 4096)
             .iter()
             .map(|c| (c.rt, c.warps, c.unroll, c.min_blocks))
             .collect();
@@ -283,29 +286,10 @@ mod tests {
         );
         // Its down projection; a 3072-wide output keeps one tile even with a deep K (96
         // two-tile CTAs would not fill the SMs).
-        let down = configs(
-            DType::Bf16,
-            false,
-            &t,
-            &Extent::constant(4096),
-            &Extent::constant(11008),
-        );
+        let down = bf16(false, 4096, 11008);
         assert_eq!(down.iter().map(|c| c.rt).collect::<Vec<_>>(), [1, 2, 2, 2]);
-        let narrow = configs(
-            DType::Bf16,
-            false,
-            &t,
-            &Extent::constant(3072),
-            &Extent::constant(4096),
-        );
-        assert!(narrow.iter().all(|c| c.rt == 1));
-        for c in configs(
-            DType::Bf16,
-            true,
-            &t,
-            &Extent::constant(768),
-            &Extent::constant(768),
-        ) {
+        assert!(bf16(false, 3072, 4096).iter().all(|c| c.rt == 1));
+        for c in bf16(true, 768, 768) {
             let regs = 65536 / (c.threads() * c.min_blocks);
             assert!(regs == 128 || (c.mg == 8 && regs == 256), "{c:?}");
         }
