@@ -75,7 +75,8 @@ __device__ __forceinline__ u32 bits_of(f16 x) { return x.bits; }
 /// 16 bytes of a k-contiguous row from element `k` on, as four 32-bit words (one f32, or two
 /// 16-bit values with the lower k in the low half, per word). Elements at or past `kend`, and all
 /// of them when `!ok`, read as zero. `vec`: the matrix allows 16-byte loads (16-byte aligned base,
-/// row stride a multiple of 16 bytes). STREAM: a weight, read once (do not allocate in L1).
+/// row stride a multiple of 16 bytes). STREAM: a weight, read once (do not allocate in L1, and
+/// let L2 fetch the whole 128-byte line from memory: the CTA's other lanes read the rest of it).
 template <class T, bool STREAM>
 __device__ __forceinline__ void load16(u32 (&v)[4], const T* row, i64 k, i64 kend, bool ok,
                                        bool vec) {
@@ -84,7 +85,7 @@ __device__ __forceinline__ void load16(u32 (&v)[4], const T* row, i64 k, i64 ken
     if (ok && vec && k + E <= kend) {
         const T* ptr = row + k;
         if constexpr (STREAM) {
-            asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+            asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
                 : "l"(ptr));
         } else {
