@@ -9,18 +9,24 @@
 // the weight stream: every weight element is loaded exactly once, with 16-byte loads that skip
 // L1, several per lane in flight; the few rows of A are read through L1 and reused from registers.
 //
-// Work decomposition (GemvConfig<MG, RT, WARPS, UNROLL>):
-//   - CTA b owns the ROWS = 16 RT output columns n in [b ROWS, (b + 1) ROWS), i.e. weight rows;
+// Work decomposition (GemvConfig<MG, RT, WARPS, UNROLL, KS>):
+//   - the KS CTAs (blockIdx.x = b, blockIdx.y = 0 .. KS-1) of a cluster own the ROWS = 16 RT
+//     output columns n in [b ROWS, (b + 1) ROWS), i.e. weight rows;
 //   - k is cut into 32-wide steps, grouped into chunks of UNROLL consecutive steps; chunk c goes to
-//     warp c % WARPS of every CTA (split-K inside the CTA, so that a small N still gives every
-//     warp of the machine work). A warp first issues the weight loads of its whole chunk, then
-//     multiplies;
+//     CTA (c / WARPS) % KS of the cluster and to its warp c % WARPS (split-K inside the CTA and
+//     across the cluster, so that a small N still gives every warp of the machine work, and more
+//     rows per CTA, which read the activations from L2 fewer times, do not shrink the grid). A
+//     warp first issues the weight loads of its whole chunk, then multiplies;
 //   - the rows of A are taken in passes of MAXM = 8 MG (a single pass when M <= MAXM, which is what
 //     the runtime arranges), each pass in groups of 8 rows ("tokens"). Groups past M are skipped;
 //   - each warp accumulates the partial sums of its rows x tokens in f32 registers; then, token
 //     group by token group, the warps write them to shared memory and the CTA sums them in a
 //     fixed warp order (deterministic), applies the epilogue and stores: one output element per
-//     thread, consecutive threads on consecutive n.
+//     thread, consecutive threads on consecutive n. With KS > 1 (sm_90 on) each CTA first sums
+//     its warps into its own shared array; after a cluster barrier, CTA r of the cluster takes
+//     the r-th share of the outputs and adds the KS CTAs' sums, read through distributed shared
+//     memory in rank order (deterministic too); a second cluster barrier keeps every CTA's array
+//     alive until its peers have read it.
 // f16 / bf16: `mma.sync.m16n8k16` computes W A^T: 16 weight rows are the 16x16 "A" operand and 8
 // tokens the 16x8 "B" operand. A dot product may visit k in any order, so k is permuted inside
 // each 32-wide step such that each lane's fragments are one 16-byte load of a weight row and one
@@ -49,10 +55,12 @@
 namespace mlpc {
 
 /// Configuration of a weight-streaming GEMM: MG groups of 8 tokens per pass, RT tiles of 16
-/// weight rows per CTA, WARPS warps splitting K, UNROLL 32-wide k steps per chunk.
-template <int MG_, int RT_, int WARPS_, int UNROLL_>
+/// weight rows per CTA, WARPS warps splitting K, UNROLL 32-wide k steps per chunk, KS CTAs per
+/// cluster splitting K further (the entry then carries `__cluster_dims__(1, KS, 1)` and its grid's
+/// y is KS).
+template <int MG_, int RT_, int WARPS_, int UNROLL_, int KS_ = 1>
 struct GemvConfig {
-    static constexpr int MG = MG_, RT = RT_, WARPS = WARPS_, UNROLL = UNROLL_;
+    static constexpr int MG = MG_, RT = RT_, WARPS = WARPS_, UNROLL = UNROLL_, KS = KS_;
     static constexpr int kThreads = WARPS * 32;
     /// Output columns (weight rows) per CTA.
     static constexpr int kRows = 16 * RT;
@@ -63,7 +71,8 @@ struct GemvConfig {
     static constexpr int kPitch = kRows + 4;
     /// Floats of one warp's slice (8 tokens).
     static constexpr int kSlice = 8 * kPitch;
-    static_assert(MG >= 1 && RT >= 1 && WARPS >= 1 && UNROLL >= 1, "empty configuration");
+    static_assert(MG >= 1 && RT >= 1 && WARPS >= 1 && UNROLL >= 1 && KS >= 1,
+                  "empty configuration");
 };
 
 namespace gemv_detail {
@@ -156,6 +165,72 @@ __device__ __forceinline__ void finish(const float* red, const float* red_up, i6
     }
 }
 
+/// Barrier over every thread of the cluster; writes to shared memory before it are visible to
+/// the cluster's reads after it.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "barrier.cluster.arrive.release.aligned;\n"
+        "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+    __trap();  // codegen splits K across CTAs from sm_90 on only
+#endif
+}
+
+/// The float at `local`'s offset in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ float load_peer(const float* local, int rank) {
+    float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const u32 at = smem_addr(local);
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(at), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+#else
+    __trap();
+#endif
+    return v;
+}
+
+/// KS > 1: sums this CTA's warps' slices of one token group into `part[tok * kRows + row]`
+/// (and `part_up`), in warp order.
+template <class Cfg, bool kDual>
+__device__ __forceinline__ void sum_warps(const float* red, const float* red_up, float* part,
+                                          float* part_up, int tid) {
+    for (int i = tid; i < Cfg::kRows * 8; i += Cfg::kThreads) {
+        const int row = i % Cfg::kRows, tok = i / Cfg::kRows;
+        float s = 0.0f, su = 0.0f;
+#pragma unroll
+        for (int w = 0; w < Cfg::WARPS; ++w) {
+            s += red[w * Cfg::kSlice + tok * Cfg::kPitch + row];
+            if constexpr (kDual) su += red_up[w * Cfg::kSlice + tok * Cfg::kPitch + row];
+        }
+        part[i] = s;
+        if constexpr (kDual) part_up[i] = su;
+    }
+}
+
+/// KS > 1, after a cluster barrier: CTA `rank` of the cluster finishes outputs
+/// [rank * share, (rank + 1) * share) of the token group (item i: weight row i % kRows, token
+/// i / kRows), adding the KS CTAs' `part` arrays in rank order.
+template <class T, class Cfg, class Epi, class P>
+__device__ __forceinline__ void finish_cluster(const float* part, const float* part_up, int rank,
+                                               i64 m_base, i64 n0, const P& p, int tid) {
+    constexpr int kItems = Cfg::kRows * 8, kShare = ceil_div(kItems, Cfg::KS);
+    const int end = min(kItems, (rank + 1) * kShare);
+    for (int i = rank * kShare + tid; i < end; i += Cfg::kThreads) {
+        const int row = i % Cfg::kRows, tok = i / Cfg::kRows;
+        const i64 m = m_base + tok, n = n0 + row;
+        if (m >= p.m || n >= p.n) continue;
+        float s = 0.0f, su = 0.0f;
+#pragma unroll
+        for (int q = 0; q < Cfg::KS; ++q) {
+            s += load_peer(part + i, q);
+            if constexpr (Epi::kDual) su += load_peer(part_up + i, q);
+        }
+        p.c[m * p.ldc + n] = from_f32<T>(Epi::apply(s, su, m, n, p));
+    }
+}
+
 /// f32 dot product of 4 weight words with 4 A words (both f32 bit patterns).
 __device__ __forceinline__ float dot4(const u32 (&w)[4], const u32 (&a)[4], float acc) {
 #pragma unroll
@@ -186,11 +261,12 @@ __device__ __forceinline__ float reduce_scatter8(float (&v)[8], int q) {
 }  // namespace gemv_detail
 
 /// The weight-streaming GEMM on tensor cores (T = f16 or bf16). Launch with `kThreads` threads,
-/// grid `(ceil(N / kRows), 1, 1)`, no dynamic shared memory.
+/// grid `(ceil(N / kRows), KS, 1)` in clusters of `(1, KS, 1)`, no dynamic shared memory.
 template <class T, class Cfg, class Epi>
 struct GemvMma {
     static constexpr bool kDual = Epi::kDual;
     static constexpr int MG = Cfg::MG, RT = Cfg::RT, WARPS = Cfg::WARPS, U = Cfg::UNROLL;
+    static constexpr int KS = Cfg::KS;
     static constexpr int kThreads = Cfg::kThreads;
     static constexpr int kSmemBytes = 0;
 
@@ -200,11 +276,16 @@ struct GemvMma {
         using gemv_detail::mma;
         __shared__ float red[WARPS * Cfg::kSlice];
         __shared__ float red_up[kDual ? WARPS * Cfg::kSlice : 1];
+        __shared__ float part[KS > 1 ? Cfg::kRows * 8 : 1];
+        __shared__ float part_up[KS > 1 && kDual ? Cfg::kRows * 8 : 1];
 
         const int tid = (int)threadIdx.x;
         const int warp = tid / 32, lane = tid % 32;
         const int g = lane / 4, t = lane % 4;
         const i64 n0 = (i64)blockIdx.x * Cfg::kRows;
+        // This CTA's rank in its cluster, and this warp's first chunk and chunk stride.
+        const int rank = KS > 1 ? (int)blockIdx.y : 0;
+        const i64 first = (i64)rank * WARPS + warp, stride = (i64)WARPS * KS;
         const bool vec_a = is_aligned(p.a, 16) && (p.lda % 8 == 0);
         const bool vec_b = is_aligned(p.b, 16) && (p.ldb % 8 == 0);
         const bool vec_bu = kDual && is_aligned(p.b_up, 16) && (p.ldb_up % 8 == 0);
@@ -224,7 +305,7 @@ struct GemvMma {
                         if constexpr (kDual) acc_up[rt][mg][e] = 0.0f;
                     }
 
-            for (i64 c = warp; c < chunks; c += WARPS) {
+            for (i64 c = first; c < chunks; c += stride) {
                 // Weight words: step u, tile rt, half h (row 16 rt + 8 h + g).
                 u32 w[U][RT][2][4];
                 u32 wu[kDual ? U : 1][kDual ? RT : 1][2][4];
@@ -244,7 +325,7 @@ struct GemvMma {
                         }
                 }
                 // The first chunk's weights are in flight while the kernel before finishes.
-                if (m0 == 0 && c == warp) wait_for_predecessors();
+                if (m0 == 0 && c == first) wait_for_predecessors();
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const i64 k = (c * U + u) * 32 + 8 * t;
@@ -291,7 +372,15 @@ struct GemvMma {
                         if constexpr (kDual) ru[at] = acc_up[rt][mg][e];
                     }
                 __syncthreads();
-                gemv_detail::finish<T, Cfg, Epi>(red, red_up, m0 + 8 * mg, n0, p, tid);
+                if constexpr (KS == 1) {
+                    gemv_detail::finish<T, Cfg, Epi>(red, red_up, m0 + 8 * mg, n0, p, tid);
+                } else {
+                    gemv_detail::sum_warps<Cfg, kDual>(red, red_up, part, part_up, tid);
+                    gemv_detail::cluster_sync();
+                    gemv_detail::finish_cluster<T, Cfg, Epi>(part, part_up, rank, m0 + 8 * mg,
+                                                             n0, p, tid);
+                    gemv_detail::cluster_sync();
+                }
                 __syncthreads();
             }
         }
@@ -305,6 +394,7 @@ struct GemvSimt {
     static constexpr int MG = Cfg::MG, RT = Cfg::RT, WARPS = Cfg::WARPS, U = Cfg::UNROLL;
     static constexpr int kThreads = Cfg::kThreads;
     static constexpr int kSmemBytes = 0;
+    static_assert(Cfg::KS == 1, "the f32 entries split K inside the CTA only");
 
     template <class P>
     __device__ __forceinline__ static void run(const P& p) {

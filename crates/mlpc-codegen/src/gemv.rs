@@ -30,6 +30,8 @@ pub(crate) struct GemvConfig {
     pub unroll: u32,
     /// CTAs per SM the registers are budgeted for (`__launch_bounds__`' second argument).
     pub min_blocks: u32,
+    /// CTAs of a cluster that split K between them (1: none; sm_90 and later only).
+    pub ks: u32,
 }
 
 impl GemvConfig {
@@ -47,15 +49,23 @@ impl GemvConfig {
     }
 
     fn template(&self) -> String {
-        format!(
-            "mlpc::GemvConfig<{}, {}, {}, {}>",
-            self.mg, self.rt, self.warps, self.unroll
-        )
+        if self.ks > 1 {
+            format!(
+                "mlpc::GemvConfig<{}, {}, {}, {}, {}>",
+                self.mg, self.rt, self.warps, self.unroll, self.ks
+            )
+        } else {
+            format!(
+                "mlpc::GemvConfig<{}, {}, {}, {}>",
+                self.mg, self.rt, self.warps, self.unroll
+            )
+        }
     }
 }
 
 /// The variants for a GEMM with `m` output rows and `n` output columns.
 pub(crate) fn configs(
+    arch: Arch,
     dtype: DType,
     dual: bool,
     m: &Extent,
@@ -118,12 +128,33 @@ pub(crate) fn configs(
         } else {
             (unroll, per_sm)
         };
+        // A plain GEMM whose CTAs would fill at most half of the SMs splits K across the two
+        // CTAs of a cluster, which add their sums through distributed shared memory: twice the
+        // CTAs in one wave, each reading half of the weights and activations, while every warp
+        // keeps four or more 32-wide steps (bert-large's down projection, 64 16-warp CTAs:
+        // T = 1 0.0136 -> 0.0125 ms, T = 16 0.0169 -> 0.0163; gpt2's, 48 CTAs and three steps
+        // a warp: T = 1 0.0113 -> 0.0111, T = 16 0.0141 -> 0.0145, so not split). Registers,
+        // not CTAs, limit the loads in flight of grids that already cover the SMs: two 16-warp
+        // CTAs per SM (64 registers a thread) spilled.
+        let ks = if arch != Arch::Sm80
+            && dtype != DType::F32
+            && !dual
+            && mg <= 2
+            && ctas.is_some_and(|c| 2 * c <= SMS + 8)
+            && k.as_constant()
+                .is_some_and(|k| k / 32 >= 4 * u64::from(warps) * 2)
+        {
+            2
+        } else {
+            1
+        };
         GemvConfig {
             mg,
             rt,
             warps,
             unroll,
             min_blocks: per_sm * 8 / warps,
+            ks,
         }
     });
     match m.as_constant() {
@@ -160,7 +191,14 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
     if parts.la != MatLayout::N || parts.lb != MatLayout::T {
         return None;
     }
-    let configs = configs(parts.dtype, parts.dual, parts.m, parts.n, parts.k);
+    let configs = configs(
+        parts.arch,
+        parts.dtype,
+        parts.dual,
+        parts.m,
+        parts.n,
+        parts.k,
+    );
     if configs.is_empty() {
         return None;
     }
@@ -190,8 +228,13 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
     let mut variants = Vec::with_capacity(configs.len());
     for c in &configs {
         let entry = format!("{}_gemv_m{}", parts.entry, c.max_m());
+        let cluster = if c.ks > 1 {
+            format!(" __cluster_dims__(1, {}, 1)", c.ks)
+        } else {
+            String::new()
+        };
         src.push_str(&format!(
-            "\nextern \"C\" __global__ void __launch_bounds__({}, {}) {entry}(\n{}) {{\n",
+            "\nextern \"C\" __global__ void __launch_bounds__({}, {}){cluster} {entry}(\n{}) {{\n",
             c.threads(),
             c.min_blocks,
             parts.signature
@@ -209,9 +252,10 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
                 smem_bytes: 0,
                 // The templates wait for the kernel before (`wait_for_predecessors`) from sm_90 on.
                 early_launch: parts.arch != Arch::Sm80,
+                // y: the CTAs of a cluster (the entry's `__cluster_dims__`).
                 grid: Grid::Tiles {
                     m: parts.n.clone(),
-                    n: Extent::constant(1),
+                    n: Extent::constant(u64::from(c.ks)),
                     tile_m: c.rows(),
                     tile_n: 1,
                 },
@@ -237,7 +281,7 @@ mod tests {
     fn buckets_follow_the_dtype_and_a_constant_m() {
         let n = Extent::constant(4096);
         let maxes = |d, dual, m: &Extent| -> Vec<u64> {
-            configs(d, dual, m, &n, &Extent::constant(768))
+            configs(Arch::Sm90a, d, dual, m, &n, &Extent::constant(768))
                 .iter()
                 .map(|c| c.max_m())
                 .collect()
@@ -256,8 +300,9 @@ mod tests {
     #[test]
     fn few_output_columns_get_more_warps_per_cta() {
         let t = sym("T");
-        let warps =
-            |n: &Extent, k: u64| configs(DType::Bf16, false, &t, n, &Extent::constant(k))[0].warps;
+        let warps = |n: &Extent, k: u64| {
+            configs(Arch::Sm90a, DType::Bf16, false, &t, n, &Extent::constant(k))[0].warps
+        };
         // 768 columns: 48 CTAs, fewer than the SMs.
         assert_eq!(warps(&Extent::constant(768), 3072), 16);
         assert_eq!(warps(&Extent::constant(4096), 1024), 8);
@@ -268,6 +313,7 @@ mod tests {
         // The bf16 variants of a GEMM with n output columns and a depth of k.
         let bf16 = |dual, n, k| {
             configs(
+                Arch::Sm90a,
                 DType::Bf16,
                 dual,
                 &t,
@@ -293,5 +339,47 @@ mod tests {
             let regs = 65536 / (c.threads() * c.min_blocks);
             assert!(regs == 128 || (c.mg == 8 && regs == 256), "{c:?}");
         }
+    }
+
+    #[test]
+    fn deep_narrow_plain_gemms_split_k_across_a_cluster() {
+        let t = sym("T");
+        let split = |arch, dual, n: u64, k: u64| -> Vec<(u32, u32)> {
+            configs(
+                arch,
+                DType::Bf16,
+                dual,
+                &t,
+                &Extent::constant(n),
+                &Extent::constant(k),
+            )
+            .iter()
+            .map(|c| (c.ks, c.min_blocks))
+            .collect()
+        };
+        // bert-large's down projection: 64 16-warp CTAs up to 16 tokens, split into 128.
+        assert_eq!(
+            split(Arch::Sm90a, false, 1024, 4096),
+            [(2, 1), (2, 1), (1, 1), (1, 1)]
+        );
+        assert_eq!(split(Arch::Sm90, false, 1024, 4096)[..2], [(2, 1), (2, 1)]);
+        // gpt2's (48 CTAs, K = 3072) would leave each warp three steps.
+        assert!(split(Arch::Sm90a, false, 768, 3072)
+            .iter()
+            .all(|c| c.0 == 1));
+        // No clusters before sm_90; none for dual GEMMs, shallow K, or grids that would pass
+        // one wave (llama's down projection: 256 CTAs at 8 tokens, 128 two-tile CTAs at 16).
+        assert!(split(Arch::Sm80, false, 1024, 4096)
+            .iter()
+            .all(|c| c.0 == 1));
+        assert!(split(Arch::Sm90a, true, 1024, 4096)
+            .iter()
+            .all(|c| c.0 == 1));
+        assert!(split(Arch::Sm90a, false, 1024, 1024)
+            .iter()
+            .all(|c| c.0 == 1));
+        assert!(split(Arch::Sm90a, false, 4096, 11008)
+            .iter()
+            .all(|c| c.0 == 1));
     }
 }

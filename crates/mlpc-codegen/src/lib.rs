@@ -52,7 +52,9 @@
 //!   `0 < M <= max_m`, whose entry and [`Launch`] then replace the kernel's own; with none, the
 //!   kernel's entry runs. Every variant is correct for any `M` (larger ones take several passes
 //!   over the weights), so the choice is one of speed only. JSON without `small_m` is a kernel
-//!   without variants.
+//!   without variants. A variant's own [`Launch`] holds its dynamic shared memory (the rule above
+//!   applies to each entry) and its grid; a grid with `y > 1` belongs to an entry compiled with
+//!   that many CTAs per cluster along y (`__cluster_dims__`), which ordinary launches honour.
 
 mod bsr;
 mod cpp;

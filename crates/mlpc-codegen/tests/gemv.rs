@@ -48,19 +48,35 @@ fn swiglu_decode(dtype: DType, d: &str, h: &str) -> Plan {
     p.finish()
 }
 
+/// bert-large-sized (1024-4096-1024) SwiGLU: its down projection splits K across a cluster.
+fn bert_sized_decode() -> Plan {
+    let mut p = swiglu_decode(DType::Bf16, "1024", "4096");
+    p.name = "swiglu_decode_bf16_1024".to_string();
+    p
+}
+
 /// Every dense-GEMM plan the small-M tests look at: the crate's samples and decode-sized MLPs.
 fn plans() -> Vec<Plan> {
     let mut v = samples::all();
     v.push(swiglu_decode(DType::Bf16, "4096", "11008"));
     v.push(swiglu_decode(DType::F16, "768", "3072"));
+    v.push(bert_sized_decode());
     v.push(swiglu_decode(DType::F32, "768", "3072"));
     v
 }
 
 fn kernels_with_small_m() -> Vec<CudaKernel> {
+    kernels_with_small_m_for(CodegenOptions::default().arch)
+}
+
+fn kernels_with_small_m_for(arch: Arch) -> Vec<CudaKernel> {
+    let opts = CodegenOptions {
+        arch,
+        ..CodegenOptions::default()
+    };
     plans()
         .iter()
-        .flat_map(|p| generate(p, &CodegenOptions::default()).unwrap())
+        .flat_map(|p| generate(p, &opts).unwrap())
         .filter(|k| k.small_m.is_some())
         .collect()
 }
@@ -115,9 +131,16 @@ fn variants_share_the_module_and_arguments_and_grow_in_m() {
                 } => {
                     // Launched early (programmatic dependent launch) from sm_90 on: the default target.
                     assert!(v.launch.early_launch, "{}", v.entry);
-                    // One CTA per 16 or 32 output columns, along x.
+                    // One CTA per 16 or 32 output columns, along x; along y the CTAs of a
+                    // cluster splitting K, as many as the entry's cluster dimensions say.
                     assert!(*tile_m == 16 || *tile_m == 32, "{}: {tile_m}", v.entry);
-                    assert_eq!((n.as_constant(), *tile_n), (Some(1), 1));
+                    assert_eq!(*tile_n, 1);
+                    let cluster = format!(" __cluster_dims__(1, 2, 1) {}(", v.entry);
+                    match n.as_constant() {
+                        Some(1) => assert!(!k.source.contains(&cluster), "{}", v.entry),
+                        Some(2) => assert!(k.source.contains(&cluster), "{}", v.entry),
+                        other => panic!("{}: {other:?} CTAs per cluster", v.entry),
+                    }
                     let Grid::Tiles { n: cols, .. } = &k.launch.grid else {
                         panic!("{}: tiled GEMM without a tiled grid", k.name)
                     };
@@ -274,6 +297,8 @@ fn small_m_sources() {
         (swiglu_decode(DType::Bf16, "4096", "11008"), 0),
         (swiglu_decode(DType::Bf16, "4096", "11008"), 1),
         (swiglu_decode(DType::F32, "768", "3072"), 0),
+        // K split across a cluster.
+        (bert_sized_decode(), 1),
         (samples::gpt2_mlp_f32(), 0),
         (samples::batched_residual_f16(), 0),
         (samples::tiny_odd_bf16(), 0),
@@ -349,13 +374,45 @@ fn check_early_launch(ptx: &str, entry: &str, arch: Arch) {
     );
 }
 
+/// An entry whose grid has CTAs along y splits K across a cluster of that many: the PTX asks for
+/// the cluster shape, sums through distributed shared memory and syncs the cluster; the others
+/// do none of that.
+fn check_cluster(ptx: &str, entry: &str, grid: &Grid) {
+    let body = entry_ptx(ptx, entry);
+    let Grid::Tiles { n, .. } = grid else {
+        panic!("{entry}: {grid:?}")
+    };
+    let ks = n.as_constant().unwrap_or_else(|| panic!("{entry}: {n:?}"));
+    let split = ks > 1;
+    assert_eq!(
+        body.contains(&format!(".reqnctapercluster 1, {ks}, 1")),
+        split,
+        "{entry}"
+    );
+    for op in [
+        "mapa.shared::cluster",
+        "ld.shared::cluster.f32",
+        "barrier.cluster.arrive.release.aligned",
+        "barrier.cluster.wait.acquire.aligned",
+    ] {
+        assert_eq!(body.contains(op), split, "{entry}: {op}");
+    }
+}
+
 fn check_nvrtc(arch: Arch) {
     if let Err(e) = ensure_nvrtc() {
         panic!("these tests need NVRTC 13.0: {e}");
     }
     // The small-M part of a module stands alone (its own include and epilogue type): compile
     // that, once per module, and read each entry's report from the log.
-    let modules: Vec<CudaKernel> = kernels_with_small_m()
+    // Generated for sm_80 or sm_90 (the small-M entries of sm_90a are those of sm_90; its tiled
+    // entries take tensor maps, whose header the stand-alone small-M part does not include).
+    let generated_for = if arch == Arch::Sm80 {
+        Arch::Sm80
+    } else {
+        Arch::Sm90
+    };
+    let modules: Vec<CudaKernel> = kernels_with_small_m_for(generated_for)
         .iter()
         .map(|k| CudaKernel {
             source: small_m_source(k).to_string(),
@@ -399,6 +456,7 @@ fn check_nvrtc(arch: Arch) {
                 v.entry
             );
             check_early_launch(&c.ptx, &v.entry, arch);
+            check_cluster(&c.ptx, &v.entry, &v.launch.grid);
             let (frame, regs) = ptxas_report(&c.log, &v.entry);
             assert!(
                 frame.contains(" 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
@@ -448,6 +506,8 @@ struct Cfg {
     rt: usize,
     warps: usize,
     unroll: usize,
+    /// CTAs of a cluster splitting K.
+    ks: usize,
 }
 
 impl Cfg {
@@ -572,25 +632,69 @@ impl<'a> Run<'a> {
         w.v * a.v
     }
 
-    /// `gemv_detail::finish` for one CTA and token group, from the warps' slices of `red`.
-    fn finish(&mut self, red: &[Vec<f64>; 2], m_base: usize, n0: usize) {
+    /// The end of one token group for the KS CTAs of a cluster, from each CTA's warp slices
+    /// (`reds[rank]`): `gemv_detail::finish` when KS = 1, else `sum_warps` in every CTA, then
+    /// `finish_cluster` in every CTA.
+    fn finish(&mut self, reds: &[[Vec<f64>; 2]], m_base: usize, n0: usize) {
         let c = self.cfg;
+        assert_eq!(reds.len(), c.ks);
+        if c.ks > 1 {
+            return self.finish_cluster(reds, m_base, n0);
+        }
+        let red = &reds[0];
         for tid in 0..c.threads() {
             for i in (tid..c.rows() * 8).step_by(c.threads()) {
                 let (row, tok) = (i % c.rows(), i / c.rows());
-                let (m, n) = (m_base + tok, n0 + row);
-                if m >= self.m() || n >= self.n() {
-                    continue;
-                }
-                let mut s = [0.0; 2];
-                for (which, s) in s.iter_mut().enumerate().take(self.nw()) {
-                    for w in 0..c.warps {
-                        *s += red[which][w * c.slice() + tok * c.pitch() + row];
+                self.store(m_base + tok, n0 + row, |which| {
+                    (0..c.warps)
+                        .map(|w| red[which][w * c.slice() + tok * c.pitch() + row])
+                        .sum()
+                });
+            }
+        }
+    }
+
+    /// The store of output (m, n), if inside the matrix, of the (gate, up) sums `sum(which)`.
+    fn store(&mut self, m: usize, n: usize, sum: impl Fn(usize) -> f64) {
+        if m >= self.m() || n >= self.n() {
+            return;
+        }
+        let mut s = [0.0; 2];
+        for (which, s) in s.iter_mut().enumerate().take(self.nw()) {
+            *s = sum(which);
+        }
+        let at = m * self.n() + n;
+        self.writes[at] += 1;
+        self.out[at] = (s[0], s[1]);
+    }
+
+    /// `gemv_detail::sum_warps` then `gemv_detail::finish_cluster`, in every CTA of the cluster.
+    fn finish_cluster(&mut self, reds: &[[Vec<f64>; 2]], m_base: usize, n0: usize) {
+        let c = self.cfg;
+        let items = c.rows() * 8;
+        let mut parts = vec![[vec![f64::NAN; items], vec![f64::NAN; items]]; c.ks];
+        for (red, part) in reds.iter().zip(&mut parts) {
+            for tid in 0..c.threads() {
+                for i in (tid..items).step_by(c.threads()) {
+                    let (row, tok) = (i % c.rows(), i / c.rows());
+                    for which in 0..self.nw() {
+                        part[which][i] = (0..c.warps)
+                            .map(|w| red[which][w * c.slice() + tok * c.pitch() + row])
+                            .sum();
                     }
                 }
-                let at = m * self.n() + n;
-                self.writes[at] += 1;
-                self.out[at] = (s[0], s[1]);
+            }
+        }
+        let share = items.div_ceil(c.ks);
+        for rank in 0..c.ks {
+            let end = items.min((rank + 1) * share);
+            for tid in 0..c.threads() {
+                for i in (rank * share + tid..end).step_by(c.threads()) {
+                    let (row, tok) = (i % c.rows(), i / c.rows());
+                    self.store(m_base + tok, n0 + row, |which| {
+                        parts.iter().map(|part| part[which][i]).sum()
+                    });
+                }
             }
         }
     }
@@ -696,67 +800,74 @@ fn emulate_mma(run: &mut Run<'_>) {
         let n0 = block * c.rows();
         let mut m0 = 0;
         while m0 < m_total {
-            // acc[which][warp][lane][rt][mg] = the 4 floats of a fragment.
-            let mut acc = vec![vec![vec![vec![vec![[0.0f64; 4]; c.mg]; c.rt]; 32]; c.warps]; 2];
-            for warp in 0..c.warps {
-                for chunk in (warp..chunks).step_by(c.warps) {
-                    // Weight words: [which][u][rt][h][lane].
-                    let mut w =
-                        vec![
-                            vec![vec![vec![vec![[[El::default(); 2]; 4]; 32]; 2]; c.rt]; c.unroll];
+            // accs[rank][which][warp][lane][rt][mg] = the 4 floats of a fragment.
+            let mut accs = Vec::new();
+            for rank in 0..c.ks {
+                let mut acc = vec![vec![vec![vec![vec![[0.0f64; 4]; c.mg]; c.rt]; 32]; c.warps]; 2];
+                for warp in 0..c.warps {
+                    for chunk in (rank * c.warps + warp..chunks).step_by(c.warps * c.ks) {
+                        // Weight words: [which][u][rt][h][lane].
+                        let mut w = vec![
+                            vec![
+                                vec![vec![vec![[[El::default(); 2]; 4]; 32]; 2]; c.rt];
+                                c.unroll
+                            ];
                             2
                         ];
-                    for u in 0..c.unroll {
-                        for lane in 0..32 {
-                            let (g, t) = (lane / 4, lane % 4);
-                            let k = (chunk * c.unroll + u) * 32 + 8 * t;
-                            for rt in 0..c.rt {
-                                for h in 0..2 {
-                                    let n = n0 + 16 * rt + 8 * h + g;
-                                    for which in 0..run.nw() {
-                                        w[which][u][rt][h][lane] =
-                                            words(run.w[which].load(n, k, 8));
+                        for u in 0..c.unroll {
+                            for lane in 0..32 {
+                                let (g, t) = (lane / 4, lane % 4);
+                                let k = (chunk * c.unroll + u) * 32 + 8 * t;
+                                for rt in 0..c.rt {
+                                    for h in 0..2 {
+                                        let n = n0 + 16 * rt + 8 * h + g;
+                                        for which in 0..run.nw() {
+                                            w[which][u][rt][h][lane] =
+                                                words(run.w[which].load(n, k, 8));
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    for u in 0..c.unroll {
-                        for mg in 0..c.mg {
-                            if m0 + 8 * mg >= m_total {
-                                break;
-                            }
-                            let a: Vec<[[El; 2]; 4]> = (0..32)
-                                .map(|lane| {
-                                    let (g, t) = (lane / 4, lane % 4);
-                                    let k = (chunk * c.unroll + u) * 32 + 8 * t;
-                                    words(run.a.load(m0 + 8 * mg + g, k, 8))
-                                })
-                                .collect();
-                            let cols: Vec<usize> = (0..8).map(|j| m0 + 8 * mg + j).collect();
-                            for rt in 0..c.rt {
-                                let rows: Vec<usize> = (0..16).map(|i| n0 + 16 * rt + i).collect();
-                                for j in 0..2 {
-                                    let b: Vec<[[El; 2]; 2]> =
-                                        a.iter().map(|a| [a[2 * j], a[2 * j + 1]]).collect();
-                                    for which in 0..run.nw() {
-                                        let lo = &w[which][u][rt][0];
-                                        let hi = &w[which][u][rt][1];
-                                        let frag: Vec<[[El; 2]; 4]> = (0..32)
-                                            .map(|l| {
-                                                [
-                                                    lo[l][2 * j],
-                                                    hi[l][2 * j],
-                                                    lo[l][2 * j + 1],
-                                                    hi[l][2 * j + 1],
-                                                ]
-                                            })
-                                            .collect();
-                                        let mut d: Vec<[f64; 4]> =
-                                            (0..32).map(|l| acc[which][warp][l][rt][mg]).collect();
-                                        mma(run, which, &mut d, &frag, &b, &rows, &cols);
-                                        for (l, d) in d.into_iter().enumerate() {
-                                            acc[which][warp][l][rt][mg] = d;
+                        for u in 0..c.unroll {
+                            for mg in 0..c.mg {
+                                if m0 + 8 * mg >= m_total {
+                                    break;
+                                }
+                                let a: Vec<[[El; 2]; 4]> = (0..32)
+                                    .map(|lane| {
+                                        let (g, t) = (lane / 4, lane % 4);
+                                        let k = (chunk * c.unroll + u) * 32 + 8 * t;
+                                        words(run.a.load(m0 + 8 * mg + g, k, 8))
+                                    })
+                                    .collect();
+                                let cols: Vec<usize> = (0..8).map(|j| m0 + 8 * mg + j).collect();
+                                for rt in 0..c.rt {
+                                    let rows: Vec<usize> =
+                                        (0..16).map(|i| n0 + 16 * rt + i).collect();
+                                    for j in 0..2 {
+                                        let b: Vec<[[El; 2]; 2]> =
+                                            a.iter().map(|a| [a[2 * j], a[2 * j + 1]]).collect();
+                                        for which in 0..run.nw() {
+                                            let lo = &w[which][u][rt][0];
+                                            let hi = &w[which][u][rt][1];
+                                            let frag: Vec<[[El; 2]; 4]> = (0..32)
+                                                .map(|l| {
+                                                    [
+                                                        lo[l][2 * j],
+                                                        hi[l][2 * j],
+                                                        lo[l][2 * j + 1],
+                                                        hi[l][2 * j + 1],
+                                                    ]
+                                                })
+                                                .collect();
+                                            let mut d: Vec<[f64; 4]> = (0..32)
+                                                .map(|l| acc[which][warp][l][rt][mg])
+                                                .collect();
+                                            mma(run, which, &mut d, &frag, &b, &rows, &cols);
+                                            for (l, d) in d.into_iter().enumerate() {
+                                                acc[which][warp][l][rt][mg] = d;
+                                            }
                                         }
                                     }
                                 }
@@ -764,33 +875,39 @@ fn emulate_mma(run: &mut Run<'_>) {
                         }
                     }
                 }
+                accs.push(acc);
             }
             for mg in 0..c.mg {
                 if m0 + 8 * mg >= m_total {
                     break;
                 }
-                let mut red = [
-                    vec![f64::NAN; c.warps * c.slice()],
-                    vec![f64::NAN; c.warps * c.slice()],
-                ];
-                for warp in 0..c.warps {
-                    for rt in 0..c.rt {
-                        for e in 0..4 {
-                            let mut addrs = Vec::new();
-                            for lane in 0..32 {
-                                let (g, t) = (lane / 4, lane % 4);
-                                let at = (2 * t + (e & 1)) * c.pitch() + 16 * rt + g + 8 * (e >> 1);
-                                let addr = warp * c.slice() + at;
-                                addrs.push(addr);
-                                for (which, red) in red.iter_mut().enumerate().take(run.nw()) {
-                                    red[addr] = acc[which][warp][lane][rt][mg][e];
+                let mut reds = Vec::new();
+                for acc in &accs {
+                    let mut red = [
+                        vec![f64::NAN; c.warps * c.slice()],
+                        vec![f64::NAN; c.warps * c.slice()],
+                    ];
+                    for warp in 0..c.warps {
+                        for rt in 0..c.rt {
+                            for e in 0..4 {
+                                let mut addrs = Vec::new();
+                                for lane in 0..32 {
+                                    let (g, t) = (lane / 4, lane % 4);
+                                    let at =
+                                        (2 * t + (e & 1)) * c.pitch() + 16 * rt + g + 8 * (e >> 1);
+                                    let addr = warp * c.slice() + at;
+                                    addrs.push(addr);
+                                    for (which, red) in red.iter_mut().enumerate().take(run.nw()) {
+                                        red[addr] = acc[which][warp][lane][rt][mg][e];
+                                    }
                                 }
+                                assert_conflict_free(&addrs);
                             }
-                            assert_conflict_free(&addrs);
                         }
                     }
+                    reds.push(red);
                 }
-                run.finish(&red, m0 + 8 * mg, n0);
+                run.finish(&reds, m0 + 8 * mg, n0);
             }
             m0 += c.max_m();
         }
@@ -826,6 +943,7 @@ fn reduce_scatter8(v: &[[f64; 8]]) -> Vec<f64> {
 /// `GemvSimt::run` over the whole grid.
 fn emulate_simt(run: &mut Run<'_>) {
     let c = run.cfg;
+    assert_eq!(c.ks, 1, "GemvSimt does not split K across CTAs");
     let (m_total, chunks) = (run.m(), run.chunks());
     for block in 0..run.n().div_ceil(c.rows()) {
         let n0 = block * c.rows();
@@ -918,7 +1036,7 @@ fn emulate_simt(run: &mut Run<'_>) {
                         }
                     }
                 }
-                run.finish(&red, m0 + 8 * mg, n0);
+                run.finish(&[red], m0 + 8 * mg, n0);
             }
             m0 += c.max_m();
         }
@@ -927,7 +1045,8 @@ fn emulate_simt(run: &mut Run<'_>) {
 
 /// Emulates `cfg` on every shape of a grid of awkward sizes, single and dual.
 fn emulate_shapes(cfg: Cfg, tensor_cores: bool, ms: &[usize], ns: &[usize], ks: &[usize]) {
-    let mut seed = 0x5eed_u64 ^ (cfg.mg * 1000 + cfg.rt * 100 + cfg.warps * 10 + cfg.unroll) as u64;
+    let mut seed = 0x5eed_u64
+        ^ (cfg.ks * 10000 + cfg.mg * 1000 + cfg.rt * 100 + cfg.warps * 10 + cfg.unroll) as u64;
     for &m in ms {
         for &n in ns {
             for &k in ks {
@@ -973,24 +1092,43 @@ fn the_mma_decomposition_covers_every_product_once() {
             rt: 1,
             warps: 8,
             unroll: 4,
+            ks: 1,
         },
         Cfg {
             mg: 2,
             rt: 1,
             warps: 16,
             unroll: 2,
+            ks: 1,
         },
         Cfg {
             mg: 4,
             rt: 2,
             warps: 2,
             unroll: 1,
+            ks: 1,
         },
         Cfg {
             mg: 8,
             rt: 1,
             warps: 3,
             unroll: 3,
+            ks: 1,
+        },
+        // K split across the CTAs of a cluster (a share of outputs per CTA, odd ones too).
+        Cfg {
+            mg: 2,
+            rt: 2,
+            warps: 3,
+            unroll: 2,
+            ks: 2,
+        },
+        Cfg {
+            mg: 1,
+            rt: 1,
+            warps: 2,
+            unroll: 1,
+            ks: 3,
         },
     ] {
         emulate_shapes(
@@ -1012,18 +1150,21 @@ fn the_simt_decomposition_covers_every_product_once() {
             rt: 1,
             warps: 8,
             unroll: 2,
+            ks: 1,
         },
         Cfg {
             mg: 2,
             rt: 1,
             warps: 16,
             unroll: 1,
+            ks: 1,
         },
         Cfg {
             mg: 1,
             rt: 2,
             warps: 3,
             unroll: 3,
+            ks: 1,
         },
     ] {
         emulate_shapes(
@@ -1056,6 +1197,7 @@ fn generated_configs() -> Vec<(Cfg, bool)> {
                 rt: nums[1],
                 warps: nums[2],
                 unroll: nums[3],
+                ks: nums.get(4).copied().unwrap_or(1),
             };
             // The launch description agrees with the configuration.
             assert_eq!(
@@ -1069,6 +1211,10 @@ fn generated_configs() -> Vec<(Cfg, bool)> {
                 unreachable!()
             };
             assert_eq!(*tile_m as usize, cfg.rows(), "{}", var.entry);
+            let Grid::Tiles { n, .. } = &var.launch.grid else {
+                unreachable!()
+            };
+            assert_eq!(n.as_constant(), Some(cfg.ks as u64), "{}", var.entry);
             assert!(i == 0 || small(&k).variants[i - 1].max_m < var.max_m);
             let tc = line.contains("GemvMma<");
             assert_eq!(tc, !k.entry.contains("_f32_"), "{}", var.entry);

@@ -263,17 +263,27 @@ impl Executable {
                         k.name
                     )))?;
             }
-            // Small-M variants take no dynamic shared memory (mlpc-codegen's ABI notes).
             let small_m = img
                 .kernel
                 .small_m
                 .iter()
                 .flat_map(|s| &s.variants)
                 .map(|v| {
-                    module.load_function(&v.entry).map_err(driver(format!(
+                    let f = module.load_function(&v.entry).map_err(driver(format!(
                         "finding entry `{}` of kernel `{}`",
                         v.entry, k.name
-                    )))
+                    )))?;
+                    if v.launch.smem_bytes > 48 * 1024 {
+                        f.set_attribute(
+                            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            v.launch.smem_bytes as i32,
+                        )
+                        .map_err(driver(format!(
+                            "raising the shared memory limit of entry `{}` of kernel `{}`",
+                            v.entry, k.name
+                        )))?;
+                    }
+                    Ok::<_, DeviceError>(f)
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             kernels.push(Loaded {
