@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `ncu` reports of the kernels behind the open performance gaps (docs/perf-notes.md), in one call
+# on a CUDA machine with Nsight Compute, from the repository root after `scripts/gpu/build.sh`
+# (binary carried over). Each profile replays one launch of the named kernels with every section
+# (`--set full`: speed of light, memory workload, occupancy, scheduler and warp-state statistics,
+# and the source counters' top stall locations), clocks unlocked as in the benchmarks. Reports go
+# to $OUT (default /tmp/mlpc-profile) as text, one file per profile.
+#
+#   scripts/gpu/profile.sh [decode16|bsr|f32|shallow ...]      (default: all four)
+#
+#   decode16  llama-swiglu at T = 16: the dual gate/up and the down projection small-M entries
+#             (1.07x eager against the 1.25x goal: are the warps waiting on the activation
+#             loads, the weight loads or the mma chain?)
+#   bsr       the 4096^2 block-sparse GEMM at T = 4096, density 0.5 and 0.1 (0.80x / 1.66x dense
+#             against 1.7x / 6x: L2, shared memory, or the per-slice pipeline?)
+#   f32       gpt2-mlp in f32 at T = 8192, its up-projection (SIMT GEMM at 0.75x eager: issue
+#             slots, shared-memory wavefronts or latency?)
+#   shallow   gpt2-mlp in bf16 at T = 8192, its up-projection (K = 768, N = 3072: 0.75x cuBLAS)
+#
+# About 20-40 s per kernel on an H200 (the full set replays each launch some 40 times).
+set -uo pipefail
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PATH=/usr/local/cuda/bin:$PATH
+OUT=${OUT:-/tmp/mlpc-profile}
+MLPC=${MLPC:-target/release/mlpc}
+export MLPC_CACHE_DIR=${MLPC_CACHE_DIR:-/tmp/mlpc-cache}
+mkdir -p "$OUT"
+what=("$@")
+[ ${#what[@]} -eq 0 ] && what=(decode16 bsr f32 shallow)
+models=$(mktemp -d)
+
+if ! command -v ncu >/dev/null; then
+    echo "ncu (Nsight Compute) not found on PATH" >&2
+    exit 1
+fi
+
+# The model files the profiles need besides examples/: the examples in f32, and a single
+# bias-free 4096 x 4096 linear pruned to a density of 32 x 32 blocks (as bench.py's rows).
+python3 - "$models" <<'EOF'
+import json, sys
+out = sys.argv[1]
+m = json.load(open("examples/gpt2-mlp/model.json"))
+m["dtype"] = "f32"
+json.dump(m, open(f"{out}/gpt2-mlp-f32.json", "w"))
+for d in (0.5, 0.1):
+    json.dump({"mlpc": 1, "name": f"bsr-{d}", "dtype": "bf16", "seed": 0,
+               "inputs": {"x": {"shape": ["T", 4096]}},
+               "layers": [{"op": "linear", "name": "fc", "in": 4096, "out": 4096, "bias": False}],
+               "sparsity": {"fc.weight": {"block": [32, 32], "density": d}}},
+              open(f"{out}/bsr-{d}.json", "w"))
+EOF
+
+# profile NAME MODEL T KERNEL-REGEX COUNT: after a warm-up run of the model (its kernels compiled
+# and cached), one `ncu` run over `mlpc bench` with kernel-by-kernel launches, skipping the
+# warm-up launches of the matching kernels and profiling the next COUNT.
+profile() {
+    local name=$1 model=$2 t=$3 regex=$4 count=$5
+    echo "== $name: $model T=$t kernels /$regex/"
+    if ! timeout 300 "$MLPC" bench "$model" --bind T="$t" --iters 3 --warmup 1 >"$OUT/$name.bench.txt" 2>&1; then
+        echo "mlpc bench failed:"
+        tail -5 "$OUT/$name.bench.txt"
+        return
+    fi
+    timeout 400 ncu --clock-control none --set full -k "regex:$regex" --launch-skip "$count" \
+        --launch-count "$count" "$MLPC" bench "$model" --bind T="$t" --iters 3 --warmup 1 \
+        --no-graphs >"$OUT/$name.txt" 2>&1
+    echo "ncu exit $?"
+    grep -E "^  [A-Za-z_0-9]+.*\(|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp Per Scheduler|No Eligible" "$OUT/$name.txt" | head -40
+}
+
+for w in "${what[@]}"; do
+    case $w in
+        decode16) profile decode16 examples/llama-swiglu/model.json 16 "gemv_m16" 2 ;;
+        bsr)
+            profile bsr-0.5 "$models/bsr-0.5.json" 4096 "bsr" 1
+            profile bsr-0.1 "$models/bsr-0.1.json" 4096 "bsr" 1
+            ;;
+        f32) profile f32 "$models/gpt2-mlp-f32.json" 8192 "gemm_bias_gelu_tanh_f32" 1 ;;
+        shallow) profile shallow examples/gpt2-mlp/model.json 8192 "gemm_bias_gelu_tanh_bf16" 1 ;;
+        *) echo "unknown profile \`$w\` (decode16, bsr, f32, shallow)" >&2; exit 1 ;;
+    esac
+done
+rm -rf "$models"
