@@ -8,6 +8,9 @@
 # Wall times on the H200 (2026-11-29, warm machine): smoke 15 s, validate 120 s (228 outputs,
 # guards, sanitizer), bench 120 s, `bench_goals.py` 70 s, `tune` about 45 s per model.
 #
+# `run_all.sh bench --only "llama-swiglu T=1,gpt2-mlp T=1" --merge` refreshes those rows only and
+# keeps the others of docs/benchmarks.json (the table then names each row's run).
+#
 # e.g. `run_all.sh bench --max-autotune gpt2-mlp,bert-large-ffn` adds torch.compile's max-autotune
 # peer for those rows (each compiles for tens of seconds: mind the 500 s limit of the bench step;
 # the five bf16 models took the whole call to 210 s on 2026-11-30, `--max-autotune all` would also
