@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every check of the project: formatting, clippy with warnings as errors, and every test of
-# the workspace. Installs what is missing first (see scripts/setup.sh). `.ci/run` calls this.
+# Runs every check of the project: formatting, clippy with warnings as errors, every test of the
+# workspace, and that the benchmark tables are what their measurements files render. Installs what is missing first (see scripts/setup.sh). `.ci/run` calls this.
 set -euo pipefail
 . "$(dirname "$0")/setup.sh"
 mlpc_setup
@@ -12,3 +12,12 @@ echo "== cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test --workspace"
 cargo test --workspace
+# The GPU tables are written by the harness: rendering them again from their measurements files
+# must give the committed text (no hand edits inside the generated sections).
+echo "== docs/benchmarks.md against its measurements files"
+tables=$(mktemp -d)
+cp docs/benchmarks.md "$tables/benchmarks.md"
+python3 scripts/gpu/bench.py --render docs/benchmarks.json --out "$tables/benchmarks.md"
+python3 scripts/gpu/bench_goals.py --render docs/benchmarks-goals.json --out "$tables/benchmarks.md"
+diff -u docs/benchmarks.md "$tables/benchmarks.md"
+rm -rf "$tables"
