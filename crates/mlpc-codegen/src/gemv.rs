@@ -6,7 +6,10 @@
 //! nn.Linear weight) and A `[M, K]` with k contiguous; other layouts keep the tiled entry only.
 //! The variants are buckets of M: up to 8, 16, 32, 64 rows for f16 / bf16 (tensor cores), up to
 //! 8 and 16 rows for f32 (8 for a dual f32 GEMM, whose two accumulator sets fill the registers).
-//! When M is a constant only the smallest bucket that holds it is emitted, or none.
+//! When M is a constant only the smallest bucket that holds it is emitted, or none. [`configs`]
+//! picks each bucket's work split (rows per CTA, warps, unroll, register budget, and from sm_90
+//! on, for narrow outputs, K split across the two CTAs of a cluster) from the measurements in
+//! docs/perf-notes.md.
 
 use crate::cpp;
 use crate::{Arch, Grid, Launch, SmallM, SmallMVariant};
