@@ -246,45 +246,32 @@ impl Executable {
                 .context()
                 .load_module(Ptx::from_binary(img.cubin.clone()))
                 .map_err(driver(format!("loading the CUBIN of kernel `{}`", k.name)))?;
-            let function = module
-                .load_function(&img.kernel.entry)
-                .map_err(driver(format!(
-                    "finding entry `{}` of kernel `{}`",
-                    img.kernel.entry, k.name
+            // An entry of the module, allowed the dynamic shared memory its launch asks for
+            // (above 48 KiB only after raising the function's limit: the ABI notes).
+            let entry = |name: &str, launch: &Launch| {
+                let f = module.load_function(name).map_err(driver(format!(
+                    "finding entry `{name}` of kernel `{}`",
+                    k.name
                 )))?;
-            if img.kernel.launch.smem_bytes > 48 * 1024 {
-                function
-                    .set_attribute(
+                if launch.smem_bytes > 48 * 1024 {
+                    f.set_attribute(
                         CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        img.kernel.launch.smem_bytes as i32,
+                        launch.smem_bytes as i32,
                     )
                     .map_err(driver(format!(
-                        "raising the shared memory limit of kernel `{}`",
+                        "raising the shared memory limit of entry `{name}` of kernel `{}`",
                         k.name
                     )))?;
-            }
+                }
+                Ok::<_, DeviceError>(f)
+            };
+            let function = entry(&img.kernel.entry, &img.kernel.launch)?;
             let small_m = img
                 .kernel
                 .small_m
                 .iter()
                 .flat_map(|s| &s.variants)
-                .map(|v| {
-                    let f = module.load_function(&v.entry).map_err(driver(format!(
-                        "finding entry `{}` of kernel `{}`",
-                        v.entry, k.name
-                    )))?;
-                    if v.launch.smem_bytes > 48 * 1024 {
-                        f.set_attribute(
-                            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            v.launch.smem_bytes as i32,
-                        )
-                        .map_err(driver(format!(
-                            "raising the shared memory limit of entry `{}` of kernel `{}`",
-                            v.entry, k.name
-                        )))?;
-                    }
-                    Ok::<_, DeviceError>(f)
-                })
+                .map(|v| entry(&v.entry, &v.launch))
                 .collect::<Result<Vec<_>, _>>()?;
             kernels.push(Loaded {
                 kernel: img.kernel.clone(),
