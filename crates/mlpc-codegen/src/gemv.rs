@@ -366,23 +366,20 @@ mod tests {
             [(2, 1), (2, 1), (1, 1), (1, 1)]
         );
         assert_eq!(split(Arch::Sm90, false, 1024, 4096)[..2], [(2, 1), (2, 1)]);
-        // gpt2's (48 CTAs, K = 3072) would leave each warp three steps.
-        assert!(split(Arch::Sm90a, false, 768, 3072)
-            .iter()
-            .all(|c| c.0 == 1));
-        // No clusters before sm_90; none for dual GEMMs, shallow K, or grids that would pass
-        // one wave (llama's down projection: 256 CTAs at 8 tokens, 128 two-tile CTAs at 16).
-        assert!(split(Arch::Sm80, false, 1024, 4096)
-            .iter()
-            .all(|c| c.0 == 1));
-        assert!(split(Arch::Sm90a, true, 1024, 4096)
-            .iter()
-            .all(|c| c.0 == 1));
-        assert!(split(Arch::Sm90a, false, 1024, 1024)
-            .iter()
-            .all(|c| c.0 == 1));
-        assert!(split(Arch::Sm90a, false, 4096, 11008)
-            .iter()
-            .all(|c| c.0 == 1));
+        // No split for gpt2's (48 CTAs, K = 3072: three steps a warp), before sm_90, for dual
+        // GEMMs, shallow K, or grids that would pass one wave (llama's down projection: 256
+        // CTAs at 8 tokens, 128 two-tile CTAs at 16).
+        for (arch, dual, n, k) in [
+            (Arch::Sm90a, false, 768, 3072),
+            (Arch::Sm80, false, 1024, 4096),
+            (Arch::Sm90a, true, 1024, 4096),
+            (Arch::Sm90a, false, 1024, 1024),
+            (Arch::Sm90a, false, 4096, 11008),
+        ] {
+            assert!(
+                split(arch, dual, n, k).iter().all(|c| c.0 == 1),
+                "{arch:?} dual={dual} N={n} K={k}"
+            );
+        }
     }
 }
