@@ -9,14 +9,17 @@
 // the weight stream: every weight element is loaded exactly once, with 16-byte loads that skip
 // L1, several per lane in flight; the few rows of A are read through L1 and reused from registers.
 //
-// Work decomposition (GemvConfig<MG, RT, WARPS, UNROLL, KS>):
+// Work decomposition (GemvConfig<MG, RT, WARPS, UNROLL, KS, PRE>):
 //   - the KS CTAs (blockIdx.x = b, blockIdx.y = 0 .. KS-1) of a cluster own the ROWS = 16 RT
 //     output columns n in [b ROWS, (b + 1) ROWS), i.e. weight rows;
 //   - k is cut into 32-wide steps, grouped into chunks of UNROLL consecutive steps; chunk c goes to
 //     CTA (c / WARPS) % KS of the cluster and to its warp c % WARPS (split-K inside the CTA and
 //     across the cluster, so that a small N still gives every warp of the machine work, and more
 //     rows per CTA, which read the activations from L2 fewer times, do not shrink the grid). A
-//     warp first issues the weight loads of its whole chunk, then multiplies;
+//     warp first issues the weight loads of its whole chunk, then (up to 16 tokens) all its
+//     activation loads, then multiplies. With PRE > 0, a CTA's first warp asks L2 for the CTA's
+//     next PRE rounds of weight rows (a round: the k range of its warps' j-th chunks) as soon as
+//     it starts (bulk prefetch, no registers; for small weights, whose time is latency);
 //   - the rows of A are taken in passes of MAXM = 8 MG (a single pass when M <= MAXM, which is what
 //     the runtime arranges), each pass in groups of 8 rows ("tokens"). Groups past M are skipped;
 //   - each warp accumulates the partial sums of its rows x tokens in f32 registers; then, token
@@ -57,10 +60,11 @@ namespace mlpc {
 /// Configuration of a weight-streaming GEMM: MG groups of 8 tokens per pass, RT tiles of 16
 /// weight rows per CTA, WARPS warps splitting K, UNROLL 32-wide k steps per chunk, KS CTAs per
 /// cluster splitting K further (the entry then carries `__cluster_dims__(1, KS, 1)` and its grid's
-/// y is KS).
-template <int MG_, int RT_, int WARPS_, int UNROLL_, int KS_ = 1>
+/// y is KS), PRE rounds of weight rows asked of L2 when a CTA starts (sm_90 on).
+template <int MG_, int RT_, int WARPS_, int UNROLL_, int KS_ = 1, int PRE_ = 0>
 struct GemvConfig {
     static constexpr int MG = MG_, RT = RT_, WARPS = WARPS_, UNROLL = UNROLL_, KS = KS_;
+    static constexpr int PRE = PRE_;
     static constexpr int kThreads = WARPS * 32;
     /// Output columns (weight rows) per CTA.
     static constexpr int kRows = 16 * RT;
@@ -116,6 +120,38 @@ __device__ __forceinline__ void load16(u32 (&v)[4], const T* row, i64 k, i64 ken
                     v[e / PER_WORD] |= bits_of(row[k + e]) << ((32 / PER_WORD) * (e % PER_WORD));
                 }
             }
+        }
+    }
+}
+
+/// Asks L2 to fetch `bytes` (a multiple of 16, from a 16-byte aligned address): a hint, with
+/// no register to fill and nothing to wait for.
+__device__ __forceinline__ void prefetch_l2(const void* ptr, u32 bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(ptr), "r"(bytes) : "memory");
+#else
+    __trap();  // codegen prefetches from sm_90 on only
+#endif
+}
+
+/// Cfg::PRE > 0: lane r of the calling warp asks L2 for weight row n0 + r (and r + 32, ...) of
+/// this CTA's rounds 1 .. PRE, round j being the k range its WARPS warps load together in their
+/// j-th chunks. Rows past N, the part past K and unaligned matrices are skipped.
+template <class T, class Cfg>
+__device__ __forceinline__ void prefetch_rounds(const T* b, i64 ldb, bool vec, i64 n0, i64 n_end,
+                                                i64 k_end, int rank, int lane) {
+    if (!vec) return;
+    const i64 per_round = (i64)Cfg::WARPS * Cfg::UNROLL * 32;
+    for (int r = lane; r < Cfg::kRows; r += 32) {
+        const i64 n = n0 + r;
+        if (n >= n_end) return;
+#pragma unroll
+        for (int j = 1; j <= Cfg::PRE; ++j) {
+            const i64 k0 = ((i64)j * Cfg::KS + rank) * per_round;
+            const i64 elems = min(per_round, k_end - k0);
+            if (elems <= 0) break;
+            const u32 bytes = (u32)(elems * (i64)sizeof(T)) / 16u * 16u;
+            if (bytes > 0) prefetch_l2(b + n * ldb + k0, bytes);
         }
     }
 }
@@ -291,6 +327,16 @@ struct GemvMma {
         const bool vec_bu = kDual && is_aligned(p.b_up, 16) && (p.ldb_up % 8 == 0);
         const i64 chunks = ceil_div(ceil_div(p.k, (i64)32), (i64)U);
         launch_dependents();
+        // The weights are constant: asked of L2 before the wait for the kernel before.
+        if constexpr (Cfg::PRE > 0) {
+            if (warp == 0) {
+                gemv_detail::prefetch_rounds<T, Cfg>(p.b, p.ldb, vec_b, n0, p.n, p.k, rank, lane);
+                if constexpr (kDual) {
+                    gemv_detail::prefetch_rounds<T, Cfg>(p.b_up, p.ldb_up, vec_bu, n0, p.n, p.k,
+                                                         rank, lane);
+                }
+            }
+        }
 
         for (i64 m0 = 0; m0 < p.m; m0 += Cfg::kMaxM) {
             float acc[RT][MG][4];
@@ -326,6 +372,28 @@ struct GemvMma {
                 }
                 // The first chunk's weights are in flight while the kernel before finishes.
                 if (m0 == 0 && c == first) wait_for_predecessors();
+                // Activation fragments: every load of the chunk is issued before its first mma
+                // when they fit in a few registers (up to 16 tokens; A loads and mmas are ordered
+                // asm statements, so a load placed after an mma waits for it, and with it for the
+                // weights: one L2 round trip per step and token group in a row instead of one per
+                // chunk). Larger passes load each fragment just before its mmas (all of them at
+                // once spilled).
+                constexpr bool kBatchA = U * MG <= 4;
+                u32 a[kBatchA ? U : 1][kBatchA ? MG : 1][4];
+                if constexpr (kBatchA) {
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+                        const i64 k = (c * U + u) * 32 + 8 * t;
+#pragma unroll
+                        for (int mg = 0; mg < MG; ++mg) {
+                            const i64 m = m0 + 8 * mg + g;
+                            if (m0 + 8 * mg < p.m) {
+                                load16<T, false>(a[u][mg], p.a + m * p.lda, k, p.k, m < p.m,
+                                                 vec_a);
+                            }
+                        }
+                    }
+                }
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const i64 k = (c * U + u) * 32 + 8 * t;
@@ -333,8 +401,10 @@ struct GemvMma {
                     for (int mg = 0; mg < MG; ++mg) {
                         if (m0 + 8 * mg >= p.m) break;
                         const i64 m = m0 + 8 * mg + g;
-                        u32 a[4];
-                        load16<T, false>(a, p.a + m * p.lda, k, p.k, m < p.m, vec_a);
+                        u32(&act)[4] = a[kBatchA ? u : 0][kBatchA ? mg : 0];
+                        if constexpr (!kBatchA) {
+                            load16<T, false>(act, p.a + m * p.lda, k, p.k, m < p.m, vec_a);
+                        }
 #pragma unroll
                         for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
@@ -342,12 +412,12 @@ struct GemvMma {
                                 const u32(&lo)[4] = w[u][rt][0];
                                 const u32(&hi)[4] = w[u][rt][1];
                                 mma<T>(acc[rt][mg], lo[2 * j], hi[2 * j], lo[2 * j + 1],
-                                       hi[2 * j + 1], a[2 * j], a[2 * j + 1]);
+                                       hi[2 * j + 1], act[2 * j], act[2 * j + 1]);
                                 if constexpr (kDual) {
                                     const u32(&ulo)[4] = wu[u][rt][0];
                                     const u32(&uhi)[4] = wu[u][rt][1];
                                     mma<T>(acc_up[rt][mg], ulo[2 * j], uhi[2 * j], ulo[2 * j + 1],
-                                           uhi[2 * j + 1], a[2 * j], a[2 * j + 1]);
+                                           uhi[2 * j + 1], act[2 * j], act[2 * j + 1]);
                                 }
                             }
                     }
@@ -394,7 +464,8 @@ struct GemvSimt {
     static constexpr int MG = Cfg::MG, RT = Cfg::RT, WARPS = Cfg::WARPS, U = Cfg::UNROLL;
     static constexpr int kThreads = Cfg::kThreads;
     static constexpr int kSmemBytes = 0;
-    static_assert(Cfg::KS == 1, "the f32 entries split K inside the CTA only");
+    static_assert(Cfg::KS == 1 && Cfg::PRE == 0,
+                  "the f32 entries split K inside the CTA only, and do not prefetch");
 
     template <class P>
     __device__ __forceinline__ static void run(const P& p) {

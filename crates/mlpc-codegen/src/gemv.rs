@@ -8,8 +8,8 @@
 //! 8 and 16 rows for f32 (8 for a dual f32 GEMM, whose two accumulator sets fill the registers).
 //! When M is a constant only the smallest bucket that holds it is emitted, or none. [`configs`]
 //! picks each bucket's work split (rows per CTA, warps, unroll, register budget, and from sm_90
-//! on, for narrow outputs, K split across the two CTAs of a cluster) from the measurements in
-//! docs/perf-notes.md.
+//! on, for narrow outputs, K split across the two CTAs of a cluster, and for small weights, a
+//! prefetch into L2 when a CTA starts) from the measurements in docs/perf-notes.md.
 
 use crate::cpp;
 use crate::{Arch, Grid, Launch, SmallM, SmallMVariant};
@@ -35,6 +35,10 @@ pub(crate) struct GemvConfig {
     pub min_blocks: u32,
     /// CTAs of a cluster that split K between them (1: none; sm_90 and later only).
     pub ks: u32,
+    /// Rounds of its weight rows (after the first, which it loads into registers) a CTA asks L2
+    /// to fetch as soon as it starts, before it waits for the kernel before (0: none; sm_90 and
+    /// later only). A round is what the CTA's warps load together: WARPS chunks.
+    pub pre: u32,
 }
 
 impl GemvConfig {
@@ -52,7 +56,12 @@ impl GemvConfig {
     }
 
     fn template(&self) -> String {
-        if self.ks > 1 {
+        if self.pre > 0 {
+            format!(
+                "mlpc::GemvConfig<{}, {}, {}, {}, {}, {}>",
+                self.mg, self.rt, self.warps, self.unroll, self.ks, self.pre
+            )
+        } else if self.ks > 1 {
             format!(
                 "mlpc::GemvConfig<{}, {}, {}, {}, {}>",
                 self.mg, self.rt, self.warps, self.unroll, self.ks
@@ -151,6 +160,27 @@ pub(crate) fn configs(
         } else {
             1
         };
+        // Small weights (up to 16 MiB an entry, a third of the L2): every CTA asks L2 for its
+        // next two rounds of weight rows when it starts, so that a kernel bound by the latency of
+        // its first loads rather than by bandwidth finds them on chip (gpt2-mlp T = 1 0.0102 ->
+        // 0.0096 ms, T = 16 0.0121 -> 0.0115, bert-large T = 16 0.0154 -> 0.0148; llama-swiglu,
+        // 270 MB of weights streamed at 80-90 % of the bandwidth, lost 5-15 % with it, four
+        // rounds lost more; docs/perf-notes.md).
+        let weight_bytes = n
+            .zip(k.as_constant())
+            .map(|(n, k)| n * k * dtype.size_bytes() as u64 * if dual { 2 } else { 1 });
+        // (Only where there is a second round: K beyond what the warps load in their first chunks.)
+        let pre = if arch != Arch::Sm80
+            && dtype != DType::F32
+            && mg <= 2
+            && weight_bytes.is_some_and(|b| b <= 16 << 20)
+            && k.as_constant()
+                .is_some_and(|k| k > u64::from(warps * unroll * 32))
+        {
+            2
+        } else {
+            0
+        };
         GemvConfig {
             mg,
             rt,
@@ -158,6 +188,7 @@ pub(crate) fn configs(
             unroll,
             min_blocks: per_sm * 8 / warps,
             ks,
+            pre,
         }
     });
     match m.as_constant() {
@@ -278,6 +309,48 @@ mod tests {
 
     fn sym(s: &str) -> Extent {
         Extent::of_dim(&Dim::sym(s))
+    }
+
+    #[test]
+    fn small_weights_are_prefetched_from_sm_90_on() {
+        let pre = |arch, d, dual, n: u64, k: u64| -> Vec<u32> {
+            let (n, k) = (Extent::constant(n), Extent::constant(k));
+            configs(arch, d, dual, &sym("T"), &n, &k)
+                .iter()
+                .map(|c| c.pre)
+                .collect()
+        };
+        // gpt2's up projection (4.5 MiB), bert-large's dual-sized 2 x 8 MiB: up to 16 tokens.
+        assert_eq!(
+            pre(Arch::Sm90a, DType::Bf16, false, 3072, 768),
+            vec![2, 2, 0, 0]
+        );
+        assert_eq!(
+            pre(Arch::Sm90, DType::F16, true, 4096, 1024),
+            vec![2, 2, 0, 0]
+        );
+        // llama's down projection (86 MiB), f32, sm_80: none.
+        assert_eq!(
+            pre(Arch::Sm90a, DType::Bf16, false, 4096, 11008),
+            vec![0; 4]
+        );
+        assert_eq!(pre(Arch::Sm90a, DType::F32, false, 3072, 768), vec![0; 2]);
+        assert_eq!(pre(Arch::Sm80, DType::Bf16, false, 3072, 768), vec![0; 4]);
+        // Unknown N or K: none.
+        assert_eq!(
+            configs(
+                Arch::Sm90a,
+                DType::Bf16,
+                false,
+                &sym("T"),
+                &sym("N"),
+                &Extent::constant(768)
+            )
+            .iter()
+            .map(|c| c.pre)
+            .collect::<Vec<_>>(),
+            vec![0; 4]
+        );
     }
 
     #[test]

@@ -399,6 +399,72 @@ fn check_cluster(ptx: &str, entry: &str, grid: &Grid) {
     }
 }
 
+/// The `GemvConfig<...>` parameters of a small-M entry, from its module's source.
+fn entry_config(source: &str, entry: &str) -> Vec<u64> {
+    let max_m = entry
+        .rsplit("_gemv_m")
+        .next()
+        .unwrap_or_else(|| panic!("{entry}"));
+    let alias = format!("using SmallM{max_m} = ");
+    let line = source
+        .lines()
+        .find(|l| l.starts_with(&alias))
+        .unwrap_or_else(|| panic!("{entry}: no `{alias}` line"));
+    line.split("GemvConfig<")
+        .nth(1)
+        .and_then(|r| r.split('>').next())
+        .unwrap_or_else(|| panic!("{line}"))
+        .split(", ")
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{line}")))
+        .collect()
+}
+
+/// An entry whose configuration asks for PRE > 0 rounds of weight prefetch issues bulk L2
+/// prefetches (sm_90 on), and no other entry does.
+fn check_prefetch(source: &str, ptx: &str, entry: &str) {
+    let pre = entry_config(source, entry).get(5).copied().unwrap_or(0);
+    assert_eq!(
+        entry_ptx(ptx, entry).contains("cp.async.bulk.prefetch.L2.global"),
+        pre > 0,
+        "{entry}: PRE = {pre}"
+    );
+}
+
+/// Up to 16 tokens (UNROLL x MG <= 4 activation fragments a chunk), a warp issues all of a
+/// chunk's activation loads before its first mma: no mma between two activation loads (the
+/// 16-byte coherent loads) without a weight load between them too. Larger passes load each
+/// fragment just before its mmas, so there the pattern must appear: the check tells the two apart.
+fn check_activation_batch(source: &str, ptx: &str, entry: &str) {
+    let params = entry_config(source, entry);
+    let (mg, unroll) = (params[0], params[3]);
+    let body = entry_ptx(ptx, entry);
+    // Each activation load, and whether an mma but no weight load came since the one before.
+    let mut mma_since = false;
+    let mut weight_since = false;
+    let mut interleaved = false;
+    let mut loads = 0;
+    for ins in body.lines().map(str::trim) {
+        if ins.starts_with("mma.sync") {
+            mma_since = true;
+        } else if ins.starts_with("ld.global.nc.") {
+            weight_since = true;
+        } else if ins.starts_with("ld.global.v4.u32") {
+            if loads > 0 && mma_since && !weight_since {
+                interleaved = true;
+            }
+            loads += 1;
+            mma_since = false;
+            weight_since = false;
+        }
+    }
+    assert!(loads > 0, "{entry}: no activation loads");
+    assert_eq!(
+        interleaved,
+        unroll * mg > 4,
+        "{entry} (MG {mg}, UNROLL {unroll}): activation loads between mmas"
+    );
+}
+
 fn check_nvrtc(arch: Arch) {
     if let Err(e) = ensure_nvrtc() {
         panic!("these tests need NVRTC 13.0: {e}");
@@ -457,6 +523,10 @@ fn check_nvrtc(arch: Arch) {
             );
             check_early_launch(&c.ptx, &v.entry, arch);
             check_cluster(&c.ptx, &v.entry, &v.launch.grid);
+            if tensor_cores && !tiny_k {
+                check_activation_batch(&k.source, &c.ptx, &v.entry);
+            }
+            check_prefetch(&k.source, &c.ptx, &v.entry);
             let (frame, regs) = ptxas_report(&c.log, &v.entry);
             assert!(
                 frame.contains(" 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
