@@ -4,7 +4,8 @@
 # (binary carried over). Each profile replays one launch of the named kernels with every section
 # (`--set full`: speed of light, memory workload, occupancy, scheduler and warp-state statistics,
 # and the source counters' top stall locations), clocks unlocked as in the benchmarks. Reports go
-# to $OUT (default /tmp/mlpc-profile) as text, one file per profile.
+# to $OUT (default /tmp/mlpc-profile) as text, one file per profile with the warp-stall
+# breakdown at its end, and the warm-up runs' output in bench.txt.
 #
 #   scripts/gpu/profile.sh [decode16|bsr|f32|shallow ...]      (default: all four)
 #
@@ -52,19 +53,31 @@ EOF
 
 # profile NAME MODEL T KERNEL-REGEX COUNT: after a warm-up run of the model (its kernels compiled
 # and cached), one `ncu` run over `mlpc bench` with kernel-by-kernel launches, skipping the
-# warm-up launches of the matching kernels and profiling the next COUNT.
+# warm-up launches of the matching kernels and profiling the next COUNT into a report; then the
+# report's sections as text, followed by the warp-stall breakdown from its raw page (cycles
+# stalled per issued instruction, by reason, and the sampled stall counts), in $OUT/NAME.txt.
+# The warm-up runs' output goes to $OUT/bench.txt (the device returns at most 8 files).
+reports=$(mktemp -d)
 profile() {
     local name=$1 model=$2 t=$3 regex=$4 count=$5
     echo "== $name: $model T=$t kernels /$regex/"
-    if ! timeout 300 "$MLPC" bench "$model" --bind T="$t" --iters 3 --warmup 1 >"$OUT/$name.bench.txt" 2>&1; then
+    echo "== $name" >>"$OUT/bench.txt"
+    if ! timeout 300 "$MLPC" bench "$model" --bind T="$t" --iters 3 --warmup 1 >>"$OUT/bench.txt" 2>&1; then
         echo "mlpc bench failed:"
-        tail -5 "$OUT/$name.bench.txt"
+        tail -5 "$OUT/bench.txt"
         return
     fi
     timeout 400 ncu --clock-control none --set full -k "regex:$regex" --launch-skip "$count" \
-        --launch-count "$count" "$MLPC" bench "$model" --bind T="$t" --iters 3 --warmup 1 \
-        --no-graphs >"$OUT/$name.txt" 2>&1
+        --launch-count "$count" -f -o "$reports/$name" "$MLPC" bench "$model" --bind T="$t" \
+        --iters 3 --warmup 1 --no-graphs >"$OUT/$name.txt" 2>&1
     echo "ncu exit $?"
+    ncu --import "$reports/$name.ncu-rep" >>"$OUT/$name.txt" 2>&1
+    {
+        echo "== warp stalls (raw page)"
+        ncu --import "$reports/$name.ncu-rep" --page raw 2>&1 |
+            grep -E "issue_stalled_.*per_issue_active|pcsamp_warps_issue_stalled_[a-z_]+ " |
+            grep -vE "not_issued"
+    } >>"$OUT/$name.txt"
     grep -E "^  [A-Za-z_0-9]+.*\(|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp Per Scheduler|No Eligible" "$OUT/$name.txt" | head -40
 }
 
@@ -80,4 +93,4 @@ for w in "${what[@]}"; do
         *) echo "unknown profile \`$w\` (decode16, bsr, f32, shallow)" >&2; exit 1 ;;
     esac
 done
-rm -rf "$models"
+rm -rf "$models" "$reports"
