@@ -67,10 +67,13 @@
 
 namespace mlpc {
 
-/// A BM-row CTA over a group of G block rows, k slices of BK, STAGES stages.
-template <int BM_, int G_, int BK_, int STAGES_>
+/// A BM-row CTA over a group of G block rows, k slices of BK, STAGES stages; A_REGS: the A
+/// piece of a slice is loaded into registers once (`ldmatrix`) and every kept row's wgmma reads
+/// it from there (the `wgmma` RS form), instead of each wgmma reading it from shared memory.
+template <int BM_, int G_, int BK_, int STAGES_, bool A_REGS_ = false>
 struct BsrWgmmaConfig {
     static constexpr int BM = BM_, G = G_, BK = BK_, STAGES = STAGES_;
+    static constexpr bool A_REGS = A_REGS_;
     static constexpr int kWarpgroups = BM / 64;
     /// The consumer warpgroups, then the producer warpgroup (ptxas budgets registers by whole
     /// warpgroups); `setmaxnreg` moves registers from the producer to the consumers.
@@ -136,6 +139,86 @@ __host__ __device__ constexpr u32 kstep_offset(int j) {
     return (u32)((16 * j / SliceAtom<BK>::SW) * (ROWS * 2 * SliceAtom<BK>::SW) +
                  (16 * j % SliceAtom<BK>::SW) * 2);
 }
+
+/// A_REGS: the shared address lane `lane` of warp `q` of consumer warpgroup `wg` gives
+/// `ldmatrix.x4` for the k16 step j of a BM x BK A piece at `sa` (swizzled K-major atoms as
+/// above). Matrix i = lane / 8 is rows 8 (i % 2) .. + 7 of the warp's 16 rows and k 8 (i / 2) ..
+/// + 7 of the step; lane 8i + r gives that matrix's row r. The four registers it returns are then
+/// the warp's m16 x k16 A fragment as `mma.m16n8k16` lays it out, which is the per-warp layout of
+/// the wgmma RS form's A operand.
+template <int BM, int BK>
+__device__ __forceinline__ u32 ldsm_a_addr(u32 sa, int wg, int q, int lane, int j) {
+    typedef Atom<SliceAtom<BK>::SW> A;
+    constexpr int SW = SliceAtom<BK>::SW;
+    const int i = lane >> 3;
+    const int row = wg * 64 + q * 16 + (i & 1) * 8 + (lane & 7);
+    const int chunk = (16 * j % SW) / 8 + (i >> 1);
+    const int pos = chunk ^ ((row >> A::kShift) & (A::kChunks - 1));
+    return sa + (u32)((16 * j / SW) * (BM * 2 * SW) + row * A::kRowBytes + pos * 16);
+}
+
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/// Pins fragment registers at this point of the program (an in-flight wgmma may still read them).
+template <int N>
+__device__ __forceinline__ void fence_frag(u32 (&f)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(f[i][e])::"memory");
+}
+
+/// `d += A * B` for one m64nNk16 step, A from registers (the warp's fragment), B through a
+/// descriptor. The block heights a grouped kernel with A_REGS may have.
+template <class T, int N>
+struct MmaRs;
+
+#define MLPC_BSR_WGMMA_RS_N16(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7" \
+        "}, {%8, %9, %10, %11}, %12, 1, 1, 1, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]) \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+
+#define MLPC_BSR_WGMMA_RS_N32(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
+        "}, {%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+
+#define MLPC_BSR_WGMMA_RS_N64(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+        "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+
+#define MLPC_BSR_MMA_RS(N, CT, TY) \
+    template <> \
+    struct MmaRs<CT, N> { \
+        __device__ __forceinline__ static void run(float (&d)[N / 2], const u32 (&a)[4], u64 b) { \
+            MLPC_BSR_WGMMA_RS_N##N(TY); \
+        } \
+    };
+MLPC_BSR_MMA_RS(16, bf16, "bf16")
+MLPC_BSR_MMA_RS(16, f16, "f16")
+MLPC_BSR_MMA_RS(32, bf16, "bf16")
+MLPC_BSR_MMA_RS(32, f16, "f16")
+MLPC_BSR_MMA_RS(64, bf16, "bf16")
+MLPC_BSR_MMA_RS(64, f16, "f16")
 
 /// `d += A * B` for one m64nNk16 step, A and B through descriptors.
 template <class T, int N>
@@ -467,10 +550,76 @@ struct GemmBsrWgmma {
     static constexpr int kAcc = BR / 2;
     static_assert(BC % BK == 0, "a block is whole k slices");
     static_assert(BR % 8 == 0 && BR >= 8 && BR <= 256, "BR must be a wgmma N");
+    static_assert(!Cfg::A_REGS || BR == 16 || BR == 32 || BR == 64,
+                  "A from registers: block heights 16, 32 and 64 (bsr_wgmma::MmaRs)");
     static_assert(G * kAcc * (kDual ? 2 : 1) <= 128, "the accumulators must fit the registers");
     static_assert(kTileABytes % 1024 == 0, "the slots start on a swizzle period");
     static_assert(kSlotBytes % (8 * 2 * SW) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
+
+    /// The consumers with A_REGS: per slice, wait on `full`, load the warp's A fragments of the
+    /// slice's BK / 16 k16 steps (`ldmatrix`), then for each kept row the wgmmas reading A from
+    /// those registers, commit, wait until they are done and release the stage. No wgmma stays
+    /// in flight across slices: a wgmma reads its A registers until it completes, and ptxas
+    /// serialises every wgmma of a kernel in which another instruction may write such registers
+    /// while one is in flight (C7513, even with two fragment sets in turn); the other consumer
+    /// warpgroup's wgmmas keep the tensor cores busy meanwhile.
+    template <class P, class Acc, class AccUp>
+    __device__ __forceinline__ static void consume_a_regs(const P& p, u32 ring, u32 full, u32 empty,
+                                                          int s0, int slices, int tid, Acc& acc,
+                                                          AccUp& acc_up) {
+        using namespace wgmma_detail;
+        using bsr_wgmma::kstep_offset;
+        constexpr int KJ = BK / 16;
+        const int wg = tid >> 7, q = (tid >> 5) & 3, lane = tid & 31;
+        auto pin = [&]() {
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                fence_regs(acc[g]);
+                if constexpr (kDual) fence_regs(acc_up[g]);
+            }
+        };
+        int stage = 0;
+        u32 phase = 0;
+        u32 info = slices > 0 ? (u32)p.step_info[s0] : 0u;
+        for (int kt = 0; kt < slices; ++kt) {
+            const u32 mask = info & 0xffffu;
+            if (kt + 1 < slices) info = (u32)p.step_info[s0 + (kt + 1) / kKSub];
+            mbar_wait(full + 8 * stage, phase);
+            __syncwarp();
+            const u32 sa = ring + stage * kStageBytes;
+            u32 f[KJ][4];
+#pragma unroll
+            for (int j = 0; j < KJ; ++j) {
+                bsr_wgmma::ldsm_x4(f[j], bsr_wgmma::ldsm_a_addr<BM, BK>(sa, wg, q, lane, j));
+            }
+            pin();
+            fence();
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                if (((mask >> g) & 1u) == 0) continue;
+                const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
+#pragma unroll
+                for (int j = 0; j < KJ; ++j) {
+                    const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
+                    bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[j], b_j);
+                    if constexpr (kDual) {
+                        bsr_wgmma::MmaRs<T, BR>::run(acc_up[g], f[j], b_j + (kSlotsBytes >> 4));
+                    }
+                }
+            }
+            commit();
+            pin();
+            wait<0>();
+            pin();
+            bsr_wgmma::fence_frag(f);
+            mbar_arrive(empty + 8 * stage);
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+    }
 
     template <class P>
     __device__ __forceinline__ static void run(const P& p, const TensorMap& map_a,
@@ -603,55 +752,59 @@ struct GemmBsrWgmma {
             }
         };
 
-        // Consumers, per slice: wait on `full`, the wgmmas of the kept rows, commit, wait until
-        // the previous slice's wgmmas are done and release its stage. The next slice's step
-        // info is read one slice ahead, so its latency hides behind the current one.
-        int stage = 0;
-        u32 phase = 0;
-        u32 info = slices > 0 ? (u32)p.step_info[s0] : 0u;
-        for (int kt = 0; kt < slices; ++kt) {
-            const u32 mask = info & 0xffffu;
-            if (kt + 1 < slices) info = (u32)p.step_info[s0 + (kt + 1) / kKSub];
-            mbar_wait(full + 8 * stage, phase);
-            // The wait's spin loop may leave the warp diverged as far as ptxas knows; the wgmmas
-            // below sit behind branches on the (uniform) row mask, which ptxas serialises unless
-            // the warp is converged first.
-            __syncwarp();
-            const u32 sa = ring + stage * kStageBytes;
-            const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));
-            pin();
-            fence();
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                if (((mask >> g) & 1u) == 0) continue;
-                const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
-#pragma unroll
-                for (int j = 0; j < BK / 16; ++j) {
-                    // Descriptor start addresses are in units of 16 bytes.
-                    const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);
-                    const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
-                    bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
-                    if constexpr (kDual) {
-                        bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
+        if constexpr (Cfg::A_REGS) {
+            consume_a_regs(p, ring, full, empty, s0, slices, tid, acc, acc_up);
+        } else {
+            // Consumers, per slice: wait on `full`, the wgmmas of the kept rows, commit, wait until
+            // the previous slice's wgmmas are done and release its stage. The next slice's step
+            // info is read one slice ahead, so its latency hides behind the current one.
+            int stage = 0;
+            u32 phase = 0;
+            u32 info = slices > 0 ? (u32)p.step_info[s0] : 0u;
+            for (int kt = 0; kt < slices; ++kt) {
+                const u32 mask = info & 0xffffu;
+                if (kt + 1 < slices) info = (u32)p.step_info[s0 + (kt + 1) / kKSub];
+                mbar_wait(full + 8 * stage, phase);
+                // The wait's spin loop may leave the warp diverged as far as ptxas knows; the wgmmas
+                // below sit behind branches on the (uniform) row mask, which ptxas serialises unless
+                // the warp is converged first.
+                __syncwarp();
+                const u32 sa = ring + stage * kStageBytes;
+                const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));
+                pin();
+                fence();
+    #pragma unroll
+                for (int g = 0; g < G; ++g) {
+                    if (((mask >> g) & 1u) == 0) continue;
+                    const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
+    #pragma unroll
+                    for (int j = 0; j < BK / 16; ++j) {
+                        // Descriptor start addresses are in units of 16 bytes.
+                        const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);
+                        const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
+                        bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
+                        if constexpr (kDual) {
+                            bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
+                        }
                     }
                 }
+                commit();
+                pin();
+                // Slice kt - kInFlight's wgmmas are complete: its stage may be refilled.
+                wait<kInFlight>();
+                pin();
+                if (kt >= kInFlight) {
+                    const int done = stage >= kInFlight ? stage - kInFlight : stage + STAGES - kInFlight;
+                    mbar_arrive(empty + 8 * done);
+                }
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
             }
-            commit();
+            wait<0>();
             pin();
-            // Slice kt - kInFlight's wgmmas are complete: its stage may be refilled.
-            wait<kInFlight>();
-            pin();
-            if (kt >= kInFlight) {
-                const int done = stage >= kInFlight ? stage - kInFlight : stage + STAGES - kInFlight;
-                mbar_arrive(empty + 8 * done);
-            }
-            if (++stage == STAGES) {
-                stage = 0;
-                phase ^= 1;
-            }
         }
-        wait<0>();
-        pin();
 
         // Epilogue: acc[g][4i + 2h + e] is C[16q + lane / 4 + 8h][g * BR + 8i + 2t + e] of the
         // warpgroup's 64 rows and the group's columns; columns past N (a last group with fewer

@@ -116,6 +116,8 @@ pub(crate) struct WgmmaBsr {
     /// The k depth of one slice (a divisor of the block width).
     pub bk: u32,
     pub stages: u32,
+    /// The A piece of a slice read into registers once and shared by the kept rows' wgmmas.
+    pub a_regs: bool,
 }
 
 impl WgmmaBsr {
@@ -146,10 +148,17 @@ impl WgmmaBsr {
     }
 
     pub fn template(&self) -> String {
-        format!(
-            "mlpc::BsrWgmmaConfig<{}, {}, {}, {}>",
-            self.bm, self.g, self.bk, self.stages
-        )
+        if self.a_regs {
+            format!(
+                "mlpc::BsrWgmmaConfig<{}, {}, {}, {}, true>",
+                self.bm, self.g, self.bk, self.stages
+            )
+        } else {
+            format!(
+                "mlpc::BsrWgmmaConfig<{}, {}, {}, {}>",
+                self.bm, self.g, self.bk, self.stages
+            )
+        }
     }
 }
 
@@ -184,7 +193,15 @@ pub(crate) fn select_wgmma(
     let bm = 128;
     let stages =
         ((SMEM_LIMIT - 1024) / (WgmmaBsr::stage_bytes(bm, g, br, bk, dual) + 16)).min(MAX_STAGES);
-    (stages >= 3).then_some(WgmmaBsr { bm, g, bk, stages })
+    // A from registers where there is an RS wgmma for the block height (`bsr_wgmma::MmaRs`).
+    let a_regs = matches!(br, 16 | 32 | 64);
+    (stages >= 3).then_some(WgmmaBsr {
+        bm,
+        g,
+        bk,
+        stages,
+        a_regs,
+    })
 }
 
 /// The k loop of every group of `g` consecutive block rows, as `GemmBsrWgmma` reads it.
@@ -654,6 +671,69 @@ mod tests {
         }
     }
 
+    /// `bsr_wgmma::ldsm_a_addr<BM, BK>(sa, wg, q, lane, j)`.
+    fn ldsm_a_addr(bm: u32, bk: u32, sa: u32, wg: u32, q: u32, lane: u32, j: u32) -> u32 {
+        let sw = atom(bk);
+        let (shift, chunks) = match sw {
+            64 => (0, 8),
+            32 => (1, 4),
+            _ => (2, 2),
+        };
+        let i = lane >> 3;
+        let row = wg * 64 + q * 16 + (i & 1) * 8 + (lane & 7);
+        let chunk = (16 * j % sw) / 8 + (i >> 1);
+        let pos = chunk ^ ((row >> shift) & (chunks - 1));
+        sa + (16 * j / sw) * (bm * 2 * sw) + row * 2 * sw + pos * 16
+    }
+
+    /// With A in registers, the row of 8 elements each lane hands `ldmatrix.x4` is exactly where
+    /// the descriptor form of the same wgmma reads them: matrix i = lane / 8 holds rows
+    /// 8 (i % 2) .. + 7 of the warp's 16 and k 8 (i / 2) .. + 7 of the k16 step, which makes its
+    /// registers the m16n8k16 A fragment (rows g, g + 8; k 2t, 2t + 8), the RS form's per-warp
+    /// A layout. Every slice depth and both warpgroups; a wrong chunk, XOR or row fails it.
+    #[test]
+    fn a_fragments_come_from_where_the_descriptor_reads() {
+        for line in [
+            "const int row = wg * 64 + q * 16 + (i & 1) * 8 + (lane & 7);",
+            "const int chunk = (16 * j % SW) / 8 + (i >> 1);",
+            "const int pos = chunk ^ ((row >> A::kShift) & (A::kChunks - 1));",
+            "return sa + (u32)((16 * j / SW) * (BM * 2 * SW) + row * A::kRowBytes + pos * 16);",
+            "bsr_wgmma::ldsm_x4(f[j], bsr_wgmma::ldsm_a_addr<BM, BK>(sa, wg, q, lane, j));",
+            "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[j], b_j);",
+        ] {
+            assert!(
+                TEMPLATE.contains(line),
+                "gemm_bsr_wgmma.cuh no longer says `{line}`"
+            );
+        }
+        let bm = 128;
+        let sa = 4096;
+        for bk in [16, 32, 48, 64] {
+            let sw = atom(bk);
+            for wg in 0..bm / 64 {
+                let da = descriptor(sw, sa + wg * (64 * 2 * sw));
+                for j in 0..bk / 16 {
+                    let a_j = da + u64::from(kstep_offset(bm, bk, j) >> 4);
+                    for q in 0..4 {
+                        for lane in 0..32 {
+                            let i = lane >> 3;
+                            let r = q * 16 + (i & 1) * 8 + (lane & 7);
+                            let at = ldsm_a_addr(bm, bk, sa, wg, q, lane, j);
+                            assert_eq!(at % 16, 0, "ldmatrix rows are 16-byte aligned");
+                            for e in 0..8 {
+                                assert_eq!(
+                                    at + 2 * e,
+                                    wgmma_reads(a_j, r, (i >> 1) * 8 + e),
+                                    "BK {bk} wg {wg} step {j} warp {q} lane {lane} element {e}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// What the loads put at a shared-memory element.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     enum Elem {
@@ -1083,7 +1163,8 @@ mod tests {
                 bm: 128,
                 g: 8,
                 bk: 32,
-                stages: 8
+                stages: 8,
+                a_regs: true,
             })
         );
         assert!(pick(Arch::Sm90a, DType::F16, false, n, &b32).is_some());

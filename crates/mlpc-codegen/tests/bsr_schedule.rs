@@ -261,3 +261,32 @@ fn the_model_catches_consumers_that_hold_every_stage() {
         "the model accepts consumers that keep all three stages"
     );
 }
+
+/// With A in registers (`BsrWgmmaConfig`'s A_REGS) the consumers keep no slice in flight: each
+/// waits for its own wgmmas and releases its own stage.
+#[test]
+fn the_a_registers_schedule_is_race_free() {
+    for line in [
+        "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[j], b_j);",
+        "wait<0>();",
+        "mbar_arrive(empty + 8 * stage);",
+    ] {
+        assert!(
+            TEMPLATE.contains(line),
+            "gemm_bsr_wgmma.cuh no longer says `{line}`: update this model with it"
+        );
+    }
+    for stages in 2..=9 {
+        for slices in SLICES {
+            let shape = Shape {
+                in_flight: 0,
+                ..template_shape(stages, slices)
+            };
+            for seed in 0..300 {
+                if let Err(e) = simulate(shape, seed) {
+                    panic!("{shape:?}, seed {seed}: {e}");
+                }
+            }
+        }
+    }
+}
