@@ -26,13 +26,44 @@ fn hopper_kernels() -> Vec<CudaKernel> {
         .collect()
 }
 
+/// `k` with A from registers (`BsrWgmmaConfig`'s A_REGS) where its block height has the RS
+/// wgmma (16, 32, 64). The configuration rule keeps that variant off until it has run on a GPU
+/// (docs/perf-notes.md, block-sparse variant 5), so it is compiled here from the same source.
+fn with_a_regs(k: &CudaKernel) -> Option<CudaKernel> {
+    // The block shape from the entry name: `..._b{BR}x{BC}_wgmma_...`.
+    let br: u32 = k.entry.split('_').find_map(|t| {
+        let (r, c) = t.strip_prefix('b')?.split_once('x')?;
+        c.parse::<u32>().ok()?;
+        r.parse().ok()
+    })?;
+    if ![16, 32, 64].contains(&br) {
+        return None;
+    }
+    let at = k.source.find("mlpc::BsrWgmmaConfig<")?;
+    let end = at + k.source[at..].find('>')?;
+    let mut source = k.source.clone();
+    source.insert_str(end, ", true");
+    Some(CudaKernel {
+        source,
+        name: format!("{}_a_regs", k.name),
+        ..k.clone()
+    })
+}
+
 #[test]
 fn bsr_wgmma_kernels_compile_for_sm_90a_without_local_memory_or_serialised_wgmma() {
     if let Err(e) = ensure_nvrtc() {
         panic!("these tests need NVRTC 13.0: {e}");
     }
-    let kernels = hopper_kernels();
+    let mut kernels = hopper_kernels();
     assert!(kernels.len() >= 11, "{} kernels", kernels.len());
+    let a_regs: Vec<CudaKernel> = kernels.iter().filter_map(with_a_regs).collect();
+    assert!(
+        a_regs.len() >= 8,
+        "{} kernels with A from registers",
+        a_regs.len()
+    );
+    kernels.extend(a_regs);
     let opts = JitOptions {
         arch: Arch::Sm90a,
         no_cache: true,
@@ -73,6 +104,13 @@ fn bsr_wgmma_kernels_compile_for_sm_90a_without_local_memory_or_serialised_wgmma
             k.name
         );
         assert!(c.ptx.contains("step_blk"), "{}", k.name);
+        // A from registers: fragments through ldmatrix, no A descriptor.
+        assert_eq!(
+            c.ptx.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
+            k.source.contains(", true>;"),
+            "{}",
+            k.name
+        );
         assert!(c.resources.barriers >= 1, "{}: {:?}", k.name, c.resources);
     }
 }
