@@ -765,9 +765,9 @@ struct GemmBsrWgmma {
                 const u32 mask = info & 0xffffu;
                 if (kt + 1 < slices) info = (u32)p.step_info[s0 + (kt + 1) / kKSub];
                 mbar_wait(full + 8 * stage, phase);
-                // The wait's spin loop may leave the warp diverged as far as ptxas knows; the wgmmas
-                // below sit behind branches on the (uniform) row mask, which ptxas serialises unless
-                // the warp is converged first.
+                // The wait's spin loop may leave the warp diverged as far as ptxas knows; the
+                // wgmmas below sit behind branches on the (uniform) row mask, which ptxas
+                // serialises unless the warp is converged first.
                 __syncwarp();
                 const u32 sa = ring + stage * kStageBytes;
                 const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));
