@@ -405,11 +405,16 @@ fn entry_config(source: &str, entry: &str) -> Vec<u64> {
         .rsplit("_gemv_m")
         .next()
         .unwrap_or_else(|| panic!("{entry}"));
+    config_params(source, max_m)
+}
+
+/// The `GemvConfig<...>` parameters of the `SmallM<max_m>` alias in a module's source.
+fn config_params(source: &str, max_m: impl std::fmt::Display) -> Vec<u64> {
     let alias = format!("using SmallM{max_m} = ");
     let line = source
         .lines()
         .find(|l| l.starts_with(&alias))
-        .unwrap_or_else(|| panic!("{entry}: no `{alias}` line"));
+        .unwrap_or_else(|| panic!("no `{alias}` line"));
     line.split("GemvConfig<")
         .nth(1)
         .and_then(|r| r.split('>').next())
@@ -1253,14 +1258,9 @@ fn generated_configs() -> Vec<(Cfg, bool)> {
     for k in kernels_with_small_m() {
         let src = small_m_source(&k);
         for (i, var) in small(&k).variants.iter().enumerate() {
-            let alias = format!("using SmallM{} = ", var.max_m);
-            let line = src[src.find(&alias).unwrap()..].lines().next().unwrap();
-            let nums: Vec<usize> = line[line.find("GemvConfig<").unwrap() + 11..]
-                .split('>')
-                .next()
-                .unwrap()
-                .split(", ")
-                .map(|x| x.parse().unwrap())
+            let nums: Vec<usize> = config_params(src, var.max_m)
+                .into_iter()
+                .map(|x| x as usize)
                 .collect();
             let cfg = Cfg {
                 mg: nums[0],
@@ -1286,7 +1286,7 @@ fn generated_configs() -> Vec<(Cfg, bool)> {
             };
             assert_eq!(n.as_constant(), Some(cfg.ks as u64), "{}", var.entry);
             assert!(i == 0 || small(&k).variants[i - 1].max_m < var.max_m);
-            let tc = line.contains("GemvMma<");
+            let tc = src.contains(&format!("using SmallM{} = mlpc::GemvMma<", var.max_m));
             assert_eq!(tc, !k.entry.contains("_f32_"), "{}", var.entry);
             if !v.contains(&(cfg, tc)) {
                 v.push((cfg, tc));
