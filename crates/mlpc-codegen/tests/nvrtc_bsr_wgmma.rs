@@ -26,26 +26,17 @@ fn hopper_kernels() -> Vec<CudaKernel> {
         .collect()
 }
 
-/// `k` with A from registers (`BsrWgmmaConfig`'s A_REGS) where its block height has the RS
-/// wgmma (16, 32, 64). The configuration rule keeps that variant off until it has run on a GPU
-/// (docs/perf-notes.md, block-sparse variant 5), so it is compiled here from the same source.
-fn with_a_regs(k: &CudaKernel) -> Option<CudaKernel> {
-    // The block shape from the entry name: `..._b{BR}x{BC}_wgmma_...`.
-    let br: u32 = k.entry.split('_').find_map(|t| {
-        let (r, c) = t.strip_prefix('b')?.split_once('x')?;
-        c.parse::<u32>().ok()?;
-        r.parse().ok()
-    })?;
-    if ![16, 32, 64].contains(&br) {
-        return None;
-    }
+/// `k` with A read by the wgmmas from shared memory (the descriptor form) where the rule chose A
+/// from registers (`BsrWgmmaConfig`'s A_REGS, block heights 16, 32 and 64): the descriptor form
+/// is what every other block height runs, so it is compiled for every plan.
+fn with_a_from_shared(k: &CudaKernel) -> Option<CudaKernel> {
     let at = k.source.find("mlpc::BsrWgmmaConfig<")?;
     let end = at + k.source[at..].find('>')?;
-    let mut source = k.source.clone();
-    source.insert_str(end, ", true");
+    let config = &k.source[at..end];
+    let plain = config.strip_suffix(", true")?;
     Some(CudaKernel {
-        source,
-        name: format!("{}_a_regs", k.name),
+        source: k.source.replacen(config, plain, 1),
+        name: format!("{}_a_shared", k.name),
         ..k.clone()
     })
 }
@@ -57,13 +48,13 @@ fn bsr_wgmma_kernels_compile_for_sm_90a_without_local_memory_or_serialised_wgmma
     }
     let mut kernels = hopper_kernels();
     assert!(kernels.len() >= 11, "{} kernels", kernels.len());
-    let a_regs: Vec<CudaKernel> = kernels.iter().filter_map(with_a_regs).collect();
+    let a_shared: Vec<CudaKernel> = kernels.iter().filter_map(with_a_from_shared).collect();
     assert!(
-        a_regs.len() >= 8,
+        a_shared.len() >= 8,
         "{} kernels with A from registers",
-        a_regs.len()
+        a_shared.len()
     );
-    kernels.extend(a_regs);
+    kernels.extend(a_shared);
     let opts = JitOptions {
         arch: Arch::Sm90a,
         no_cache: true,
