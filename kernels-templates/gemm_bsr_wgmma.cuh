@@ -833,6 +833,27 @@ struct GemmBsrWgmma {
                 }
             }
         }
+        if constexpr (BR % 16 == 0) {
+            // A tile wholly inside the output with 8-byte aligned rows: whole sectors.
+            if (m0 + BM <= p.m && n0 + G * BR <= p.n && is_aligned(p.c, 8) && p.ldc % 4 == 0) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;
+                    T* out_row = p.c + row * p.ldc + n0;
+#pragma unroll
+                    for (int g = 0; g < G; ++g) {
+#pragma unroll
+                        for (int i = 0; i < BR / 8; i += 2) {
+                            const int r = 4 * i + 2 * h;
+                            wgmma_detail::store_sector<T>(
+                                out_row + g * BR + i * 8, pack2<T>(acc[g][r], acc[g][r + 1]),
+                                pack2<T>(acc[g][r + 4], acc[g][r + 5]));
+                        }
+                    }
+                }
+                return;
+            }
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;

@@ -516,6 +516,44 @@ __device__ __forceinline__ void store_pass(const float (&acc)[NACC], i64 rbase, 
     }
 }
 
+/// Stores a row's 16 columns held by a quad as pairs (lane t: columns 2t, 2t + 1 in `p0` and
+/// 8 + 2t, 9 + 2t in `p1`) as one 8-byte store per lane (lane t: columns 4t .. 4t + 3), so that
+/// the quad writes the row's whole 32-byte sector in one instruction instead of halves of it in
+/// two. `out` is the row at the first of the 16 columns, 8-byte aligned; every lane of the warp
+/// must take part.
+template <class T>
+__device__ __forceinline__ void store_sector(T* out, u32 p0, u32 p1) {
+    const int lane = (int)(threadIdx.x & 31);
+    const int t = lane & 3;
+    const int lo_src = (lane & ~3) | ((2 * t) & 3);
+    const int hi_src = (lane & ~3) | ((2 * t + 1) & 3);
+    const u32 lo0 = __shfl_sync(0xffffffffu, p0, lo_src);
+    const u32 lo1 = __shfl_sync(0xffffffffu, p1, lo_src);
+    const u32 hi0 = __shfl_sync(0xffffffffu, p0, hi_src);
+    const u32 hi1 = __shfl_sync(0xffffffffu, p1, hi_src);
+    *reinterpret_cast<uint2*>(out + 4 * t) = make_uint2(t < 2 ? lo0 : lo1, t < 2 ? hi0 : hi1);
+}
+
+/// The stores of `store_tile` for a tile wholly inside the output with 8-byte aligned rows: each
+/// pair of 8-column groups as whole sectors (`store_sector`).
+template <class T, int BN, class P, int NACC>
+__device__ __forceinline__ void store_pass_sectors(const float (&acc)[NACC], i64 rbase, i64 cbase,
+                                                   const P& p) {
+    static_assert(BN % 16 == 0, "whole 16-column groups");
+    // cbase is the quad's column 2t; the groups start 2t columns before it.
+    const i64 c0 = cbase - (threadIdx.x & 3) * 2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        T* out_row = p.c + (rbase + h * 8) * p.ldc + c0;
+#pragma unroll
+        for (int i = 0; i < BN / 8; i += 2) {
+            const int r = 4 * i + 2 * h;
+            store_sector<T>(out_row + i * 8, pack2<T>(acc[r], acc[r + 1]),
+                            pack2<T>(acc[r + 4], acc[r + 5]));
+        }
+    }
+}
+
 /// The epilogue of one warpgroup's 64 x BN accumulator tile whose first output row is `row0` and
 /// first column `n0`: d[4i + 2h + e] is C[row0 + 16q + g + 8h][n0 + 8i + 2t + e] (q = warp in the
 /// warpgroup, g = lane / 4, t = lane % 4; `wtid` = thread index in the warpgroup). Applies the
@@ -537,6 +575,12 @@ __device__ __forceinline__ void store_tile(float (&acc)[NACC], const float (&acc
     const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
     if (row0 + 64 <= p.m && n0 + BN <= p.n) {
         epilogue_pass<false, T, BN, kDual, Epi>(acc, acc_up, rbase, cbase, p);
+        if constexpr (BN % 16 == 0) {
+            if (is_aligned(p.c, 8) && p.ldc % 4 == 0 && n0 % 4 == 0) {
+                store_pass_sectors<T, BN>(acc, rbase, cbase, p);
+                return;
+            }
+        }
         if (pair_ok) {
             store_pass<false, true, T, BN>(acc, rbase, cbase, p);
             return;
