@@ -101,6 +101,6 @@ fn each_lane_stores_its_four_columns_of_its_own_row() {
     // The check discriminates: a source lane off by one, or taken across quads, fails it.
     let off = |lane: u32, t: u32| ((lane & !3) | ((2 * t + 1) & 3), (lane & !3) | ((2 * t) & 3));
     assert!(!is_whole_sector_per_quad(&stored(off)));
-    let across = |lane: u32, t: u32| ((2 * t) & 3, (2 * t + 1) & 3);
+    let across = |_lane: u32, t: u32| ((2 * t) & 3, (2 * t + 1) & 3);
     assert!(!is_whole_sector_per_quad(&stored(across)));
 }
