@@ -12,7 +12,13 @@
 // CTA: BM = 128 rows of A and C (two consumer warpgroups of 64 rows, 256 threads, and a producer
 // warpgroup) x a group of G consecutive block rows of W (G * BR output columns). Accumulator g (G of
 // them; two sets for a dual GEMM) is a separate register array of BR / 2 f32 per thread: the
-// m64nBRk16 result of block row g. Grid (ceil(M / BM), ceil(block rows / G)).
+// m64nBRk16 result of block row g. A tile is a (BM rows, group) pair; the grid is persistent
+// (at most one CTA per SM), each CTA walks its tiles (`bsr_wgmma::work_item`): the groups in
+// the order of `grp_order` (most steps first), a group's row tiles consecutive, handed to the
+// CTAs in a snake (round r: CTA b takes item r * P + b, or r * P + P - 1 - b when r is odd), so
+// that the long groups are spread first and the CTAs' sums of steps even out. The ring runs on
+// across a CTA's tiles: its producer fills the next tile's stages while the consumers store the
+// last one.
 //
 // Steps (compile-time lists emitted by the generated file, see BsrWgmmaParams): the steps of a
 // group are the union of the kept block columns of its G block rows, in increasing order. Step s
@@ -95,6 +101,9 @@ template <class T, int NEPI>
 struct BsrWgmmaParams : GemmParams<T, NEPI> {
     /// `groups + 1` offsets into the step lists: group j's steps are grp_ptr[j] .. grp_ptr[j + 1].
     const int* grp_ptr;
+    /// The groups in the order the CTAs take them (most steps first), and their count.
+    const int* grp_order;
+    int groups;
     /// Per step: `(block column << 16) | mask`, bit g of the mask set when block row g of the
     /// group keeps that column.
     const int* step_info;
@@ -138,6 +147,12 @@ template <int ROWS, int BK>
 __host__ __device__ constexpr u32 kstep_offset(int j) {
     return (u32)((16 * j / SliceAtom<BK>::SW) * (ROWS * 2 * SliceAtom<BK>::SW) +
                  (16 * j % SliceAtom<BK>::SW) * 2);
+}
+
+/// The work item CTA `b` of a persistent grid of `P` takes in its round `r`: the items of a
+/// round in CTA order, then in reverse order the next round (a snake).
+__host__ __device__ constexpr int work_item(int r, int b, int P) {
+    return r * P + ((r & 1) ? P - 1 - b : b);
 }
 
 /// A_REGS: the shared address lane `lane` of warp `q` of consumer warpgroup `wg` gives
@@ -557,17 +572,18 @@ struct GemmBsrWgmma {
     static_assert(kSlotBytes % (8 * 2 * SW) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
 
-    /// The consumers with A_REGS: per slice, wait on `full`, load the warp's A fragments of the
-    /// slice's BK / 16 k16 steps (`ldmatrix`), then for each kept row the wgmmas reading A from
-    /// those registers, commit, wait until they are done and release the stage. No wgmma stays
-    /// in flight across slices: a wgmma reads its A registers until it completes, and ptxas
-    /// serialises every wgmma of a kernel in which another instruction may write such registers
-    /// while one is in flight (C7513, even with two fragment sets in turn); the other consumer
-    /// warpgroup's wgmmas keep the tensor cores busy meanwhile.
+    /// The consumers with A_REGS, over one tile's `slices` slices from step `s0`, the ring at
+    /// `stage` / `phase` (advanced past them): per slice, wait on `full`, load the warp's A
+    /// fragments of the slice's BK / 16 k16 steps (`ldmatrix`), then for each kept row the wgmmas
+    /// reading A from those registers, commit, wait until they are done and release the stage.
+    /// No wgmma stays in flight across slices: a wgmma reads its A registers until it completes,
+    /// and ptxas serialises every wgmma of a kernel in which another instruction may write such
+    /// registers while one is in flight (C7513, even with two fragment sets in turn); the other
+    /// consumer warpgroup's wgmmas keep the tensor cores busy meanwhile.
     template <class P, class Acc, class AccUp>
     __device__ __forceinline__ static void consume_a_regs(const P& p, u32 ring, u32 full, u32 empty,
                                                           int s0, int slices, int tid, Acc& acc,
-                                                          AccUp& acc_up) {
+                                                          AccUp& acc_up, int& stage, u32& phase) {
         using namespace wgmma_detail;
         using bsr_wgmma::kstep_offset;
         constexpr int KJ = BK / 16;
@@ -579,8 +595,6 @@ struct GemmBsrWgmma {
                 if constexpr (kDual) fence_regs(acc_up[g]);
             }
         };
-        int stage = 0;
-        u32 phase = 0;
         u32 info = slices > 0 ? (u32)p.step_info[s0] : 0u;
         for (int kt = 0; kt < slices; ++kt) {
             const u32 mask = info & 0xffffu;
@@ -621,129 +635,18 @@ struct GemmBsrWgmma {
         }
     }
 
-    template <class P>
-    __device__ __forceinline__ static void run(const P& p, const TensorMap& map_a,
-                                               const TensorMap& map_b, const TensorMap& map_bu) {
+    /// The consumers with A from shared memory, over one tile as `consume_a_regs`: per slice,
+    /// wait on `full`, the wgmmas of the kept rows, commit, wait until the slice kInFlight
+    /// before is done and release its stage; at the end of the tile, wait for every wgmma and
+    /// release the stages still held. The next slice's step info is read one slice ahead, so its
+    /// latency hides behind the current one.
+    template <class P, class Acc, class AccUp>
+    __device__ __forceinline__ static void consume_desc(const P& p, u32 ring, u32 full, u32 empty,
+                                                        int s0, int slices, int tid, Acc& acc,
+                                                        AccUp& acc_up, int& stage, u32& phase) {
         using namespace wgmma_detail;
         using bsr_wgmma::kstep_offset;
-        extern __shared__ __align__(1024) unsigned char mlpc_smem[];
-        const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;
-        const u32 full = ring + STAGES * kStageBytes;
-        const u32 empty = full + STAGES * 8;
-
-        const int tid = (int)threadIdx.x;
         const int wg = tid >> 7;
-        const int m0 = (int)blockIdx.x * BM;
-        const int group = (int)blockIdx.y;
-        const i64 n0 = (i64)group * (G * BR);
-        const int s0 = p.grp_ptr[group];
-        const int slices = (p.grp_ptr[group + 1] - s0) * kKSub;
-
-        if (tid == kConsumerThreads) {
-#pragma unroll
-            for (int s = 0; s < STAGES; ++s) {
-                mbar_init(full + 8 * s, 1);
-                mbar_init(empty + 8 * s, kConsumerThreads);
-            }
-            mbar_fence_init();
-        }
-        __syncthreads();
-
-        if (tid >= kConsumerThreads) {
-            // The producer: each of its kProducerWarps warps walks the group's steps and fills
-            // every kProducerWarps-th slice (so that one warp always fills the same stages, in
-            // order); its lane 0 issues, per slice, the wait for the stage's `empty` barrier, the
-            // bytes of the A piece and of the step's kept blocks on its `full` barrier, and their
-            // copies. One warp alone could not issue them as fast as the consumers compute. The
-            // step lists are read ahead (info and first block two steps, the block indices one
-            // step: lane j holds the j-th kept block of a step), so no list read waits between
-            // two slices.
-            setmaxnreg_dec<Cfg::kProducerRegs>();
-            const int pw = (tid - kConsumerThreads) >> 5;
-            if (pw >= kProducerWarps) return;
-            const int lane = tid & 31;
-            if (tid == kConsumerThreads) {
-                tma_prefetch_map(map_a);
-                tma_prefetch_map(map_b);
-                if constexpr (kDual) tma_prefetch_map(map_bu);
-            }
-            const int steps = slices / kKSub;
-            auto info_at = [&](int i) { return i < steps ? (u32)p.step_info[s0 + i] : 0u; };
-            auto first_at = [&](int i) { return i < steps ? p.step_first[s0 + i] : 0; };
-            auto blk_of = [&](u32 info, int first) {
-                return lane < __popc(info & 0xffffu) ? p.step_blk[first + lane] : 0;
-            };
-            u32 info = info_at(0);
-            int blk = blk_of(info, first_at(0));
-            u32 info1 = info_at(1);
-            int first1 = first_at(1);
-            int stage = 0;
-            u32 phase = 0;
-            for (int st = 0; st < steps; ++st) {
-                const int blk1 = blk_of(info1, first1);
-                const u32 info2 = info_at(st + 2);
-                const int first2 = first_at(st + 2);
-                const u32 mask = info & 0xffffu;
-                const int col = (int)(info >> 16) * BC;
-                for (int ks = 0; ks < kKSub; ++ks) {
-                    if ((st * kKSub + ks) % kProducerWarps != pw) {
-                        if (++stage == STAGES) {
-                            stage = 0;
-                            phase ^= 1;
-                        }
-                        continue;
-                    }
-                    mbar_wait(empty + 8 * stage, phase ^ 1);
-                    const u32 bar = full + 8 * stage;
-                    const u32 sa = ring + stage * kStageBytes;
-                    if (lane == 0) {
-                        mbar_arrive_expect_tx(
-                            bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));
-#pragma unroll
-                        for (int a = 0; a < kAtoms; ++a) {
-                            tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BK + a * SW, m0,
-                                        bar);
-                        }
-                    }
-                    int j = 0;
-                    for (u32 rest = mask; rest != 0u; rest &= rest - 1u, ++j) {
-                        const int g = __ffs(rest) - 1;
-                        const int row = __shfl_sync(0xffffffffu, blk, j) * BR;
-                        if (lane != 0) continue;
-                        const u32 slot = sa + kTileABytes + g * kSlotBytes;
-#pragma unroll
-                        for (int a = 0; a < kAtoms; ++a) {
-                            const int x = ks * BK + a * SW;
-                            tma_load_2d(slot + a * (BR * 2 * SW), map_b, x, row, bar);
-                            if constexpr (kDual) {
-                                tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SW), map_bu, x,
-                                            row, bar);
-                            }
-                        }
-                    }
-                    if (++stage == STAGES) {
-                        stage = 0;
-                        phase ^= 1;
-                    }
-                }
-                info = info1;
-                blk = blk1;
-                info1 = info2;
-                first1 = first2;
-            }
-            return;
-        }
-
-        setmaxnreg_inc<Cfg::kConsumerRegs>();
-        float acc[G][kAcc];
-        float acc_up[kDual ? G : 1][kDual ? kAcc : 1];
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-#pragma unroll
-            for (int i = 0; i < kAcc; ++i) {
-                acc[g][i] = 0.0f;
-                if constexpr (kDual) acc_up[g][i] = 0.0f;
-            }
         auto pin = [&]() {
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -751,64 +654,64 @@ struct GemmBsrWgmma {
                 if constexpr (kDual) fence_regs(acc_up[g]);
             }
         };
-
-        if constexpr (Cfg::A_REGS) {
-            consume_a_regs(p, ring, full, empty, s0, slices, tid, acc, acc_up);
-        } else {
-            // Consumers, per slice: wait on `full`, the wgmmas of the kept rows, commit, wait until
-            // the previous slice's wgmmas are done and release its stage. The next slice's step
-            // info is read one slice ahead, so its latency hides behind the current one.
-            int stage = 0;
-            u32 phase = 0;
-            u32 info = slices > 0 ? (u32)p.step_info[s0] : 0u;
-            for (int kt = 0; kt < slices; ++kt) {
-                const u32 mask = info & 0xffffu;
-                if (kt + 1 < slices) info = (u32)p.step_info[s0 + (kt + 1) / kKSub];
-                mbar_wait(full + 8 * stage, phase);
-                // The wait's spin loop may leave the warp diverged as far as ptxas knows; the
-                // wgmmas below sit behind branches on the (uniform) row mask, which ptxas
-                // serialises unless the warp is converged first.
-                __syncwarp();
-                const u32 sa = ring + stage * kStageBytes;
-                const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));
-                pin();
-                fence();
-    #pragma unroll
-                for (int g = 0; g < G; ++g) {
-                    if (((mask >> g) & 1u) == 0) continue;
-                    const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
-    #pragma unroll
-                    for (int j = 0; j < BK / 16; ++j) {
-                        // Descriptor start addresses are in units of 16 bytes.
-                        const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);
-                        const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
-                        bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
-                        if constexpr (kDual) {
-                            bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
-                        }
+        u32 info = slices > 0 ? (u32)p.step_info[s0] : 0u;
+        for (int kt = 0; kt < slices; ++kt) {
+            const u32 mask = info & 0xffffu;
+            if (kt + 1 < slices) info = (u32)p.step_info[s0 + (kt + 1) / kKSub];
+            mbar_wait(full + 8 * stage, phase);
+            // The wait's spin loop may leave the warp diverged as far as ptxas knows; the wgmmas
+            // below sit behind branches on the (uniform) row mask, which ptxas serialises unless
+            // the warp is converged first.
+            __syncwarp();
+            const u32 sa = ring + stage * kStageBytes;
+            const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));
+            pin();
+            fence();
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                if (((mask >> g) & 1u) == 0) continue;
+                const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
+#pragma unroll
+                for (int j = 0; j < BK / 16; ++j) {
+                    // Descriptor start addresses are in units of 16 bytes.
+                    const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);
+                    const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
+                    bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
+                    if constexpr (kDual) {
+                        bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
                     }
                 }
-                commit();
-                pin();
-                // Slice kt - kInFlight's wgmmas are complete: its stage may be refilled.
-                wait<kInFlight>();
-                pin();
-                if (kt >= kInFlight) {
-                    const int done = stage >= kInFlight ? stage - kInFlight : stage + STAGES - kInFlight;
-                    mbar_arrive(empty + 8 * done);
-                }
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1;
-                }
             }
-            wait<0>();
+            commit();
             pin();
+            // Slice kt - kInFlight's wgmmas are complete: its stage may be refilled.
+            wait<kInFlight>();
+            pin();
+            if (kt >= kInFlight) {
+                const int done = stage >= kInFlight ? stage - kInFlight : stage + STAGES - kInFlight;
+                mbar_arrive(empty + 8 * done);
+            }
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
         }
+        wait<0>();
+        pin();
+        // The tile's last min(slices, kInFlight) stages, oldest first: the next tile refills them.
+        for (int i = slices < kInFlight ? slices : kInFlight; i > 0; --i) {
+            const int held = stage >= i ? stage - i : stage + STAGES - i;
+            mbar_arrive(empty + 8 * held);
+        }
+    }
 
-        // Epilogue: acc[g][4i + 2h + e] is C[16q + lane / 4 + 8h][g * BR + 8i + 2t + e] of the
-        // warpgroup's 64 rows and the group's columns; columns past N (a last group with fewer
-        // than G block rows) are not written.
+    /// Epilogue of one tile: acc[g][4i + 2h + e] is C[16q + lane / 4 + 8h][g * BR + 8i + 2t + e]
+    /// of the warpgroup's 64 rows (from m0 + 64 wg) and the group's columns (from n0); columns
+    /// past N (a last group with fewer than G block rows) are not written.
+    template <class P, class Acc, class AccUp>
+    __device__ __forceinline__ static void store(const P& p, i64 m0, i64 n0, int tid, Acc& acc,
+                                                 AccUp& acc_up) {
+        const int wg = tid >> 7;
         const int lane = tid & 31;
         const int q = (tid >> 5) & 3;
         const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
@@ -875,6 +778,161 @@ struct GemmBsrWgmma {
                     }
                 }
             }
+        }
+    }
+
+    template <class P>
+    __device__ __forceinline__ static void run(const P& p, const TensorMap& map_a,
+                                               const TensorMap& map_b, const TensorMap& map_bu) {
+        using namespace wgmma_detail;
+        extern __shared__ __align__(1024) unsigned char mlpc_smem[];
+        const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;
+        const u32 full = ring + STAGES * kStageBytes;
+        const u32 empty = full + STAGES * 8;
+
+        const int tid = (int)threadIdx.x;
+        const int m_tiles = (int)((p.m + BM - 1) / BM);
+        const int tiles = m_tiles * p.groups;
+        const int cta = (int)blockIdx.x, ctas = (int)gridDim.x;
+        // Round r's tile of this CTA: its group and first row, and the group's steps.
+        struct Tile {
+            int m0, group, s0, steps;
+        };
+        auto tile_at = [&](int w) {
+            Tile t;
+            t.group = p.grp_order[w / m_tiles];
+            t.m0 = (w % m_tiles) * BM;
+            t.s0 = p.grp_ptr[t.group];
+            t.steps = p.grp_ptr[t.group + 1] - t.s0;
+            return t;
+        };
+
+        if (tid == kConsumerThreads) {
+#pragma unroll
+            for (int s = 0; s < STAGES; ++s) {
+                mbar_init(full + 8 * s, 1);
+                mbar_init(empty + 8 * s, kConsumerThreads);
+            }
+            mbar_fence_init();
+        }
+        __syncthreads();
+
+        if (tid >= kConsumerThreads) {
+            // The producer: each of its kProducerWarps warps walks the steps of the CTA's tiles
+            // and fills every kProducerWarps-th slice of that sequence (so that one warp always
+            // fills the same stages, in order); its lane 0 issues, per slice, the wait for the
+            // stage's `empty` barrier, the bytes of the A piece and of the step's kept blocks on
+            // its `full` barrier, and their copies. One warp alone could not issue them as fast
+            // as the consumers compute. The step lists are read ahead within a tile (info and
+            // first block two steps, the block indices one step: lane j holds the j-th kept block
+            // of a step), so no list read waits between two slices.
+            setmaxnreg_dec<Cfg::kProducerRegs>();
+            const int pw = (tid - kConsumerThreads) >> 5;
+            if (pw >= kProducerWarps) return;
+            const int lane = tid & 31;
+            if (tid == kConsumerThreads) {
+                tma_prefetch_map(map_a);
+                tma_prefetch_map(map_b);
+                if constexpr (kDual) tma_prefetch_map(map_bu);
+            }
+            int stage = 0;
+            u32 phase = 0;
+            // Slices of the CTA's earlier tiles: slice numbers run on across tiles.
+            int before = 0;
+            for (int r = 0;; ++r) {
+                const int w = bsr_wgmma::work_item(r, cta, ctas);
+                if (w >= tiles) break;
+                const Tile t = tile_at(w);
+                const int steps = t.steps, s0 = t.s0, m0 = t.m0;
+                auto info_at = [&](int i) { return i < steps ? (u32)p.step_info[s0 + i] : 0u; };
+                auto first_at = [&](int i) { return i < steps ? p.step_first[s0 + i] : 0; };
+                auto blk_of = [&](u32 info, int first) {
+                    return lane < __popc(info & 0xffffu) ? p.step_blk[first + lane] : 0;
+                };
+                u32 info = info_at(0);
+                int blk = blk_of(info, first_at(0));
+                u32 info1 = info_at(1);
+                int first1 = first_at(1);
+                for (int st = 0; st < steps; ++st) {
+                    const int blk1 = blk_of(info1, first1);
+                    const u32 info2 = info_at(st + 2);
+                    const int first2 = first_at(st + 2);
+                    const u32 mask = info & 0xffffu;
+                    const int col = (int)(info >> 16) * BC;
+                    for (int ks = 0; ks < kKSub; ++ks) {
+                        if ((before + st * kKSub + ks) % kProducerWarps != pw) {
+                            if (++stage == STAGES) {
+                                stage = 0;
+                                phase ^= 1;
+                            }
+                            continue;
+                        }
+                        mbar_wait(empty + 8 * stage, phase ^ 1);
+                        const u32 bar = full + 8 * stage;
+                        const u32 sa = ring + stage * kStageBytes;
+                        if (lane == 0) {
+                            mbar_arrive_expect_tx(
+                                bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));
+#pragma unroll
+                            for (int a = 0; a < kAtoms; ++a) {
+                                tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BK + a * SW,
+                                            m0, bar);
+                            }
+                        }
+                        int j = 0;
+                        for (u32 rest = mask; rest != 0u; rest &= rest - 1u, ++j) {
+                            const int g = __ffs(rest) - 1;
+                            const int row = __shfl_sync(0xffffffffu, blk, j) * BR;
+                            if (lane != 0) continue;
+                            const u32 slot = sa + kTileABytes + g * kSlotBytes;
+#pragma unroll
+                            for (int a = 0; a < kAtoms; ++a) {
+                                const int x = ks * BK + a * SW;
+                                tma_load_2d(slot + a * (BR * 2 * SW), map_b, x, row, bar);
+                                if constexpr (kDual) {
+                                    tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SW), map_bu, x,
+                                                row, bar);
+                                }
+                            }
+                        }
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1;
+                        }
+                    }
+                    info = info1;
+                    blk = blk1;
+                    info1 = info2;
+                    first1 = first2;
+                }
+                before += steps * kKSub;
+            }
+            return;
+        }
+
+        setmaxnreg_inc<Cfg::kConsumerRegs>();
+        float acc[G][kAcc];
+        float acc_up[kDual ? G : 1][kDual ? kAcc : 1];
+        int stage = 0;
+        u32 phase = 0;
+        for (int r = 0;; ++r) {
+            const int w = bsr_wgmma::work_item(r, cta, ctas);
+            if (w >= tiles) break;
+            const Tile t = tile_at(w);
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int i = 0; i < kAcc; ++i) {
+                    acc[g][i] = 0.0f;
+                    if constexpr (kDual) acc_up[g][i] = 0.0f;
+                }
+            const int slices = t.steps * kKSub;
+            if constexpr (Cfg::A_REGS) {
+                consume_a_regs(p, ring, full, empty, t.s0, slices, tid, acc, acc_up, stage, phase);
+            } else {
+                consume_desc(p, ring, full, empty, t.s0, slices, tid, acc, acc_up, stage, phase);
+            }
+            store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up);
         }
     }
 };

@@ -256,6 +256,15 @@ impl GroupSteps {
         }
         s
     }
+
+    /// The groups in the order the persistent CTAs take them (`grp_order`): most steps first,
+    /// ties in group order.
+    pub fn order(&self) -> Vec<u32> {
+        let steps = |j: u32| self.grp_ptr[j as usize + 1] - self.grp_ptr[j as usize];
+        let mut order: Vec<u32> = (0..self.grp_ptr.len() as u32 - 1).collect();
+        order.sort_by_key(|&j| (std::cmp::Reverse(steps(j)), j));
+        order
+    }
 }
 
 pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenError> {
@@ -402,7 +411,14 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         format!("    p.ldc = {};", syms.expr(&c.row_stride)),
     ];
     let lists: &[&str] = if hopper.is_some() {
-        &["grp_ptr", "step_info", "step_first", "step_blk"]
+        body.push(format!("    p.groups = {col_tiles};"));
+        &[
+            "grp_ptr",
+            "grp_order",
+            "step_info",
+            "step_first",
+            "step_blk",
+        ]
     } else {
         &["row_ptr", "col_idx"]
     };
@@ -471,6 +487,8 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
                 g = h.g
             ));
             src.push_str(&int_array("grp_ptr", &steps.grp_ptr));
+            src.push_str("// The groups in the order the CTAs take them: most steps first.\n");
+            src.push_str(&int_array("grp_order", &steps.order()));
             src.push_str(&int_array("step_info", &steps.step_info));
             src.push_str(&int_array("step_first", &steps.step_first));
             src.push_str(&int_array("step_blk", &steps.step_blk));
@@ -529,13 +547,22 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             block: [threads, 1, 1],
             smem_bytes: smem,
             early_launch: false,
-            // One CTA per BM rows and per group of block rows (wgmma) or BN-column share of a
-            // block row.
-            grid: Grid::Tiles {
-                m: m.clone(),
-                n: Extent::constant(col_tiles),
-                tile_m: bm,
-                tile_n: 1,
+            // Hopper: a persistent grid over the (BM rows, group) tiles, one CTA per SM at
+            // most. Otherwise one CTA per BM rows and BN-column share of a block row.
+            grid: match hopper {
+                Some(_) => Grid::Persistent {
+                    m: m.clone(),
+                    n: Extent::constant(col_tiles),
+                    tile_m: bm,
+                    tile_n: 1,
+                    per_sm: 1,
+                },
+                None => Grid::Tiles {
+                    m: m.clone(),
+                    n: Extent::constant(col_tiles),
+                    tile_m: bm,
+                    tile_n: 1,
+                },
             },
         },
         params,
@@ -597,6 +624,41 @@ mod tests {
             | (layout << 62)
     }
 
+    /// `bsr_wgmma::work_item(r, b, P)`.
+    fn work_item(r: u32, b: u32, ctas: u32) -> u32 {
+        r * ctas + if r & 1 == 1 { ctas - 1 - b } else { b }
+    }
+
+    /// Every tile is taken by exactly one CTA of a persistent grid, whatever its size; and the
+    /// order puts the groups with the most steps first.
+    #[test]
+    fn the_persistent_walk_takes_every_tile_once() {
+        for tiles in [1u32, 2, 5, 64, 131, 132, 133, 512, 1000] {
+            for ctas in [1u32, 2, 7, 132].into_iter().filter(|&c| c <= tiles) {
+                let mut taken = vec![0u32; tiles as usize];
+                for b in 0..ctas {
+                    for w in (0..)
+                        .map(|r| work_item(r, b, ctas))
+                        .take_while(|&w| w < tiles)
+                    {
+                        taken[w as usize] += 1;
+                    }
+                }
+                assert!(
+                    taken.iter().all(|&n| n == 1),
+                    "{tiles} tiles on {ctas} CTAs"
+                );
+            }
+        }
+        let steps = GroupSteps {
+            grp_ptr: vec![0, 2, 7, 7, 12],
+            step_info: vec![0; 12],
+            step_first: vec![0; 12],
+            step_blk: Vec::new(),
+        };
+        assert_eq!(steps.order(), vec![1, 3, 0, 2]);
+    }
+
     /// `bsr_wgmma::kstep_offset<ROWS, BK>(j)`.
     fn kstep_offset(rows: u32, bk: u32, j: u32) -> u32 {
         let sw = atom(bk);
@@ -649,7 +711,14 @@ mod tests {
             "const int col = (int)(info >> 16) * BC;",
             "const u32 sa = ring + stage * kStageBytes;",
             "bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));",
-            "tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BK + a * SW, m0,",
+            "tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BK + a * SW,",
+            // The persistent walk.
+            "return r * P + ((r & 1) ? P - 1 - b : b);",
+            "const int tiles = m_tiles * p.groups;",
+            "t.group = p.grp_order[w / m_tiles];",
+            "t.m0 = (w % m_tiles) * BM;",
+            "if ((before + st * kKSub + ks) % kProducerWarps != pw) {",
+            "store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up);",
             "const int g = __ffs(rest) - 1;",
             "const int row = __shfl_sync(0xffffffffu, blk, j) * BR;",
             "const u32 slot = sa + kTileABytes + g * kSlotBytes;",
@@ -794,9 +863,24 @@ mod tests {
         let (mut acc, mut acc_up) = (Acc::new(), Acc::new());
         let mut written: HashMap<(u64, u64), u32> = HashMap::new();
 
-        for bx in 0..m.div_ceil(u64::from(bm)) {
-            let m0 = bx * u64::from(bm);
-            for group in 0..groups {
+        // The persistent walk: CTA b's tile of round r (`work_item`, then `tile_at`'s group and
+        // rows), on a grid of at most three CTAs so that each takes several tiles, in both
+        // directions of the snake; the ring's slice numbers run on across a CTA's tiles.
+        let m_tiles = m.div_ceil(u64::from(bm)) as u32;
+        let tiles = m_tiles * groups as u32;
+        let order = steps.order();
+        let ctas = tiles.min(3);
+        for cta in 0..ctas {
+            let mut before = 0usize;
+            for w in (0..)
+                .map(|r| work_item(r, cta, ctas))
+                .take_while(|&w| w < tiles)
+            {
+                let group = order[(w / m_tiles) as usize] as usize;
+                let m0 = u64::from(w % m_tiles * bm);
+                let start = before;
+                before +=
+                    (steps.grp_ptr[group + 1] - steps.grp_ptr[group]) as usize * kksub as usize;
                 let n0 = (group as u64) * u64::from(g * br);
                 let mut smem: HashMap<u32, Elem> = HashMap::new();
                 let s0 = steps.grp_ptr[group] as usize;
@@ -877,7 +961,7 @@ mod tests {
                 // The ring, in the template's order: slice kt in stage kt % STAGES, loaded once
                 // the consumers released the stage's previous slice (kt - STAGES).
                 for kt in 0..slices {
-                    let read_stage = kt % stages as usize;
+                    let read_stage = (start + kt) % stages as usize;
                     load(&mut smem, ring + read_stage as u32 * stage_bytes, kt);
                     let mask = steps.step_info[s0 + kt / kksub as usize] & 0xffff;
                     let sa = ring + read_stage as u32 * stage_bytes;

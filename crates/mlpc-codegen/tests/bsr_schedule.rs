@@ -2,7 +2,9 @@
 //! several producer warps (slice s filled by warp s % warps), the copy engine completing copies in
 //! any order, and the two consumer warpgroups, each reading every slice and releasing a stage
 //! `kInFlight` slices later, with the PTX semantics of an mbarrier wait (a phase is named by its
-//! parity only). The lines the model follows are checked to still be in the template, so a change
+//! parity only). A persistent CTA runs several tiles on one ring: slice numbers run on across
+//! them, and at the end of a tile the consumers wait for every wgmma and release the stages
+//! they still hold. The lines the model follows are checked to still be in the template, so a change
 //! to the protocol must change both (as `wgmma_schedule.rs` does for the dense kernel).
 //!
 //! Checked for every interleaving: each consumer reads exactly the slice it expects, the copy
@@ -23,7 +25,8 @@ const TRANSCRIBED: &[&str] = &[
     // Producer warps: slice s by warp s % kProducerWarps, a divisor of STAGES; each walks every
     // slice (stage and phase counted for all of them) and waits for its own slices' stages.
     "static constexpr int kProducerWarps = STAGES % 4 == 0 ? 4 : (STAGES % 2 == 0 ? 2 : 1);",
-    "if ((st * kKSub + ks) % kProducerWarps != pw) {",
+    "if ((before + st * kKSub + ks) % kProducerWarps != pw) {",
+    "before += steps * kKSub;",
     "mbar_wait(empty + 8 * stage, phase ^ 1);",
     // Barrier counts: one arrival (with the bytes) on `full`; on `empty`, every consumer thread.
     "mbar_init(full + 8 * s, 1);",
@@ -34,6 +37,11 @@ const TRANSCRIBED: &[&str] = &[
     "wait<kInFlight>();",
     "if (kt >= kInFlight) {",
     "const int done = stage >= kInFlight ? stage - kInFlight : stage + STAGES - kInFlight;",
+    // The end of a tile: every wgmma done, the stages still held released, oldest first.
+    "wait<0>();",
+    "for (int i = slices < kInFlight ? slices : kInFlight; i > 0; --i) {",
+    "const int held = stage >= i ? stage - i : stage + STAGES - i;",
+    "mbar_arrive(empty + 8 * held);",
 ];
 
 #[test]
@@ -58,12 +66,17 @@ enum Op {
 #[derive(Clone, Copy, Debug)]
 struct Shape {
     stages: u64,
+    /// Slices per tile, and the tiles the CTA runs one after the other.
     slices: u64,
+    tiles: u64,
     warps: u64,
     in_flight: u64,
     /// The template releases the stage of the slice whose wgmmas `wait<kInFlight>` completed; a
     /// broken variant releases the next one.
     early_release: bool,
+    /// A broken variant that keeps the stages of a tile's last slices (as a one-tile kernel
+    /// may, since nothing refills them).
+    keep_tail: bool,
 }
 
 /// The template's `kProducerWarps` and `kInFlight` for `stages`.
@@ -71,6 +84,7 @@ fn template_shape(stages: u64, slices: u64) -> Shape {
     Shape {
         stages,
         slices,
+        tiles: 3,
         warps: if stages.is_multiple_of(4) {
             4
         } else if stages.is_multiple_of(2) {
@@ -80,17 +94,21 @@ fn template_shape(stages: u64, slices: u64) -> Shape {
         },
         in_flight: if stages >= 6 { 2 } else { 1 },
         early_release: false,
+        keep_tail: false,
     }
 }
 
 fn simulate(shape: Shape, seed: u64) -> Result<(), String> {
     let Shape {
         stages,
-        slices,
+        slices: per_tile,
+        tiles,
         warps,
         in_flight,
         early_release,
+        keep_tail,
     } = shape;
+    let slices = per_tile * tiles;
     let stage_of = |slice: u64| (slice % stages) as usize;
     let parity_of = |slice: u64| (slice / stages) & 1;
     let mut full = vec![MBarrier::new(1); stages as usize];
@@ -101,18 +119,23 @@ fn simulate(shape: Shape, seed: u64) -> Result<(), String> {
     let mut next: Vec<u64> = (0..warps).collect();
     let mut landing: Vec<u64> = Vec::new();
     let mut program: VecDeque<Op> = VecDeque::new();
-    for kt in 0..slices {
-        program.push_back(Op::WaitFull { slice: kt });
-        if kt >= in_flight {
-            let done = kt - in_flight;
-            program.push_back(Op::Done { slice: done });
-            let release = if early_release { done + 1 } else { done };
-            program.push_back(Op::Release { slice: release });
+    for tile in 0..tiles {
+        let first = tile * per_tile;
+        for kt in 0..per_tile {
+            program.push_back(Op::WaitFull { slice: first + kt });
+            if kt >= in_flight {
+                let done = first + kt - in_flight;
+                program.push_back(Op::Done { slice: done });
+                let release = if early_release { done + 1 } else { done };
+                program.push_back(Op::Release { slice: release });
+            }
         }
-    }
-    // `wait<0>()` after the loop; the last slices' stages are not released (nothing refills them).
-    for done in slices.saturating_sub(in_flight)..slices {
-        program.push_back(Op::Done { slice: done });
+        // `wait<0>()` at the end of the tile, then the stages still held, oldest first.
+        let tail = first + per_tile.saturating_sub(in_flight)..first + per_tile;
+        program.extend(tail.clone().map(|slice| Op::Done { slice }));
+        if !keep_tail {
+            program.extend(tail.map(|slice| Op::Release { slice }));
+        }
     }
     let mut consumers = [program.clone(), program];
 
@@ -247,6 +270,18 @@ fn the_model_catches_a_stage_released_early() {
     assert!(
         (0..300).any(|seed| simulate(shape, seed).is_err()),
         "the model accepts a stage released while its wgmmas may run"
+    );
+}
+
+#[test]
+fn the_model_catches_stages_kept_at_the_end_of_a_tile() {
+    let shape = Shape {
+        keep_tail: true,
+        ..template_shape(6, 7)
+    };
+    assert!(
+        (0..20).all(|seed| simulate(shape, seed).is_err()),
+        "the model accepts a tile's last stages never released"
     );
 }
 

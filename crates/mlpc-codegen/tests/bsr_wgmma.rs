@@ -72,8 +72,8 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
                 expect.push((br, sw));
             }
             assert_eq!(maps, expect, "{}", k.name);
-            // One CTA per 128 rows and per group of G block rows; G * BR columns at most 256
-            // (128 for two accumulators).
+            // Tiles of 128 rows and a group of G block rows, on a persistent grid of one CTA
+            // per SM at most; G * BR columns at most 256 (128 for two accumulators).
             let g: u64 = k
                 .source
                 .split("Kernel::kGroup == ")
@@ -82,21 +82,36 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or_else(|| panic!("{}: no group size", k.name));
             assert!(g * u64::from(br) <= if dual { 128 } else { 256 });
-            let Grid::Tiles {
+            let Grid::Persistent {
                 n: cols,
                 tile_m,
                 tile_n,
+                per_sm,
                 ..
             } = &k.launch.grid
             else {
-                panic!("{}: expected a tiled grid", k.name)
+                panic!("{}: expected a persistent grid", k.name)
             };
-            assert_eq!((*tile_m, *tile_n), (128, 1));
+            assert_eq!((*tile_m, *tile_n, *per_sm), (128, 1, 1));
+            assert!(
+                k.source.contains(&format!(
+                    "    p.groups = {};",
+                    cols.as_constant().unwrap_or(0)
+                )),
+                "{}: the group count the kernel walks",
+                k.name
+            );
             assert_eq!(
                 cols.as_constant(),
                 Some(sg.pattern.block_rows().div_ceil(g))
             );
-            for list in ["grp_ptr", "step_info", "step_first", "step_blk"] {
+            for list in [
+                "grp_ptr",
+                "grp_order",
+                "step_info",
+                "step_first",
+                "step_blk",
+            ] {
                 assert!(
                     k.source.contains(&format!("__device__ const int {list}[")),
                     "{}: {list}",
