@@ -10,13 +10,14 @@
 #   scripts/gpu/profile.sh [decode16|bsr|f32|shallow ...]      (default: all four)
 #
 #   decode16  llama-swiglu at T = 16: the dual gate/up and the down projection small-M entries
-#             (1.07x eager against the 1.25x goal: are the warps waiting on the activation
+#             (1.22-1.25x eager against the 1.25x goal: are the warps waiting on the activation
 #             loads, the weight loads or the mma chain?)
-#   bsr       the 4096^2 block-sparse GEMM at T = 4096, density 0.5 and 0.1 (0.80x / 1.66x dense
+#   bsr       the 4096^2 block-sparse GEMM at T = 4096, density 0.5 and 0.1 (0.94x / 1.97x dense
 #             against 1.7x / 6x: L2, shared memory, or the per-slice pipeline?)
 #   f32       gpt2-mlp in f32 at T = 8192, its up-projection (SIMT GEMM at 0.75x eager: issue
 #             slots, shared-memory wavefronts or latency?)
-#   shallow   gpt2-mlp in bf16 at T = 8192, its up-projection (K = 768, N = 3072: 0.75x cuBLAS)
+#   shallow   gpt2-mlp in bf16 at T = 8192, its up-projection (K = 768, N = 3072: 1.07x cuBLAS
+#             since the whole-sector stores)
 #
 # About 20-40 s per kernel on an H200 (the full set replays each launch some 40 times).
 set -uo pipefail
