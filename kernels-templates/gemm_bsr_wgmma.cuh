@@ -572,81 +572,27 @@ struct GemmBsrWgmma {
     static_assert(kSlotBytes % (8 * 2 * SW) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
 
-    /// The consumers with A_REGS, over one tile's `slices` slices from step `s0`, the ring at
-    /// `stage` / `phase` (advanced past them): per slice, wait on `full`, load the warp's A
-    /// fragments of the slice's BK / 16 k16 steps (`ldmatrix`), then for each kept row the wgmmas
-    /// reading A from those registers, commit, wait until they are done and release the stage.
-    /// No wgmma stays in flight across slices: a wgmma reads its A registers until it completes,
-    /// and ptxas serialises every wgmma of a kernel in which another instruction may write such
-    /// registers while one is in flight (C7513, even with two fragment sets in turn); the other
-    /// consumer warpgroup's wgmmas keep the tensor cores busy meanwhile.
+    /// The consumers over one tile's `slices` slices from step `s0`, the ring at `stage` /
+    /// `phase` (advanced past them). Per slice: wait on `full` (the next slice's step info is
+    /// read one slice ahead, so its latency hides behind the current one), then
+    /// - A_REGS: load the warp's A fragments of the slice's BK / 16 k16 steps (`ldmatrix`), for
+    ///   each kept row the wgmmas reading A from those registers, commit, wait until they are
+    ///   done and release the stage. No wgmma stays in flight across slices: a wgmma reads its A
+    ///   registers until it completes, and ptxas serialises every wgmma of a kernel in which
+    ///   another instruction may write such registers while one is in flight (C7513, even with
+    ///   two fragment sets in turn); the other consumer warpgroup's wgmmas keep the tensor cores
+    ///   busy meanwhile.
+    /// - otherwise: the wgmmas of the kept rows reading A through its descriptor, commit, wait
+    ///   until the slice kInFlight before is done and release its stage; at the end of the tile,
+    ///   wait for every wgmma and release the stages still held.
     template <class P, class Acc, class AccUp>
-    __device__ __forceinline__ static void consume_a_regs(const P& p, u32 ring, u32 full, u32 empty,
-                                                          int s0, int slices, int tid, Acc& acc,
-                                                          AccUp& acc_up, int& stage, u32& phase) {
+    __device__ __forceinline__ static void consume(const P& p, u32 ring, u32 full, u32 empty,
+                                                   int s0, int slices, int tid, Acc& acc,
+                                                   AccUp& acc_up, int& stage, u32& phase) {
         using namespace wgmma_detail;
         using bsr_wgmma::kstep_offset;
         constexpr int KJ = BK / 16;
         const int wg = tid >> 7, q = (tid >> 5) & 3, lane = tid & 31;
-        auto pin = [&]() {
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                fence_regs(acc[g]);
-                if constexpr (kDual) fence_regs(acc_up[g]);
-            }
-        };
-        u32 info = slices > 0 ? (u32)p.step_info[s0] : 0u;
-        for (int kt = 0; kt < slices; ++kt) {
-            const u32 mask = info & 0xffffu;
-            if (kt + 1 < slices) info = (u32)p.step_info[s0 + (kt + 1) / kKSub];
-            mbar_wait(full + 8 * stage, phase);
-            __syncwarp();
-            const u32 sa = ring + stage * kStageBytes;
-            u32 f[KJ][4];
-#pragma unroll
-            for (int j = 0; j < KJ; ++j) {
-                bsr_wgmma::ldsm_x4(f[j], bsr_wgmma::ldsm_a_addr<BM, BK>(sa, wg, q, lane, j));
-            }
-            pin();
-            fence();
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                if (((mask >> g) & 1u) == 0) continue;
-                const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
-#pragma unroll
-                for (int j = 0; j < KJ; ++j) {
-                    const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
-                    bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[j], b_j);
-                    if constexpr (kDual) {
-                        bsr_wgmma::MmaRs<T, BR>::run(acc_up[g], f[j], b_j + (kSlotsBytes >> 4));
-                    }
-                }
-            }
-            commit();
-            pin();
-            wait<0>();
-            pin();
-            bsr_wgmma::fence_frag(f);
-            mbar_arrive(empty + 8 * stage);
-            if (++stage == STAGES) {
-                stage = 0;
-                phase ^= 1;
-            }
-        }
-    }
-
-    /// The consumers with A from shared memory, over one tile as `consume_a_regs`: per slice,
-    /// wait on `full`, the wgmmas of the kept rows, commit, wait until the slice kInFlight
-    /// before is done and release its stage; at the end of the tile, wait for every wgmma and
-    /// release the stages still held. The next slice's step info is read one slice ahead, so its
-    /// latency hides behind the current one.
-    template <class P, class Acc, class AccUp>
-    __device__ __forceinline__ static void consume_desc(const P& p, u32 ring, u32 full, u32 empty,
-                                                        int s0, int slices, int tid, Acc& acc,
-                                                        AccUp& acc_up, int& stage, u32& phase) {
-        using namespace wgmma_detail;
-        using bsr_wgmma::kstep_offset;
-        const int wg = tid >> 7;
         auto pin = [&]() {
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -664,44 +610,76 @@ struct GemmBsrWgmma {
             // the warp is converged first.
             __syncwarp();
             const u32 sa = ring + stage * kStageBytes;
-            const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));
-            pin();
-            fence();
+            if constexpr (Cfg::A_REGS) {
+                u32 f[KJ][4];
 #pragma unroll
-            for (int g = 0; g < G; ++g) {
-                if (((mask >> g) & 1u) == 0) continue;
-                const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
+                for (int j = 0; j < KJ; ++j) {
+                    bsr_wgmma::ldsm_x4(f[j], bsr_wgmma::ldsm_a_addr<BM, BK>(sa, wg, q, lane, j));
+                }
+                pin();
+                fence();
 #pragma unroll
-                for (int j = 0; j < BK / 16; ++j) {
-                    // Descriptor start addresses are in units of 16 bytes.
-                    const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);
-                    const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
-                    bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
-                    if constexpr (kDual) {
-                        bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
+                for (int g = 0; g < G; ++g) {
+                    if (((mask >> g) & 1u) == 0) continue;
+                    const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
+#pragma unroll
+                    for (int j = 0; j < KJ; ++j) {
+                        const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
+                        bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[j], b_j);
+                        if constexpr (kDual) {
+                            bsr_wgmma::MmaRs<T, BR>::run(acc_up[g], f[j], b_j + (kSlotsBytes >> 4));
+                        }
                     }
                 }
-            }
-            commit();
-            pin();
-            // Slice kt - kInFlight's wgmmas are complete: its stage may be refilled.
-            wait<kInFlight>();
-            pin();
-            if (kt >= kInFlight) {
-                const int done = stage >= kInFlight ? stage - kInFlight : stage + STAGES - kInFlight;
-                mbar_arrive(empty + 8 * done);
+                commit();
+                pin();
+                wait<0>();
+                pin();
+                bsr_wgmma::fence_frag(f);
+                mbar_arrive(empty + 8 * stage);
+            } else {
+                const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));
+                pin();
+                fence();
+#pragma unroll
+                for (int g = 0; g < G; ++g) {
+                    if (((mask >> g) & 1u) == 0) continue;
+                    const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
+#pragma unroll
+                    for (int j = 0; j < KJ; ++j) {
+                        // Descriptor start addresses are in units of 16 bytes.
+                        const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);
+                        const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
+                        bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
+                        if constexpr (kDual) {
+                            bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
+                        }
+                    }
+                }
+                commit();
+                pin();
+                // Slice kt - kInFlight's wgmmas are complete: its stage may be refilled.
+                wait<kInFlight>();
+                pin();
+                if (kt >= kInFlight) {
+                    const int done = stage >= kInFlight ? stage - kInFlight : stage + STAGES - kInFlight;
+                    mbar_arrive(empty + 8 * done);
+                }
             }
             if (++stage == STAGES) {
                 stage = 0;
                 phase ^= 1;
             }
         }
-        wait<0>();
-        pin();
-        // The tile's last min(slices, kInFlight) stages, oldest first: the next tile refills them.
-        for (int i = slices < kInFlight ? slices : kInFlight; i > 0; --i) {
-            const int held = stage >= i ? stage - i : stage + STAGES - i;
-            mbar_arrive(empty + 8 * held);
+        if constexpr (!Cfg::A_REGS) {
+            wait<0>();
+            pin();
+            // The tile's last min(slices, kInFlight) stages, oldest first: the next tile refills
+            // them.
+            for (int i = slices < kInFlight ? slices : kInFlight; i > 0; --i) {
+                const int held = stage >= i ? stage - i : stage + STAGES - i;
+                mbar_arrive(empty + 8 * held);
+            }
         }
     }
 
@@ -927,11 +905,7 @@ struct GemmBsrWgmma {
                     if constexpr (kDual) acc_up[g][i] = 0.0f;
                 }
             const int slices = t.steps * kKSub;
-            if constexpr (Cfg::A_REGS) {
-                consume_a_regs(p, ring, full, empty, t.s0, slices, tid, acc, acc_up, stage, phase);
-            } else {
-                consume_desc(p, ring, full, empty, t.s0, slices, tid, acc, acc_up, stage, phase);
-            }
+            consume(p, ring, full, empty, t.s0, slices, tid, acc, acc_up, stage, phase);
             store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up);
         }
     }
