@@ -181,6 +181,21 @@ __device__ __forceinline__ void mma<f16>(float (&d)[4], u32 a0, u32 a1, u32 a2, 
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/// The sums over the warps' slices of item `i` of a token group (weight row i % kRows, token
+/// i / kRows), in warp order: `s`, and `su` for a dual GEMM.
+template <class Cfg, bool kDual>
+__device__ __forceinline__ void warp_sums(const float* red, const float* red_up, int i, float& s,
+                                          float& su) {
+    const int row = i % Cfg::kRows, tok = i / Cfg::kRows;
+    s = 0.0f;
+    su = 0.0f;
+#pragma unroll
+    for (int w = 0; w < Cfg::WARPS; ++w) {
+        s += red[w * Cfg::kSlice + tok * Cfg::kPitch + row];
+        if constexpr (kDual) su += red_up[w * Cfg::kSlice + tok * Cfg::kPitch + row];
+    }
+}
+
 /// Sums the warps' slices of one token group (tokens m_base .. m_base + 7) in warp order,
 /// applies the epilogue and stores. Thread i takes weight row i % ROWS of token i / ROWS.
 template <class T, class Cfg, class Epi, class P>
@@ -191,12 +206,8 @@ __device__ __forceinline__ void finish(const float* red, const float* red_up, i6
         const int row = i % Cfg::kRows, tok = i / Cfg::kRows;
         const i64 m = m_base + tok, n = n0 + row;
         if (m >= p.m || n >= p.n) continue;
-        float s = 0.0f, su = 0.0f;
-#pragma unroll
-        for (int w = 0; w < Cfg::WARPS; ++w) {
-            s += red[w * Cfg::kSlice + tok * Cfg::kPitch + row];
-            if constexpr (Epi::kDual) su += red_up[w * Cfg::kSlice + tok * Cfg::kPitch + row];
-        }
+        float s, su;
+        warp_sums<Cfg, Epi::kDual>(red, red_up, i, s, su);
         p.c[m * p.ldc + n] = from_f32<T>(Epi::apply(s, su, m, n, p));
     }
 }
@@ -233,13 +244,8 @@ template <class Cfg, bool kDual>
 __device__ __forceinline__ void sum_warps(const float* red, const float* red_up, float* part,
                                           float* part_up, int tid) {
     for (int i = tid; i < Cfg::kRows * 8; i += Cfg::kThreads) {
-        const int row = i % Cfg::kRows, tok = i / Cfg::kRows;
-        float s = 0.0f, su = 0.0f;
-#pragma unroll
-        for (int w = 0; w < Cfg::WARPS; ++w) {
-            s += red[w * Cfg::kSlice + tok * Cfg::kPitch + row];
-            if constexpr (kDual) su += red_up[w * Cfg::kSlice + tok * Cfg::kPitch + row];
-        }
+        float s, su;
+        warp_sums<Cfg, kDual>(red, red_up, i, s, su);
         part[i] = s;
         if constexpr (kDual) part_up[i] = su;
     }
