@@ -78,6 +78,12 @@ profile() {
         ncu --import "$reports/$name.ncu-rep" --page raw 2>&1 |
             grep -E "issue_stalled_.*per_issue_active|pcsamp_warps_issue_stalled_[a-z_]+ " |
             grep -vE "not_issued"
+        # The memory path: L2 and L1 / TMA traffic and request counters, to tell bytes from
+        # requests (block-sparse slices move half the bytes per cycle the dense kernels do).
+        echo "== memory path (raw page)"
+        ncu --import "$reports/$name.ncu-rep" --page raw 2>&1 |
+            grep -iE "tma|lts__t_(bytes|sectors|requests)[a-z_]*\.(sum|sum\.per_second|avg\.pct_of_peak_sustained_elapsed) |l1tex__m_[a-z0-9_]*\.sum\.per_second |lts__throughput" |
+            head -60
     } >>"$OUT/$name.txt"
     grep -E "^  [A-Za-z_0-9]+.*\(|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp Per Scheduler|No Eligible" "$OUT/$name.txt" | head -40
 }
