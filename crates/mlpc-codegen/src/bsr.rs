@@ -410,8 +410,10 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         format!("    p.ldb_up = {};", if dual { bc } else { 0 }),
         format!("    p.ldc = {};", syms.expr(&c.row_stride)),
     ];
-    let lists: &[&str] = if hopper.is_some() {
+    if hopper.is_some() {
         body.push(format!("    p.groups = {col_tiles};"));
+    }
+    let lists: &[&str] = if hopper.is_some() {
         &[
             "grp_ptr",
             "grp_order",
