@@ -148,17 +148,14 @@ impl WgmmaBsr {
     }
 
     pub fn template(&self) -> String {
-        if self.a_regs {
-            format!(
-                "mlpc::BsrWgmmaConfig<{}, {}, {}, {}, true>",
-                self.bm, self.g, self.bk, self.stages
-            )
-        } else {
-            format!(
-                "mlpc::BsrWgmmaConfig<{}, {}, {}, {}>",
-                self.bm, self.g, self.bk, self.stages
-            )
-        }
+        format!(
+            "mlpc::BsrWgmmaConfig<{}, {}, {}, {}{}>",
+            self.bm,
+            self.g,
+            self.bk,
+            self.stages,
+            if self.a_regs { ", true" } else { "" }
+        )
     }
 }
 
