@@ -559,8 +559,9 @@ struct GemmBsrWgmma {
     static constexpr int kSlotBytes = BR * BK * 2;
     static constexpr int kSlotsBytes = G * kSlotBytes;
     static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);
-    /// The ring, 1024 bytes to align its base to the widest swizzle pattern, and the barriers.
-    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024 + 2 * STAGES * 8;
+    /// The ring, 1024 bytes to align its base to the widest swizzle pattern, the barriers and a
+    /// word per stage for the row mask of the slice in it.
+    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024 + 2 * STAGES * 8 + STAGES * 4;
     /// Accumulator registers per thread and block row.
     static constexpr int kAcc = BR / 2;
     static_assert(BC % BK == 0, "a block is whole k slices");
@@ -572,9 +573,9 @@ struct GemmBsrWgmma {
     static_assert(kSlotBytes % (8 * 2 * SW) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
 
-    /// The consumers over one tile's `slices` slices from step `s0`, the ring at `stage` /
-    /// `phase` (advanced past them). Per slice: wait on `full` (the next slice's step info is
-    /// read one slice ahead, so its latency hides behind the current one), then
+    /// The consumers over one tile's `slices` slices, the ring at `stage` / `phase` (advanced
+    /// past them). Per slice: wait on `full`, read the slice's row mask from the stage's mask
+    /// word (written by the producer before its arrival), then
     /// - A_REGS: load the warp's A fragments of the slice's BK / 16 k16 steps (`ldmatrix`), for
     ///   each kept row the wgmmas reading A from those registers, commit, wait until they are
     ///   done and release the stage. No wgmma stays in flight across slices: a wgmma reads its A
@@ -585,10 +586,10 @@ struct GemmBsrWgmma {
     /// - otherwise: the wgmmas of the kept rows reading A through its descriptor, commit, wait
     ///   until the slice kInFlight before is done and release its stage; at the end of the tile,
     ///   wait for every wgmma and release the stages still held.
-    template <class P, class Acc, class AccUp>
-    __device__ __forceinline__ static void consume(const P& p, u32 ring, u32 full, u32 empty,
-                                                   int s0, int slices, int tid, Acc& acc,
-                                                   AccUp& acc_up, int& stage, u32& phase) {
+    template <class Acc, class AccUp>
+    __device__ __forceinline__ static void consume(u32 ring, u32 full, u32 empty, u32 masks,
+                                                   int slices, int tid, Acc& acc, AccUp& acc_up,
+                                                   int& stage, u32& phase) {
         using namespace wgmma_detail;
         using bsr_wgmma::kstep_offset;
         constexpr int KJ = BK / 16;
@@ -600,15 +601,13 @@ struct GemmBsrWgmma {
                 if constexpr (kDual) fence_regs(acc_up[g]);
             }
         };
-        u32 info = slices > 0 ? (u32)p.step_info[s0] : 0u;
         for (int kt = 0; kt < slices; ++kt) {
-            const u32 mask = info & 0xffffu;
-            if (kt + 1 < slices) info = (u32)p.step_info[s0 + (kt + 1) / kKSub];
             mbar_wait(full + 8 * stage, phase);
             // The wait's spin loop may leave the warp diverged as far as ptxas knows; the wgmmas
             // below sit behind branches on the (uniform) row mask, which ptxas serialises unless
             // the warp is converged first.
             __syncwarp();
+            const u32 mask = ld_shared_u32(masks + 4 * stage);
             const u32 sa = ring + stage * kStageBytes;
             if constexpr (Cfg::A_REGS) {
                 u32 f[KJ][4];
@@ -767,6 +766,7 @@ struct GemmBsrWgmma {
         const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;
         const u32 full = ring + STAGES * kStageBytes;
         const u32 empty = full + STAGES * 8;
+        const u32 masks = empty + STAGES * 8;
 
         const int tid = (int)threadIdx.x;
         const int m_tiles = (int)((p.m + BM - 1) / BM);
@@ -784,6 +784,7 @@ struct GemmBsrWgmma {
             t.steps = p.grp_ptr[t.group + 1] - t.s0;
             return t;
         };
+        auto tile_or_none = [&](int w) { return w < tiles ? tile_at(w) : Tile{0, 0, 0, 0}; };
 
         if (tid == kConsumerThreads) {
 #pragma unroll
@@ -796,14 +797,16 @@ struct GemmBsrWgmma {
         __syncthreads();
 
         if (tid >= kConsumerThreads) {
-            // The producer: each of its kProducerWarps warps walks the steps of the CTA's tiles
-            // and fills every kProducerWarps-th slice of that sequence (so that one warp always
-            // fills the same stages, in order); its lane 0 issues, per slice, the wait for the
-            // stage's `empty` barrier, the bytes of the A piece and of the step's kept blocks on
-            // its `full` barrier, and their copies. One warp alone could not issue them as fast
-            // as the consumers compute. The step lists are read ahead within a tile (info and
-            // first block two steps, the block indices one step: lane j holds the j-th kept block
-            // of a step), so no list read waits between two slices.
+            // The producer: each of its kProducerWarps warps fills every kProducerWarps-th slice
+            // of the CTA's sequence (slice numbers run on across its tiles, so that one warp
+            // always fills the same stages, in order) and walks only those: per slice, the wait
+            // for the stage's `empty` barrier, then from lane 0 the step's row mask into the
+            // stage's mask word, the bytes of the A piece and of the kept blocks on its `full`
+            // barrier, and their copies. One warp alone could not issue them as fast as the
+            // consumers compute. A warp reads the step lists of its next two slices ahead (info
+            // and first block two slices ahead, the block indices one: lane j holds the j-th kept
+            // block of a step), and the next tile's place while it fills the current one, so
+            // that no list read waits between two of its slices.
             setmaxnreg_dec<Cfg::kProducerRegs>();
             const int pw = (tid - kConsumerThreads) >> 5;
             if (pw >= kProducerWarps) return;
@@ -813,69 +816,65 @@ struct GemmBsrWgmma {
                 tma_prefetch_map(map_b);
                 if constexpr (kDual) tma_prefetch_map(map_bu);
             }
-            int stage = 0;
-            u32 phase = 0;
-            // Slices of the CTA's earlier tiles: slice numbers run on across tiles.
+            // Slices of the CTA's earlier tiles.
             int before = 0;
-            for (int r = 0;; ++r) {
-                const int w = bsr_wgmma::work_item(r, cta, ctas);
-                if (w >= tiles) break;
-                const Tile t = tile_at(w);
-                const int steps = t.steps, s0 = t.s0, m0 = t.m0;
-                auto info_at = [&](int i) { return i < steps ? (u32)p.step_info[s0 + i] : 0u; };
-                auto first_at = [&](int i) { return i < steps ? p.step_first[s0 + i] : 0; };
+            int w = bsr_wgmma::work_item(0, cta, ctas);
+            Tile t = tile_or_none(w);
+            for (int r = 0; w < tiles; ++r) {
+                const int s0 = t.s0, m0 = t.m0;
+                const int slices = t.steps * kKSub;
+                w = bsr_wgmma::work_item(r + 1, cta, ctas);
+                const Tile next = tile_or_none(w);
+                auto info_at = [&](int sl) {
+                    return sl < slices ? (u32)p.step_info[s0 + sl / kKSub] : 0u;
+                };
+                auto first_at = [&](int sl) { return sl < slices ? p.step_first[s0 + sl / kKSub] : 0; };
                 auto blk_of = [&](u32 info, int first) {
                     return lane < __popc(info & 0xffffu) ? p.step_blk[first + lane] : 0;
                 };
-                u32 info = info_at(0);
-                int blk = blk_of(info, first_at(0));
-                u32 info1 = info_at(1);
-                int first1 = first_at(1);
-                for (int st = 0; st < steps; ++st) {
+                // The warp's first slice of this tile.
+                int sl = ((pw - before) % kProducerWarps + kProducerWarps) % kProducerWarps;
+                u32 info = info_at(sl);
+                int blk = blk_of(info, first_at(sl));
+                u32 info1 = info_at(sl + kProducerWarps);
+                int first1 = first_at(sl + kProducerWarps);
+                for (; sl < slices; sl += kProducerWarps) {
                     const int blk1 = blk_of(info1, first1);
-                    const u32 info2 = info_at(st + 2);
-                    const int first2 = first_at(st + 2);
+                    const u32 info2 = info_at(sl + 2 * kProducerWarps);
+                    const int first2 = first_at(sl + 2 * kProducerWarps);
                     const u32 mask = info & 0xffffu;
+                    const int ks = sl % kKSub;
                     const int col = (int)(info >> 16) * BC;
-                    for (int ks = 0; ks < kKSub; ++ks) {
-                        if ((before + st * kKSub + ks) % kProducerWarps != pw) {
-                            if (++stage == STAGES) {
-                                stage = 0;
-                                phase ^= 1;
-                            }
-                            continue;
-                        }
-                        mbar_wait(empty + 8 * stage, phase ^ 1);
-                        const u32 bar = full + 8 * stage;
-                        const u32 sa = ring + stage * kStageBytes;
-                        if (lane == 0) {
-                            mbar_arrive_expect_tx(
-                                bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));
+                    const int stage = (before + sl) % STAGES;
+                    const u32 phase = (u32)((before + sl) / STAGES) & 1u;
+                    mbar_wait(empty + 8 * stage, phase ^ 1);
+                    const u32 bar = full + 8 * stage;
+                    const u32 sa = ring + stage * kStageBytes;
+                    if (lane == 0) {
+                        // Released with the arrival below; the consumers read it after `full`.
+                        st_shared_u32(masks + 4 * stage, mask);
+                        mbar_arrive_expect_tx(
+                            bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));
 #pragma unroll
-                            for (int a = 0; a < kAtoms; ++a) {
-                                tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BK + a * SW,
-                                            m0, bar);
-                            }
+                        for (int a = 0; a < kAtoms; ++a) {
+                            tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BK + a * SW,
+                                        m0, bar);
                         }
-                        int j = 0;
-                        for (u32 rest = mask; rest != 0u; rest &= rest - 1u, ++j) {
-                            const int g = __ffs(rest) - 1;
-                            const int row = __shfl_sync(0xffffffffu, blk, j) * BR;
-                            if (lane != 0) continue;
-                            const u32 slot = sa + kTileABytes + g * kSlotBytes;
+                    }
+                    int j = 0;
+                    for (u32 rest = mask; rest != 0u; rest &= rest - 1u, ++j) {
+                        const int g = __ffs(rest) - 1;
+                        const int row = __shfl_sync(0xffffffffu, blk, j) * BR;
+                        if (lane != 0) continue;
+                        const u32 slot = sa + kTileABytes + g * kSlotBytes;
 #pragma unroll
-                            for (int a = 0; a < kAtoms; ++a) {
-                                const int x = ks * BK + a * SW;
-                                tma_load_2d(slot + a * (BR * 2 * SW), map_b, x, row, bar);
-                                if constexpr (kDual) {
-                                    tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SW), map_bu, x,
-                                                row, bar);
-                                }
+                        for (int a = 0; a < kAtoms; ++a) {
+                            const int x = ks * BK + a * SW;
+                            tma_load_2d(slot + a * (BR * 2 * SW), map_b, x, row, bar);
+                            if constexpr (kDual) {
+                                tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SW), map_bu, x,
+                                            row, bar);
                             }
-                        }
-                        if (++stage == STAGES) {
-                            stage = 0;
-                            phase ^= 1;
                         }
                     }
                     info = info1;
@@ -883,7 +882,8 @@ struct GemmBsrWgmma {
                     info1 = info2;
                     first1 = first2;
                 }
-                before += steps * kKSub;
+                before += slices;
+                t = next;
             }
             return;
         }
@@ -893,10 +893,11 @@ struct GemmBsrWgmma {
         float acc_up[kDual ? G : 1][kDual ? kAcc : 1];
         int stage = 0;
         u32 phase = 0;
-        for (int r = 0;; ++r) {
-            const int w = bsr_wgmma::work_item(r, cta, ctas);
-            if (w >= tiles) break;
-            const Tile t = tile_at(w);
+        int w = bsr_wgmma::work_item(0, cta, ctas);
+        Tile t = tile_or_none(w);
+        for (int r = 0; w < tiles; ++r) {
+            w = bsr_wgmma::work_item(r + 1, cta, ctas);
+            const Tile next = tile_or_none(w);
 #pragma unroll
             for (int g = 0; g < G; ++g)
 #pragma unroll
@@ -905,8 +906,9 @@ struct GemmBsrWgmma {
                     if constexpr (kDual) acc_up[g][i] = 0.0f;
                 }
             const int slices = t.steps * kKSub;
-            consume(p, ring, full, empty, t.s0, slices, tid, acc, acc_up, stage, phase);
+            consume(ring, full, empty, masks, slices, tid, acc, acc_up, stage, phase);
             store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up);
+            t = next;
         }
     }
 };

@@ -368,6 +368,18 @@ __device__ __forceinline__ void mbar_arrive(u32 bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+/// A word of shared memory, written and read in program order with the barrier operations
+/// around it (a value published before an mbarrier arrival, read after the matching wait).
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+
 /// Waits until the phase of parity `parity` of the barrier has completed (a fresh barrier is in
 /// phase 0: waiting for parity 1 returns at once, for parity 0 blocks until phase 0 completes).
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {

@@ -132,10 +132,10 @@ impl WgmmaBsr {
         (bm + nb * g * br) * bk * 2
     }
 
-    /// Mirrors `GemmBsrWgmma::kSmemBytes`: the ring, 1024 bytes of alignment slack and a `full`
-    /// and an `empty` mbarrier per stage.
+    /// Mirrors `GemmBsrWgmma::kSmemBytes`: the ring, 1024 bytes of alignment slack, and per stage
+    /// a `full` and an `empty` mbarrier and the word of its slice's row mask.
     pub fn smem_bytes(&self, br: u32, dual: bool) -> u32 {
-        self.stages * (Self::stage_bytes(self.bm, self.g, br, self.bk, dual) + 16) + 1024
+        self.stages * (Self::stage_bytes(self.bm, self.g, br, self.bk, dual) + 20) + 1024
     }
 
     /// The width in elements of one swizzle atom column (`bsr_wgmma::SliceAtom<BK>::SW`): the
@@ -189,7 +189,7 @@ pub(crate) fn select_wgmma(
     let bk = [64, 48, 32, 16].into_iter().find(|d| bc % d == 0)?;
     let bm = 128;
     let stages =
-        ((SMEM_LIMIT - 1024) / (WgmmaBsr::stage_bytes(bm, g, br, bk, dual) + 16)).min(MAX_STAGES);
+        ((SMEM_LIMIT - 1024) / (WgmmaBsr::stage_bytes(bm, g, br, bk, dual) + 20)).min(MAX_STAGES);
     // A from registers where the RS wgmma has the block height (`bsr_wgmma::MmaRs`): the kept
     // rows' wgmmas then read only their block from shared memory (docs/perf-notes.md,
     // block-sparse variant 5: 10-11 % faster at density 0.5, 6-9 % at 0.25 and 0.1).
@@ -716,7 +716,12 @@ mod tests {
             "const int tiles = m_tiles * p.groups;",
             "t.group = p.grp_order[w / m_tiles];",
             "t.m0 = (w % m_tiles) * BM;",
-            "if ((before + st * kKSub + ks) % kProducerWarps != pw) {",
+            "int sl = ((pw - before) % kProducerWarps + kProducerWarps) % kProducerWarps;",
+            "for (; sl < slices; sl += kProducerWarps) {",
+            "const int stage = (before + sl) % STAGES;",
+            "before += slices;",
+            "st_shared_u32(masks + 4 * stage, mask);",
+            "const u32 mask = ld_shared_u32(masks + 4 * stage);",
             "store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up);",
             "const int g = __ffs(rest) - 1;",
             "const int row = __shfl_sync(0xffffffffu, blk, j) * BR;",
@@ -724,7 +729,6 @@ mod tests {
             "const int x = ks * BK + a * SW;",
             "tma_load_2d(slot + a * (BR * 2 * SW), map_b, x, row, bar);",
             "tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SW), map_bu, x,",
-            "if (kt + 1 < slices) info = (u32)p.step_info[s0 + (kt + 1) / kKSub];",
             "const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));",
             "const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);",
             "const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);",
@@ -854,13 +858,14 @@ mod tests {
         let slot = br * bk * 2;
         let slots = g * slot;
         let stage_bytes = tile_a + slots * if dual { 2 } else { 1 };
-        assert_eq!(cfg.smem_bytes(br, dual), stages * (stage_bytes + 16) + 1024);
+        assert_eq!(cfg.smem_bytes(br, dual), stages * (stage_bytes + 20) + 1024);
         let steps = GroupSteps::new(pattern, g);
         let groups = steps.grp_ptr.len() - 1;
         // The template aligns the ring to 1024 bytes inside the dynamic allocation.
         let ring = 1024u32;
         let (mut acc, mut acc_up) = (Acc::new(), Acc::new());
         let mut written: HashMap<(u64, u64), u32> = HashMap::new();
+        let mut mask_words = vec![0u32; stages as usize];
 
         // The persistent walk: CTA b's tile of round r (`work_item`, then `tile_at`'s group and
         // rows), on a grid of at most three CTAs so that each takes several tiles, in both
@@ -955,14 +960,18 @@ mod tests {
                     // The bytes the `full` barrier expects.
                     let kept = mask.count_ones();
                     assert_eq!(bytes, tile_a + kept * slot * if dual { 2 } else { 1 });
+                    // The row mask lane 0 publishes in the stage's mask word.
+                    mask
                 };
 
                 // The ring, in the template's order: slice kt in stage kt % STAGES, loaded once
                 // the consumers released the stage's previous slice (kt - STAGES).
+                // The consumers take each slice's row mask from its stage's mask word.
                 for kt in 0..slices {
                     let read_stage = (start + kt) % stages as usize;
-                    load(&mut smem, ring + read_stage as u32 * stage_bytes, kt);
-                    let mask = steps.step_info[s0 + kt / kksub as usize] & 0xffff;
+                    mask_words[read_stage] =
+                        load(&mut smem, ring + read_stage as u32 * stage_bytes, kt);
+                    let mask = mask_words[read_stage];
                     let sa = ring + read_stage as u32 * stage_bytes;
                     for wg in 0..bm / 64 {
                         let da = descriptor(sw, sa + wg * (64 * 2 * sw));

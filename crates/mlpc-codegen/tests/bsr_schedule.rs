@@ -22,11 +22,15 @@ use std::collections::VecDeque;
 const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_bsr_wgmma.cuh");
 
 const TRANSCRIBED: &[&str] = &[
-    // Producer warps: slice s by warp s % kProducerWarps, a divisor of STAGES; each walks every
-    // slice (stage and phase counted for all of them) and waits for its own slices' stages.
+    // Producer warps: slice s by warp s % kProducerWarps, a divisor of STAGES; each walks its
+    // own slices (the CTA's slice numbers run on across tiles), slice s in stage s % STAGES
+    // with phase (s / STAGES) & 1, and waits for their stages.
     "static constexpr int kProducerWarps = STAGES % 4 == 0 ? 4 : (STAGES % 2 == 0 ? 2 : 1);",
-    "if ((before + st * kKSub + ks) % kProducerWarps != pw) {",
-    "before += steps * kKSub;",
+    "int sl = ((pw - before) % kProducerWarps + kProducerWarps) % kProducerWarps;",
+    "for (; sl < slices; sl += kProducerWarps) {",
+    "const int stage = (before + sl) % STAGES;",
+    "const u32 phase = (u32)((before + sl) / STAGES) & 1u;",
+    "before += slices;",
     "mbar_wait(empty + 8 * stage, phase ^ 1);",
     // Barrier counts: one arrival (with the bytes) on `full`; on `empty`, every consumer thread.
     "mbar_init(full + 8 * s, 1);",
