@@ -28,7 +28,12 @@
 //   [A: BM rows x BK][slot 0 .. G - 1: BR rows x BK each][up slots (dual)]
 // A slice loads the A piece once (shared by every kept row) and only the kept blocks into their
 // slots; then for each g whose mask bit is set (warp-uniform: every thread reads the same mask)
-// the BK / 16 wgmmas into acc[g]. A block row with no kept block in a step costs nothing there; a
+// the BK / 16 wgmmas into acc[g].
+// Windows (WB = 2, for 32-wide blocks, chosen by the codegen where they pay): a step is a window
+// of WB block columns, BK = WB * BC, its mask has WB * G bits (bit w * G + g: row g keeps column
+// w of the window) and a stage WB * G slots (slot w * G + g); the A piece is then copied in rows
+// of 2 * BK bytes (the copy engine's cost follows its box rows), each block in its own BC-wide
+// atom, and kept block (w, g) meets the A fragments of the window's k16 steps w * BC / 16 ... A block row with no kept block in a step costs nothing there; a
 // group with no kept block at all runs no slice, and its outputs are the epilogue of zero.
 //
 // Shared layout (PTX ISA, "Shared Memory Matrix Layout", K-major, swizzled): a tile of R rows x BK
@@ -76,9 +81,11 @@ namespace mlpc {
 /// A BM-row CTA over a group of G block rows, k slices of BK, STAGES stages; A_REGS: the A
 /// piece of a slice is loaded into registers once (`ldmatrix`) and every kept row's wgmma reads
 /// it from there (the `wgmma` RS form), instead of each wgmma reading it from shared memory.
-template <int BM_, int G_, int BK_, int STAGES_, bool A_REGS_ = false>
+/// WB: block columns per slice (a K window of WB whole blocks, BK = WB * BC), or 1 (a slice is
+/// BK of one block column, BK dividing BC).
+template <int BM_, int G_, int BK_, int STAGES_, bool A_REGS_ = false, int WB_ = 1>
 struct BsrWgmmaConfig {
-    static constexpr int BM = BM_, G = G_, BK = BK_, STAGES = STAGES_;
+    static constexpr int BM = BM_, G = G_, BK = BK_, STAGES = STAGES_, WB = WB_;
     static constexpr bool A_REGS = A_REGS_;
     static constexpr int kWarpgroups = BM / 64;
     /// The consumer warpgroups, then the producer warpgroup (ptxas budgets registers by whole
@@ -90,7 +97,7 @@ struct BsrWgmmaConfig {
     static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536,
                   "the register handover must fit the register file");
     static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
-    static_assert(G >= 1 && G <= 16, "the row mask of a step has 16 bits");
+    static_assert(G >= 1 && WB >= 1 && G * WB <= 16, "the row mask of a step has 16 bits");
     static_assert(BK == 16 || BK == 32 || BK == 48 || BK == 64, "BK must be 16, 32, 48 or 64");
     static_assert(STAGES >= 2, "the ring needs a stage loading while one computes");
 };
@@ -104,8 +111,8 @@ struct BsrWgmmaParams : GemmParams<T, NEPI> {
     /// The groups in the order the CTAs take them (most steps first), and their count.
     const int* grp_order;
     int groups;
-    /// Per step: `(block column << 16) | mask`, bit g of the mask set when block row g of the
-    /// group keeps that column.
+    /// Per step: `(block column << 16) | mask`, bit w * G + g of the mask set when block row g of
+    /// the group keeps block column `column + w` (w < WB: the step's window).
     const int* step_info;
     /// Per step: the offset in `step_blk` of its first kept block.
     const int* step_first;
@@ -541,11 +548,17 @@ struct GemmBsrWgmma {
     static constexpr int kThreads = Cfg::kThreads;
     static constexpr int kConsumerThreads = Cfg::kConsumerThreads;
     static constexpr int kGroup = G;
-    /// k slices per block.
-    static constexpr int kKSub = BC / BK;
+    /// Block columns per slice (a window of WB whole blocks), the k depth of a block's piece of a
+    /// slice, and k slices per block (1 in a window).
+    static constexpr int WB = Cfg::WB;
+    static constexpr int BKB = BK / WB;
+    static constexpr int kKSub = BC / BKB;
+    /// The swizzle atoms of the A piece and of a block's piece, and their columns per slice (one
+    /// copy each).
     static constexpr int SW = bsr_wgmma::SliceAtom<BK>::SW;
-    /// Atom columns per slice: one copy each per operand.
+    static constexpr int SWB = bsr_wgmma::SliceAtom<BKB>::SW;
     static constexpr int kAtoms = BK / SW;
+    static constexpr int kAtomsB = BKB / SWB;
     /// Producer warps filling the ring, slice s by warp s % kProducerWarps: a divisor of STAGES,
     /// so that each stage is always filled by the same warp, in slice order. At most STAGES: a
     /// warp whose slices were more than a lap apart could pass its parity wait on a stage a lap
@@ -556,21 +569,23 @@ struct GemmBsrWgmma {
     /// the producer fills the other STAGES - kInFlight - 1.
     static constexpr int kInFlight = STAGES >= 6 ? 2 : 1;
     static constexpr int kTileABytes = BM * BK * 2;
-    static constexpr int kSlotBytes = BR * BK * 2;
-    static constexpr int kSlotsBytes = G * kSlotBytes;
+    /// A slot per (window column, block row): slot w * G + g.
+    static constexpr int kSlotBytes = BR * BKB * 2;
+    static constexpr int kSlotsBytes = WB * G * kSlotBytes;
     static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);
     /// The ring, 1024 bytes to align its base to the widest swizzle pattern, the barriers and a
     /// word per stage for the row mask of the slice in it.
     static constexpr int kSmemBytes = STAGES * kStageBytes + 1024 + 2 * STAGES * 8 + STAGES * 4;
     /// Accumulator registers per thread and block row.
     static constexpr int kAcc = BR / 2;
-    static_assert(BC % BK == 0, "a block is whole k slices");
+    static_assert(BK % WB == 0 && BC % BKB == 0 && (WB == 1 || BKB == BC),
+                  "a block is whole k slices, or a slice whole blocks");
     static_assert(BR % 8 == 0 && BR >= 8 && BR <= 256, "BR must be a wgmma N");
     static_assert(!Cfg::A_REGS || BR == 16 || BR == 32 || BR == 64,
                   "A from registers: block heights 16, 32 and 64 (bsr_wgmma::MmaRs)");
     static_assert(G * kAcc * (kDual ? 2 : 1) <= 128, "the accumulators must fit the registers");
     static_assert(kTileABytes % 1024 == 0, "the slots start on a swizzle period");
-    static_assert(kSlotBytes % (8 * 2 * SW) == 0, "every slot starts on a swizzle period");
+    static_assert(kSlotBytes % (8 * 2 * SWB) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
 
     /// The consumers over one tile's `slices` slices, the ring at `stage` / `phase` (advanced
@@ -592,7 +607,8 @@ struct GemmBsrWgmma {
                                                    int& stage, u32& phase) {
         using namespace wgmma_detail;
         using bsr_wgmma::kstep_offset;
-        constexpr int KJ = BK / 16;
+        // k16 steps of a slice, and of a block's piece of it.
+        constexpr int KJ = BK / 16, KJB = BKB / 16;
         const int wg = tid >> 7, q = (tid >> 5) & 3, lane = tid & 31;
         auto pin = [&]() {
 #pragma unroll
@@ -618,18 +634,22 @@ struct GemmBsrWgmma {
                 pin();
                 fence();
 #pragma unroll
-                for (int g = 0; g < G; ++g) {
-                    if (((mask >> g) & 1u) == 0) continue;
-                    const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
+                for (int w = 0; w < WB; ++w)
 #pragma unroll
-                    for (int j = 0; j < KJ; ++j) {
-                        const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
-                        bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[j], b_j);
-                        if constexpr (kDual) {
-                            bsr_wgmma::MmaRs<T, BR>::run(acc_up[g], f[j], b_j + (kSlotsBytes >> 4));
+                    for (int g = 0; g < G; ++g) {
+                        if (((mask >> (w * G + g)) & 1u) == 0) continue;
+                        const u64 db = bsr_wgmma::make_desc<SWB>(sa + kTileABytes +
+                                                                 (w * G + g) * kSlotBytes);
+#pragma unroll
+                        for (int j = 0; j < KJB; ++j) {
+                            const u64 b_j = db + (kstep_offset<BR, BKB>(j) >> 4);
+                            const u32(&a)[4] = f[w * KJB + j];
+                            bsr_wgmma::MmaRs<T, BR>::run(acc[g], a, b_j);
+                            if constexpr (kDual) {
+                                bsr_wgmma::MmaRs<T, BR>::run(acc_up[g], a, b_j + (kSlotsBytes >> 4));
+                            }
                         }
                     }
-                }
                 commit();
                 pin();
                 wait<0>();
@@ -641,20 +661,23 @@ struct GemmBsrWgmma {
                 pin();
                 fence();
 #pragma unroll
-                for (int g = 0; g < G; ++g) {
-                    if (((mask >> g) & 1u) == 0) continue;
-                    const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);
+                for (int w = 0; w < WB; ++w)
 #pragma unroll
-                    for (int j = 0; j < KJ; ++j) {
-                        // Descriptor start addresses are in units of 16 bytes.
-                        const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);
-                        const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);
-                        bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
-                        if constexpr (kDual) {
-                            bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
+                    for (int g = 0; g < G; ++g) {
+                        if (((mask >> (w * G + g)) & 1u) == 0) continue;
+                        const u64 db = bsr_wgmma::make_desc<SWB>(sa + kTileABytes +
+                                                                 (w * G + g) * kSlotBytes);
+#pragma unroll
+                        for (int j = 0; j < KJB; ++j) {
+                            // Descriptor start addresses are in units of 16 bytes.
+                            const u64 a_j = da + (kstep_offset<BM, BK>(w * KJB + j) >> 4);
+                            const u64 b_j = db + (kstep_offset<BR, BKB>(j) >> 4);
+                            bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
+                            if constexpr (kDual) {
+                                bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
+                            }
                         }
                     }
-                }
                 commit();
                 pin();
                 // Slice kt - kInFlight's wgmmas are complete: its stage may be refilled.
@@ -857,22 +880,23 @@ struct GemmBsrWgmma {
                             bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));
 #pragma unroll
                         for (int a = 0; a < kAtoms; ++a) {
-                            tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BK + a * SW,
+                            tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BKB + a * SW,
                                         m0, bar);
                         }
                     }
                     int j = 0;
                     for (u32 rest = mask; rest != 0u; rest &= rest - 1u, ++j) {
-                        const int g = __ffs(rest) - 1;
+                        // Mask bit k = w * G + g: block row g, window column w, slot k.
+                        const int k = __ffs(rest) - 1;
                         const int row = __shfl_sync(0xffffffffu, blk, j) * BR;
                         if (lane != 0) continue;
-                        const u32 slot = sa + kTileABytes + g * kSlotBytes;
+                        const u32 slot = sa + kTileABytes + k * kSlotBytes;
 #pragma unroll
-                        for (int a = 0; a < kAtoms; ++a) {
-                            const int x = ks * BK + a * SW;
-                            tma_load_2d(slot + a * (BR * 2 * SW), map_b, x, row, bar);
+                        for (int a = 0; a < kAtomsB; ++a) {
+                            const int x = ks * BKB + a * SWB;
+                            tma_load_2d(slot + a * (BR * 2 * SWB), map_b, x, row, bar);
                             if constexpr (kDual) {
-                                tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SW), map_bu, x,
+                                tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SWB), map_bu, x,
                                             row, bar);
                             }
                         }

@@ -113,8 +113,11 @@ pub(crate) struct WgmmaBsr {
     pub bm: u32,
     /// Block rows per CTA.
     pub g: u32,
-    /// The k depth of one slice (a divisor of the block width).
+    /// The k depth of one slice: a divisor of the block width, or `wb` whole blocks.
     pub bk: u32,
+    /// Block columns per slice: 1, or 2 for 32-wide blocks (a K window of 64, so that the A piece
+    /// is copied in rows of 128 bytes; docs/perf-notes.md, block-sparse variant 8).
+    pub wb: u32,
     pub stages: u32,
     /// The A piece of a slice read into registers once and shared by the kept rows' wgmmas.
     pub a_regs: bool,
@@ -126,7 +129,8 @@ impl WgmmaBsr {
         self.bm / 64 * 128 + 128
     }
 
-    /// Mirrors `GemmBsrWgmma::kStageBytes`: the A slice and the G block slots (twice for dual).
+    /// Mirrors `GemmBsrWgmma::kStageBytes`: the A slice and the `wb * G` block slots of `bk / wb`
+    /// columns (twice for dual).
     fn stage_bytes(bm: u32, g: u32, br: u32, bk: u32, dual: bool) -> u32 {
         let nb = if dual { 2 } else { 1 };
         (bm + nb * g * br) * bk * 2
@@ -138,25 +142,36 @@ impl WgmmaBsr {
         self.stages * (Self::stage_bytes(self.bm, self.g, br, self.bk, dual) + 20) + 1024
     }
 
-    /// The width in elements of one swizzle atom column (`bsr_wgmma::SliceAtom<BK>::SW`): the
-    /// inner size of every TMA box the kernel reads.
+    /// The width in elements of one swizzle atom column of the A piece
+    /// (`bsr_wgmma::SliceAtom<BK>::SW`): the inner size of A's TMA boxes.
     pub fn atom(&self) -> u32 {
-        [64, 32, 16]
-            .into_iter()
-            .find(|w| self.bk.is_multiple_of(*w))
-            .unwrap_or(16)
+        slice_atom(self.bk)
+    }
+
+    /// The same for a block's piece of a slice (`SliceAtom<BK / WB>::SW`): the kept blocks' boxes.
+    pub fn block_atom(&self) -> u32 {
+        slice_atom(self.bk / self.wb)
     }
 
     pub fn template(&self) -> String {
+        let tail = match (self.a_regs, self.wb) {
+            (false, 1) => String::new(),
+            (true, 1) => ", true".to_string(),
+            (a_regs, wb) => format!(", {a_regs}, {wb}"),
+        };
         format!(
-            "mlpc::BsrWgmmaConfig<{}, {}, {}, {}{}>",
-            self.bm,
-            self.g,
-            self.bk,
-            self.stages,
-            if self.a_regs { ", true" } else { "" }
+            "mlpc::BsrWgmmaConfig<{}, {}, {}, {}{tail}>",
+            self.bm, self.g, self.bk, self.stages
         )
     }
+}
+
+/// The widest swizzle atom (64, 32 or 16 elements) that divides a k depth.
+fn slice_atom(bk: u32) -> u32 {
+    [64, 32, 16]
+        .into_iter()
+        .find(|w| bk.is_multiple_of(*w))
+        .unwrap_or(16)
 }
 
 /// The grouped Hopper kernel's configuration for a block-sparse GEMM, or `None` when it keeps
@@ -186,7 +201,26 @@ pub(crate) fn select_wgmma(
     }
     let rows = u32::try_from(p.block_rows()).unwrap_or(u32::MAX);
     let g = (cols / br).min(16).min(rows).max(1);
-    let bk = [64, 48, 32, 16].into_iter().find(|d| bc % d == 0)?;
+    // 32-wide blocks: slices over K windows of two block columns where the row mask has room
+    // for both and the pattern's windows are at most 0.6 of its block-column steps (the A
+    // piece's box rows are then 128 bytes, as in the dense kernels: the copy engine's cost
+    // follows its box rows; a window whose second column few rows keep costs A bytes for
+    // nothing: perf-notes, block-sparse variant 8, 8 % faster at 0.50 of the steps, 6 %
+    // slower at 0.71).
+    let windows_pay = || {
+        let steps = |wb| GroupSteps::new(p, g, wb).step_info.len();
+        5 * steps(2) <= 3 * steps(1)
+    };
+    let wb = if bc == 32 && 2 * g <= 16 && windows_pay() {
+        2
+    } else {
+        1
+    };
+    let bk = if wb == 2 {
+        64
+    } else {
+        [64, 48, 32, 16].into_iter().find(|d| bc % d == 0)?
+    };
     let bm = 128;
     let stages =
         ((SMEM_LIMIT - 1024) / (WgmmaBsr::stage_bytes(bm, g, br, bk, dual) + 20)).min(MAX_STAGES);
@@ -198,6 +232,7 @@ pub(crate) fn select_wgmma(
         bm,
         g,
         bk,
+        wb,
         stages,
         a_regs,
     })
@@ -208,20 +243,21 @@ pub(crate) fn select_wgmma(
 pub(crate) struct GroupSteps {
     /// `groups + 1` offsets: group j's steps are `grp_ptr[j] .. grp_ptr[j + 1]`.
     pub grp_ptr: Vec<u32>,
-    /// Per step: `(block column << 16) | mask`, bit i of the mask set when block row `j * g + i`
-    /// keeps the column. Columns increase within a group.
+    /// Per step: `(block column << 16) | mask`, bit `w * g + i` of the mask set when block row
+    /// `j * g + i` keeps block column `column + w` (`w < wb`: a step is a window of `wb` block
+    /// columns, the first a multiple of `wb`). Columns increase within a group.
     pub step_info: Vec<u32>,
     /// Per step: the offset in `step_blk` of its first kept block.
     pub step_first: Vec<u32>,
     /// The packed index (position in `pattern.kept`) of each kept block, step by step, in
-    /// increasing row within a step.
+    /// increasing mask bit within a step.
     pub step_blk: Vec<u32>,
 }
 
 impl GroupSteps {
-    /// The steps of `pattern` cut into groups of `g` (1..=16) block rows; block columns must be
-    /// below 32768.
-    pub fn new(pattern: &BlockPattern, g: u32) -> GroupSteps {
+    /// The steps of `pattern` cut into groups of `g` block rows, over windows of `wb` block
+    /// columns (`wb * g <= 16`); block columns must be below 32768.
+    pub fn new(pattern: &BlockPattern, g: u32, wb: u32) -> GroupSteps {
         let rows = pattern.block_rows() as usize;
         let g = g as usize;
         let groups = rows.div_ceil(g);
@@ -233,19 +269,20 @@ impl GroupSteps {
             step_blk: Vec::new(),
         };
         for j in 0..groups {
-            // (column, row in the group, packed index) of every kept block of the group, in
-            // column order then row order.
+            // (window, mask bit, packed index) of every kept block of the group, in window order
+            // then bit order.
             let mut kept: Vec<(u32, u32, u32)> = Vec::new();
             for i in 0..g.min(rows - j * g) {
                 let r = j * g + i;
                 for at in row_ptr[r]..row_ptr[r + 1] {
-                    kept.push((pattern.kept[at as usize].1, i as u32, at));
+                    let c = pattern.kept[at as usize].1;
+                    kept.push((c / wb, (c % wb) * g as u32 + i as u32, at));
                 }
             }
             kept.sort_unstable();
             for chunk in kept.chunk_by(|x, y| x.0 == y.0) {
-                let mask = chunk.iter().fold(0u32, |m, &(_, i, _)| m | (1 << i));
-                s.step_info.push((chunk[0].0 << 16) | mask);
+                let mask = chunk.iter().fold(0u32, |m, &(_, bit, _)| m | (1 << bit));
+                s.step_info.push(((chunk[0].0 * wb) << 16) | mask);
                 s.step_first.push(s.step_blk.len() as u32);
                 s.step_blk.extend(chunk.iter().map(|&(_, _, at)| at));
             }
@@ -436,7 +473,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
                 cols: Extent::constant(u64::from(bc)),
                 row_stride: Extent::constant(u64::from(bc)),
                 box_rows: br,
-                box_cols: h.atom(),
+                box_cols: h.block_atom(),
             };
             maps.push((
                 "tm_a",
@@ -478,12 +515,14 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     src.push_str("namespace {\n");
     match hopper {
         Some(h) => {
-            let steps = GroupSteps::new(p, h.g);
+            let steps = GroupSteps::new(p, h.g, h.wb);
             src.push_str(&format!(
                 "// Group j (block rows {g}j .. {g}j + {g}) runs steps grp_ptr[j] .. grp_ptr[j + 1]. Step s is\n\
-                 // block column step_info[s] >> 16 for the rows in the mask step_info[s] & 0xffff;\n\
-                 // their packed blocks are step_blk[step_first[s] ..], in increasing row.\n",
-                g = h.g
+                 // block columns c = step_info[s] >> 16 .. c + {wb}; bit w * {g} + i of the mask\n\
+                 // step_info[s] & 0xffff is set when row i keeps column c + w; their packed blocks are\n\
+                 // step_blk[step_first[s] ..], in increasing bit.\n",
+                g = h.g,
+                wb = h.wb
             ));
             src.push_str(&int_array("grp_ptr", &steps.grp_ptr));
             src.push_str("// The groups in the order the CTAs take them: most steps first.\n");
@@ -705,12 +744,17 @@ mod tests {
             "(16 * j % SliceAtom<BK>::SW) * 2);",
             "static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);",
             "static constexpr int kAtoms = BK / SW;",
+            "static constexpr int kAtomsB = BKB / SWB;",
+            "static constexpr int BKB = BK / WB;",
+            "static constexpr int kKSub = BC / BKB;",
+            "static constexpr int kSlotBytes = BR * BKB * 2;",
+            "static constexpr int kSlotsBytes = WB * G * kSlotBytes;",
             "const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;",
             "return lane < __popc(info & 0xffffu) ? p.step_blk[first + lane] : 0;",
             "const int col = (int)(info >> 16) * BC;",
             "const u32 sa = ring + stage * kStageBytes;",
             "bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));",
-            "tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BK + a * SW,",
+            "tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BKB + a * SW,",
             // The persistent walk.
             "return r * P + ((r & 1) ? P - 1 - b : b);",
             "const int tiles = m_tiles * p.groups;",
@@ -723,16 +767,18 @@ mod tests {
             "st_shared_u32(masks + 4 * stage, mask);",
             "const u32 mask = ld_shared_u32(masks + 4 * stage);",
             "store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up);",
-            "const int g = __ffs(rest) - 1;",
+            "const int k = __ffs(rest) - 1;",
             "const int row = __shfl_sync(0xffffffffu, blk, j) * BR;",
-            "const u32 slot = sa + kTileABytes + g * kSlotBytes;",
-            "const int x = ks * BK + a * SW;",
-            "tma_load_2d(slot + a * (BR * 2 * SW), map_b, x, row, bar);",
-            "tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SW), map_bu, x,",
+            "const u32 slot = sa + kTileABytes + k * kSlotBytes;",
+            "const int x = ks * BKB + a * SWB;",
+            "tma_load_2d(slot + a * (BR * 2 * SWB), map_b, x, row, bar);",
+            "tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SWB), map_bu, x,",
             "const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));",
-            "const u64 db = bsr_wgmma::make_desc<SW>(sa + kTileABytes + g * kSlotBytes);",
-            "const u64 a_j = da + (kstep_offset<BM, BK>(j) >> 4);",
-            "const u64 b_j = db + (kstep_offset<BR, BK>(j) >> 4);",
+            "if (((mask >> (w * G + g)) & 1u) == 0) continue;",
+            "const u64 db = bsr_wgmma::make_desc<SWB>(sa + kTileABytes +",
+            "(w * G + g) * kSlotBytes);",
+            "const u64 a_j = da + (kstep_offset<BM, BK>(w * KJB + j) >> 4);",
+            "const u64 b_j = db + (kstep_offset<BR, BKB>(j) >> 4);",
             "bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));",
             "const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2;",
             "const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;",
@@ -773,7 +819,8 @@ mod tests {
             "const int pos = chunk ^ ((row >> A::kShift) & (A::kChunks - 1));",
             "return sa + (u32)((16 * j / SW) * (BM * 2 * SW) + row * A::kRowBytes + pos * 16);",
             "bsr_wgmma::ldsm_x4(f[j], bsr_wgmma::ldsm_a_addr<BM, BK>(sa, wg, q, lane, j));",
-            "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[j], b_j);",
+            "const u32(&a)[4] = f[w * KJB + j];",
+            "bsr_wgmma::MmaRs<T, BR>::run(acc[g], a, b_j);",
         ] {
             assert!(
                 TEMPLATE.contains(line),
@@ -848,18 +895,22 @@ mod tests {
         m: u64,
     ) -> (Acc, Acc, HashMap<(u64, u64), u32>) {
         let [br, bc] = pattern.block;
-        let (g, bk, bm, stages) = (cfg.g, cfg.bk, cfg.bm, cfg.stages);
+        let (g, bk, wb, bm, stages) = (cfg.g, cfg.bk, cfg.wb, cfg.bm, cfg.stages);
         assert_eq!(cfg.threads(), CONSUMERS + 128);
-        let sw = atom(bk);
-        assert_eq!(sw, cfg.atom(), "the tensor maps' box width");
+        // A block's piece of a slice: `bkb` columns (the whole block in a window of `wb`).
+        let bkb = bk / wb;
+        assert!(wb == 1 || bkb == bc, "a window is whole blocks");
+        let (sw, swb) = (atom(bk), atom(bkb));
+        assert_eq!(sw, cfg.atom(), "A's tensor map box width");
+        assert_eq!(swb, cfg.block_atom(), "the blocks' tensor map box width");
         let sw_atoms = bk / sw;
-        let kksub = bc / bk;
+        let kksub = bc / bkb;
         let tile_a = bm * bk * 2;
-        let slot = br * bk * 2;
-        let slots = g * slot;
+        let slot = br * bkb * 2;
+        let slots = wb * g * slot;
         let stage_bytes = tile_a + slots * if dual { 2 } else { 1 };
         assert_eq!(cfg.smem_bytes(br, dual), stages * (stage_bytes + 20) + 1024);
-        let steps = GroupSteps::new(pattern, g);
+        let steps = GroupSteps::new(pattern, g, wb);
         let groups = steps.grp_ptr.len() - 1;
         // The template aligns the ring to 1024 bytes inside the dynamic allocation.
         let ring = 1024u32;
@@ -903,6 +954,7 @@ mod tests {
                         |smem: &mut HashMap<u32, Elem>,
                          dst: u32,
                          rows: u32,
+                         sw: u32,
                          e: &dyn Fn(u32, u32) -> Elem| {
                             assert_eq!(dst % 128, 0, "a TMA box starts 128-byte aligned");
                             for r in 0..rows {
@@ -923,8 +975,8 @@ mod tests {
                     // Earlier slices' elements in this stage are stale: the consumers released it.
                     smem.retain(|&at, _| at < stage || at >= stage + stage_bytes);
                     for a in 0..sw_atoms {
-                        let x = col + ks * bk + a * sw;
-                        box_copy(smem, stage + a * (bm * 2 * sw), bm, &|r, i| {
+                        let x = col + ks * bkb + a * sw;
+                        box_copy(smem, stage + a * (bm * 2 * sw), bm, sw, &|r, i| {
                             let row = m0 + u64::from(r);
                             if row < m {
                                 Elem::A {
@@ -937,19 +989,20 @@ mod tests {
                         });
                     }
                     let first = steps.step_first[s];
-                    for (j, gg) in (0..g).filter(|gg| (mask >> gg) & 1 == 1).enumerate() {
+                    // Mask bit k = w * G + g: block row g, window column w, slot k.
+                    for (j, k) in (0..wb * g).filter(|k| (mask >> k) & 1 == 1).enumerate() {
                         let blk = steps.step_blk[(first + j as u32) as usize] as usize;
                         // The packed block's own place in the weight, not the step's claim:
                         // box rows blk * BR .. of the packed [kept * BR, BC] matrix.
                         let (brow, bcol) = pattern.kept[blk];
-                        let slot_at = stage + tile_a + gg * slot;
-                        for a in 0..sw_atoms {
-                            let x = ks * bk + a * sw;
+                        let slot_at = stage + tile_a + k * slot;
+                        for a in 0..bkb / swb {
+                            let x = ks * bkb + a * swb;
                             for (up, at) in [(false, slot_at), (true, slot_at + slots)] {
                                 if up && !dual {
                                     continue;
                                 }
-                                box_copy(smem, at + a * (br * 2 * sw), br, &|r, i| Elem::W {
+                                box_copy(smem, at + a * (br * 2 * swb), br, swb, &|r, i| Elem::W {
                                     up,
                                     n: u64::from(brow * br + r),
                                     k: u64::from(bcol * bc + x + i),
@@ -975,11 +1028,13 @@ mod tests {
                     let sa = ring + read_stage as u32 * stage_bytes;
                     for wg in 0..bm / 64 {
                         let da = descriptor(sw, sa + wg * (64 * 2 * sw));
-                        for gg in (0..g).filter(|gg| (mask >> gg) & 1 == 1) {
-                            let db = descriptor(sw, sa + tile_a + gg * slot);
-                            for j in 0..bk / 16 {
-                                let a_j = da + u64::from(kstep_offset(bm, bk, j) >> 4);
-                                let b_j = db + u64::from(kstep_offset(br, bk, j) >> 4);
+                        for k in (0..wb * g).filter(|k| (mask >> k) & 1 == 1) {
+                            let (w, gg) = (k / g, k % g);
+                            let db = descriptor(swb, sa + tile_a + k * slot);
+                            for j in 0..bkb / 16 {
+                                let ja = w * (bkb / 16) + j;
+                                let a_j = da + u64::from(kstep_offset(bm, bk, ja) >> 4);
+                                let b_j = db + u64::from(kstep_offset(br, bkb, j) >> 4);
                                 let read = |d: u64, r: u32, k: u32| {
                                     let at = wgmma_reads(d, r, k);
                                     *smem.get(&at).unwrap_or_else(|| {
@@ -1085,12 +1140,12 @@ mod tests {
         out
     }
 
-    fn check(pattern: &BlockPattern, dual: bool, m: u64, expect: Option<(u32, u32)>) {
+    fn check(pattern: &BlockPattern, dual: bool, m: u64, expect: Option<(u32, u32, u32)>) {
         let la = (MatLayout::N, &Extent::constant(pattern.inp));
         let cfg = select_wgmma(Arch::Sm90a, DType::Bf16, dual, la, pattern)
             .unwrap_or_else(|| panic!("{:?} takes the wgmma kernel", pattern.block));
-        if let Some((g, bk)) = expect {
-            assert_eq!((cfg.g, cfg.bk), (g, bk), "{:?}", pattern.block);
+        if let Some((g, bk, wb)) = expect {
+            assert_eq!((cfg.g, cfg.bk, cfg.wb), (g, bk, wb), "{:?}", pattern.block);
         }
         let (acc, acc_up, written) = emulate(pattern, cfg, dual, m);
         let what = format!("{:?} dual={dual} M={m}", pattern.block);
@@ -1164,23 +1219,27 @@ mod tests {
 
     #[test]
     fn every_element_wgmma_reads_is_the_one_the_loads_wrote() {
-        // (block, weight, dual, expected (G, BK)): the three swizzle modes, several atom columns
-        // per slice (48), two slices per block (128), tall blocks, G = 16, a last group with
-        // fewer rows, dual; long k loops that wrap the ring several times.
-        type Case = ([u32; 2], u64, u64, bool, (u32, u32));
-        let cases: [Case; 12] = [
-            ([32, 32], 256, 2048, false, (8, 32)),
-            ([64, 64], 256, 1024, true, (2, 64)),
-            ([32, 32], 384, 256, false, (8, 32)),
-            ([16, 16], 256, 64, false, (16, 16)),
-            ([64, 64], 256, 256, false, (4, 64)),
-            ([16, 48], 96, 144, false, (6, 48)),
-            ([16, 128], 64, 256, false, (4, 64)),
-            ([8, 16], 256, 64, false, (16, 16)),
-            ([192, 32], 384, 64, false, (1, 32)),
-            ([32, 32], 256, 128, true, (4, 32)),
-            ([16, 16], 160, 64, true, (8, 16)),
-            ([64, 32], 192, 96, true, (2, 32)),
+        // (block, weight, dual, expected (G, BK, WB)): the three swizzle modes, several atom
+        // columns per slice (48), two slices per block (128), windows of two 32-wide blocks (A
+        // in 128-byte rows, blocks in 64-byte ones; K an odd number of block columns, so the
+        // last window is half outside A), 32-wide blocks one per slice (G = 16), tall blocks,
+        // a last group with fewer rows, dual; long k loops that wrap the ring several times.
+        type Case = ([u32; 2], u64, u64, bool, (u32, u32, u32));
+        let cases: [Case; 14] = [
+            ([32, 32], 256, 2048, false, (8, 64, 2)),
+            ([64, 64], 256, 1024, true, (2, 64, 1)),
+            ([32, 32], 384, 224, false, (8, 64, 2)),
+            ([16, 16], 256, 64, false, (16, 16, 1)),
+            ([64, 64], 256, 256, false, (4, 64, 1)),
+            ([16, 48], 96, 144, false, (6, 48, 1)),
+            ([16, 128], 64, 256, false, (4, 64, 1)),
+            ([8, 16], 256, 64, false, (16, 16, 1)),
+            ([192, 32], 384, 64, false, (1, 32, 1)),
+            ([32, 32], 256, 128, true, (4, 64, 2)),
+            ([16, 16], 160, 64, true, (8, 16, 1)),
+            ([64, 32], 192, 96, true, (2, 64, 2)),
+            ([16, 32], 256, 160, false, (16, 32, 1)),
+            ([16, 32], 128, 480, true, (8, 64, 2)),
         ];
         for (i, (block, out, inp, dual, expect)) in cases.into_iter().enumerate() {
             let p = scattered(block, out, inp, 0.45, 17 + i as u64, Some(1));
@@ -1211,10 +1270,16 @@ mod tests {
 
     #[test]
     fn group_steps_cover_each_kept_block_once_in_column_order() {
-        for (seed, density) in [(3, 0.1), (4, 0.5), (5, 0.9)] {
+        for (seed, density, wb) in [
+            (3, 0.1, 1),
+            (4, 0.5, 1),
+            (5, 0.9, 1),
+            (6, 0.3, 2),
+            (7, 0.7, 2),
+        ] {
             let p = scattered([16, 16], 400, 256, density, seed, Some(7));
-            for g in [1, 3, 8, 16] {
-                let s = GroupSteps::new(&p, g);
+            for g in [1, 3, 8, 16].into_iter().filter(|g| g * wb <= 16) {
+                let s = GroupSteps::new(&p, g, wb);
                 assert_eq!(
                     s.grp_ptr.len() as u64,
                     p.block_rows().div_ceil(u64::from(g)) + 1
@@ -1226,11 +1291,13 @@ mod tests {
                     assert!(cols.windows(2).all(|w| w[0] < w[1]), "columns increase");
                     for st in a..b {
                         let (col, mask) = (s.step_info[st] >> 16, s.step_info[st] & 0xffff);
-                        assert!(mask != 0 && mask < 1 << g);
+                        assert!(mask != 0 && mask < 1 << (g * wb));
+                        assert_eq!(col % wb, 0, "a window starts on a multiple of its width");
                         let first = s.step_first[st] as usize;
-                        for (n, bit) in (0..g).filter(|b| (mask >> b) & 1 == 1).enumerate() {
+                        for (n, bit) in (0..g * wb).filter(|b| (mask >> b) & 1 == 1).enumerate() {
                             let blk = s.step_blk[first + n] as usize;
-                            assert_eq!(p.kept[blk], (j as u32 * g + bit, col));
+                            let (w, i) = (bit / g, bit % g);
+                            assert_eq!(p.kept[blk], (j as u32 * g + i, col + w));
                             seen.push(blk);
                         }
                     }
@@ -1241,6 +1308,32 @@ mod tests {
                 assert_eq!(seen, (0..p.kept.len()).collect::<Vec<_>>());
             }
         }
+    }
+
+    /// 32-wide blocks take windows of two block columns where the pattern's windows are at most
+    /// 0.6 of its block-column steps: at density 0.5 and 0.25 of a random pattern (about 0.50
+    /// and 0.55), not at 0.1 (about 0.71) nor for a single block (1.0).
+    #[test]
+    fn windows_of_two_block_columns_where_they_halve_the_steps() {
+        let k = Extent::constant(2048);
+        let la = (MatLayout::N, &k);
+        let wb = |p: &BlockPattern| {
+            let c = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, p).unwrap();
+            let steps = |wb| GroupSteps::new(p, c.g, wb).step_info.len() as f64;
+            (c.wb, steps(2) / steps(1))
+        };
+        for (density, expect) in [(0.5, 2), (0.25, 2), (0.1, 1)] {
+            let p = scattered([32, 32], 2048, 2048, density, 11, None);
+            let (got, ratio) = wb(&p);
+            assert_eq!(got, expect, "density {density}: windows / steps {ratio:.2}");
+        }
+        let single = BlockPattern {
+            block: [32, 32],
+            out: 2048,
+            inp: 2048,
+            kept: vec![(3, 7)],
+        };
+        assert_eq!(wb(&single).0, 1);
     }
 
     #[test]
@@ -1256,8 +1349,9 @@ mod tests {
             Some(WgmmaBsr {
                 bm: 128,
                 g: 8,
-                bk: 32,
-                stages: 8,
+                bk: 64,
+                wb: 2,
+                stages: 4,
                 a_regs: true,
             })
         );
@@ -1299,7 +1393,7 @@ mod tests {
         }
         // Dual: at most 128 columns of two accumulators; 192 rows do not fit.
         let dual = pick(Arch::Sm90a, DType::Bf16, true, n, &b32).unwrap();
-        assert_eq!((dual.g, dual.bk), (4, 32));
+        assert_eq!((dual.g, dual.bk, dual.wb), (4, 64, 2));
         assert_eq!(pick(Arch::Sm90a, DType::Bf16, true, n, &p([192, 32])), None);
         assert_eq!(
             pick(Arch::Sm90a, DType::Bf16, false, n, &p([192, 32])).map(|c| c.g),
@@ -1324,7 +1418,9 @@ mod tests {
                 assert!(accs <= 128, "{block:?} {dual}: {accs}");
                 assert!(c.g <= 16 && c.stages >= 3 && c.stages <= MAX_STAGES);
                 assert!(c.smem_bytes(block[0], dual) <= SMEM_LIMIT);
-                assert_eq!(block[1] % c.bk, 0);
+                let bkb = c.bk / c.wb;
+                assert_eq!(block[1] % bkb, 0);
+                assert!(c.wb == 1 || bkb == block[1], "a window is whole blocks");
             }
         }
     }

@@ -52,9 +52,19 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
             assert!(k.source.contains("__launch_bounds__(384, 1)"), "{}", k.name);
             assert_eq!(k.launch.block, [384, 1, 1]);
             assert!(k.launch.smem_bytes <= 227 * 1024);
+            // Tiles of 128 rows and a group of G block rows, on a persistent grid of one CTA
+            // per SM at most; G * BR columns at most 256 (128 for two accumulators).
+            let g: u64 = k
+                .source
+                .split("Kernel::kGroup == ")
+                .nth(1)
+                .and_then(|s| s.split(',').next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("{}: no group size", k.name));
             // A, the packed blocks (and the up blocks) through tensor maps of one swizzle atom
             // column (the widest of 64, 32, 16 elements dividing the slice) per box: A in boxes
-            // of 128 rows, the blocks in boxes of one block's rows.
+            // of 128 rows, the blocks in boxes of one block's rows. Windows of two block columns
+            // (32-wide blocks in groups of up to 8 block rows): A's box 64 wide.
             let maps: Vec<(u32, u32)> = k
                 .params
                 .iter()
@@ -67,20 +77,14 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
                 .collect();
             let bk = [64, 48, 32, 16].into_iter().find(|d| bc % d == 0).unwrap();
             let sw = [64, 32, 16].into_iter().find(|w| bk % w == 0).unwrap();
-            let mut expect = vec![(128, sw), (br, sw)];
+            let windows = k.source.contains(", 2>;");
+            assert!(!windows || (bc == 32 && 2 * g <= 16), "{}", k.name);
+            let sw_a = if windows { 64 } else { sw };
+            let mut expect = vec![(128, sw_a), (br, sw)];
             if dual {
                 expect.push((br, sw));
             }
             assert_eq!(maps, expect, "{}", k.name);
-            // Tiles of 128 rows and a group of G block rows, on a persistent grid of one CTA
-            // per SM at most; G * BR columns at most 256 (128 for two accumulators).
-            let g: u64 = k
-                .source
-                .split("Kernel::kGroup == ")
-                .nth(1)
-                .and_then(|s| s.split(',').next())
-                .and_then(|s| s.parse().ok())
-                .unwrap_or_else(|| panic!("{}: no group size", k.name));
             assert!(g * u64::from(br) <= if dual { 128 } else { 256 });
             let Grid::Persistent {
                 n: cols,
