@@ -588,6 +588,27 @@ struct GemmBsrWgmma {
     static_assert(kSlotBytes % (8 * 2 * SWB) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
 
+    /// Calls `mma(g, ja, b_j)` for every block of the slice in stage `sa` that mask bit
+    /// w * G + g keeps (block row g, window column w) and every k16 step j of its piece: `ja`
+    /// is the slice's k16 step (w * BKB / 16 + j), `b_j` the block's descriptor at step j. The
+    /// loops unroll fully, so `g` and `ja` are constants in each call.
+    template <class F>
+    __device__ __forceinline__ static void each_kept_step(u32 mask, u32 sa, F&& mma) {
+        using bsr_wgmma::kstep_offset;
+        constexpr int KJB = BKB / 16;
+#pragma unroll
+        for (int w = 0; w < WB; ++w)
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                if (((mask >> (w * G + g)) & 1u) == 0) continue;
+                const u64 db = bsr_wgmma::make_desc<SWB>(sa + kTileABytes + (w * G + g) * kSlotBytes);
+#pragma unroll
+                for (int j = 0; j < KJB; ++j) {
+                    mma(g, w * KJB + j, db + (kstep_offset<BR, BKB>(j) >> 4));
+                }
+            }
+    }
+
     /// The consumers over one tile's `slices` slices, the ring at `stage` / `phase` (advanced
     /// past them). Per slice: wait on `full`, read the slice's row mask from the stage's mask
     /// word (written by the producer before its arrival), then
@@ -607,8 +628,8 @@ struct GemmBsrWgmma {
                                                    int& stage, u32& phase) {
         using namespace wgmma_detail;
         using bsr_wgmma::kstep_offset;
-        // k16 steps of a slice, and of a block's piece of it.
-        constexpr int KJ = BK / 16, KJB = BKB / 16;
+        // k16 steps of a slice.
+        constexpr int KJ = BK / 16;
         const int wg = tid >> 7, q = (tid >> 5) & 3, lane = tid & 31;
         auto pin = [&]() {
 #pragma unroll
@@ -633,23 +654,12 @@ struct GemmBsrWgmma {
                 }
                 pin();
                 fence();
-#pragma unroll
-                for (int w = 0; w < WB; ++w)
-#pragma unroll
-                    for (int g = 0; g < G; ++g) {
-                        if (((mask >> (w * G + g)) & 1u) == 0) continue;
-                        const u64 db = bsr_wgmma::make_desc<SWB>(sa + kTileABytes +
-                                                                 (w * G + g) * kSlotBytes);
-#pragma unroll
-                        for (int j = 0; j < KJB; ++j) {
-                            const u64 b_j = db + (kstep_offset<BR, BKB>(j) >> 4);
-                            const u32(&a)[4] = f[w * KJB + j];
-                            bsr_wgmma::MmaRs<T, BR>::run(acc[g], a, b_j);
-                            if constexpr (kDual) {
-                                bsr_wgmma::MmaRs<T, BR>::run(acc_up[g], a, b_j + (kSlotsBytes >> 4));
-                            }
-                        }
+                each_kept_step(mask, sa, [&](int g, int ja, u64 b_j) {
+                    bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], b_j);
+                    if constexpr (kDual) {
+                        bsr_wgmma::MmaRs<T, BR>::run(acc_up[g], f[ja], b_j + (kSlotsBytes >> 4));
                     }
+                });
                 commit();
                 pin();
                 wait<0>();
@@ -660,24 +670,14 @@ struct GemmBsrWgmma {
                 const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));
                 pin();
                 fence();
-#pragma unroll
-                for (int w = 0; w < WB; ++w)
-#pragma unroll
-                    for (int g = 0; g < G; ++g) {
-                        if (((mask >> (w * G + g)) & 1u) == 0) continue;
-                        const u64 db = bsr_wgmma::make_desc<SWB>(sa + kTileABytes +
-                                                                 (w * G + g) * kSlotBytes);
-#pragma unroll
-                        for (int j = 0; j < KJB; ++j) {
-                            // Descriptor start addresses are in units of 16 bytes.
-                            const u64 a_j = da + (kstep_offset<BM, BK>(w * KJB + j) >> 4);
-                            const u64 b_j = db + (kstep_offset<BR, BKB>(j) >> 4);
-                            bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
-                            if constexpr (kDual) {
-                                bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
-                            }
-                        }
+                each_kept_step(mask, sa, [&](int g, int ja, u64 b_j) {
+                    // Descriptor start addresses are in units of 16 bytes.
+                    const u64 a_j = da + (kstep_offset<BM, BK>(ja) >> 4);
+                    bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
+                    if constexpr (kDual) {
+                        bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
                     }
+                });
                 commit();
                 pin();
                 // Slice kt - kInFlight's wgmmas are complete: its stage may be refilled.

@@ -775,10 +775,9 @@ mod tests {
             "tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SWB), map_bu, x,",
             "const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));",
             "if (((mask >> (w * G + g)) & 1u) == 0) continue;",
-            "const u64 db = bsr_wgmma::make_desc<SWB>(sa + kTileABytes +",
-            "(w * G + g) * kSlotBytes);",
-            "const u64 a_j = da + (kstep_offset<BM, BK>(w * KJB + j) >> 4);",
-            "const u64 b_j = db + (kstep_offset<BR, BKB>(j) >> 4);",
+            "const u64 db = bsr_wgmma::make_desc<SWB>(sa + kTileABytes + (w * G + g) * kSlotBytes);",
+            "mma(g, w * KJB + j, db + (kstep_offset<BR, BKB>(j) >> 4));",
+            "const u64 a_j = da + (kstep_offset<BM, BK>(ja) >> 4);",
             "bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));",
             "const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2;",
             "const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;",
@@ -819,8 +818,7 @@ mod tests {
             "const int pos = chunk ^ ((row >> A::kShift) & (A::kChunks - 1));",
             "return sa + (u32)((16 * j / SW) * (BM * 2 * SW) + row * A::kRowBytes + pos * 16);",
             "bsr_wgmma::ldsm_x4(f[j], bsr_wgmma::ldsm_a_addr<BM, BK>(sa, wg, q, lane, j));",
-            "const u32(&a)[4] = f[w * KJB + j];",
-            "bsr_wgmma::MmaRs<T, BR>::run(acc[g], a, b_j);",
+            "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], b_j);",
         ] {
             assert!(
                 TEMPLATE.contains(line),
