@@ -28,13 +28,14 @@
 //   [A: BM rows x BK][slot 0 .. G - 1: BR rows x BK each][up slots (dual)]
 // A slice loads the A piece once (shared by every kept row) and only the kept blocks into their
 // slots; then for each g whose mask bit is set (warp-uniform: every thread reads the same mask)
-// the BK / 16 wgmmas into acc[g].
+// the BK / 16 wgmmas into acc[g]. A block row with no kept block in a step costs nothing there; a
+// group with no kept block at all runs no slice, and its outputs are the epilogue of zero.
 // Windows (WB = 2, for 32-wide blocks, chosen by the codegen where they pay): a step is a window
 // of WB block columns, BK = WB * BC, its mask has WB * G bits (bit w * G + g: row g keeps column
-// w of the window) and a stage WB * G slots (slot w * G + g); the A piece is then copied in rows
-// of 2 * BK bytes (the copy engine's cost follows its box rows), each block in its own BC-wide
-// atom, and kept block (w, g) meets the A fragments of the window's k16 steps w * BC / 16 ... A block row with no kept block in a step costs nothing there; a
-// group with no kept block at all runs no slice, and its outputs are the epilogue of zero.
+// w of the window) and a stage WB * G slots (slot w * G + g) of BKB = BK / WB columns; the A
+// piece is then copied in rows of 2 * BK bytes (the copy engine's cost follows its box rows),
+// each block in boxes of its own BC-wide rows, and kept block (w, g) meets the A piece's k16
+// steps w * BKB / 16 .. (w + 1) * BKB / 16 - 1.
 //
 // Shared layout (PTX ISA, "Shared Memory Matrix Layout", K-major, swizzled): a tile of R rows x BK
 // is cut along k into BK / SW atoms columns of SW 16-bit elements (SW = 64, 32 or 16: the widest
@@ -59,19 +60,23 @@
 //
 // Loads (the copy engine): one atom column of one operand is one TMA box of R rows x SW elements
 // written with the swizzle of 2 * SW-byte rows (32, 64 or 128 bytes), which is the address XOR
-// above; rows of A past M arrive as zeros. A is read through a tensor map over [M, K], the kept
-// blocks through one over the packed weight seen as a [kept * BR, BC] matrix (block b's k slice
-// ks, atom a: box at column ks * BK + a * SW, row b * BR).
+// above; rows (and in a window, columns) of A outside [M, K] arrive as zeros. A is read through
+// a tensor map over [M, K], the kept blocks through one over the packed weight seen as a
+// [kept * BR, BC] matrix (block b's k slice ks, atom a: box at column ks * BKB + a * SWB, row
+// b * BR).
 //
-// Pipeline (as GemmWgmmaTma, not persistent): STAGES stages with a `full` and an `empty` mbarrier
-// each. Up to four producer warps walk the group's slices, slice s filled by warp s % warps (a
-// divisor of STAGES: a stage is always filled by one warp, in order), the step lists read ahead
-// and spread over the lanes; per slice, lane 0 of its warp waits on the stage's `empty` barrier,
-// announces the A piece's and the kept blocks' bytes on its `full` barrier and issues their
-// copies.
-// Consumers, per slice: wait on `full`, wgmma.fence, for each kept g the BK / 16 wgmmas into
-// acc[g] (and acc_up[g]), commit, wgmma.wait_group(1), and every consumer thread arrives on the
-// previous slice's `empty` barrier. No CTA-wide barrier after the set-up.
+// Pipeline (as GemmWgmmaTma): STAGES stages with a `full` and an `empty` mbarrier and a mask
+// word each; the CTA's slices are numbered across its tiles, slice s in stage s % STAGES. Up to
+// four producer warps fill them, slice s by warp s % warps (a divisor of STAGES: a stage is
+// always filled by one warp, in order); a warp walks only its own slices, their step lists read
+// two slices ahead and spread over the lanes; per slice, lane 0 waits on the stage's `empty`
+// barrier, writes the slice's row mask into the stage's word, announces the A piece's and the
+// kept blocks' bytes on its `full` barrier and issues their copies.
+// Consumers, per slice: wait on `full`, read the mask word, then with A from registers load the
+// A fragments (`ldmatrix`), issue the kept blocks' wgmmas, commit, wait for them and release the
+// stage (every consumer thread arrives on `empty`); with A through descriptors, issue, commit,
+// wait until the slice kInFlight before is done and release that one's stage. No CTA-wide
+// barrier after the set-up.
 #pragma once
 
 #include "gemm_wgmma.cuh"
