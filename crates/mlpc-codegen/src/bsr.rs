@@ -258,6 +258,10 @@ impl GroupSteps {
     /// The steps of `pattern` cut into groups of `g` block rows, over windows of `wb` block
     /// columns (`wb * g <= 16`); block columns must be below 32768.
     pub fn new(pattern: &BlockPattern, g: u32, wb: u32) -> GroupSteps {
+        debug_assert!(
+            wb >= 1 && g >= 1 && g * wb <= 16,
+            "a step's mask has 16 bits"
+        );
         let rows = pattern.block_rows() as usize;
         let g = g as usize;
         let groups = rows.div_ceil(g);
