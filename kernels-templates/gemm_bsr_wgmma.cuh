@@ -621,9 +621,9 @@ struct GemmBsrWgmma {
     ///   each kept row the wgmmas reading A from those registers, commit, wait until they are
     ///   done and release the stage. No wgmma stays in flight across slices: a wgmma reads its A
     ///   registers until it completes, and ptxas serialises every wgmma of a kernel in which
-    ///   another instruction may write such registers while one is in flight (C7513, even with
-    ///   two fragment sets in turn); the other consumer warpgroup's wgmmas keep the tensor cores
-    ///   busy meanwhile.
+    ///   another instruction may write such registers while one is in flight (C7513). A form
+    ///   with two fragment sets in turn compiles unserialised but is not measured yet
+    ///   (docs/experiments/bsr-rs-in-flight.patch, perf-notes "Next steps" 2).
     /// - otherwise: the wgmmas of the kept rows reading A through its descriptor, commit, wait
     ///   until the slice kInFlight before is done and release its stage; at the end of the tile,
     ///   wait for every wgmma and release the stages still held.
@@ -786,6 +786,22 @@ struct GemmBsrWgmma {
         }
     }
 
+    /// Calls `body(t)` for each tile of CTA `cta` of `ctas` in turn (`tile_at(w)` is work item
+    /// w, for w < `tiles`), the next tile's place read before the body runs, so that its list
+    /// loads wait behind the current tile rather than before the next.
+    template <class TileAt, class F>
+    __device__ __forceinline__ static void for_each_tile(int cta, int ctas, int tiles,
+                                                         TileAt&& tile_at, F&& body) {
+        int w = bsr_wgmma::work_item(0, cta, ctas);
+        auto t = tile_at(w);
+        for (int r = 0; w < tiles; ++r) {
+            w = bsr_wgmma::work_item(r + 1, cta, ctas);
+            const auto next = tile_at(w);
+            body(t);
+            t = next;
+        }
+    }
+
     template <class P>
     __device__ __forceinline__ static void run(const P& p, const TensorMap& map_a,
                                                const TensorMap& map_b, const TensorMap& map_bu) {
@@ -800,7 +816,7 @@ struct GemmBsrWgmma {
         const int m_tiles = (int)((p.m + BM - 1) / BM);
         const int tiles = m_tiles * p.groups;
         const int cta = (int)blockIdx.x, ctas = (int)gridDim.x;
-        // Round r's tile of this CTA: its group and first row, and the group's steps.
+        // Work item w: its group and first row, and the group's steps.
         struct Tile {
             int m0, group, s0, steps;
         };
@@ -846,13 +862,9 @@ struct GemmBsrWgmma {
             }
             // Slices of the CTA's earlier tiles.
             int before = 0;
-            int w = bsr_wgmma::work_item(0, cta, ctas);
-            Tile t = tile_or_none(w);
-            for (int r = 0; w < tiles; ++r) {
+            for_each_tile(cta, ctas, tiles, tile_or_none, [&](const Tile& t) {
                 const int s0 = t.s0, m0 = t.m0;
                 const int slices = t.steps * kKSub;
-                w = bsr_wgmma::work_item(r + 1, cta, ctas);
-                const Tile next = tile_or_none(w);
                 auto info_at = [&](int sl) {
                     return sl < slices ? (u32)p.step_info[s0 + sl / kKSub] : 0u;
                 };
@@ -912,8 +924,7 @@ struct GemmBsrWgmma {
                     first1 = first2;
                 }
                 before += slices;
-                t = next;
-            }
+            });
             return;
         }
 
@@ -922,11 +933,7 @@ struct GemmBsrWgmma {
         float acc_up[kDual ? G : 1][kDual ? kAcc : 1];
         int stage = 0;
         u32 phase = 0;
-        int w = bsr_wgmma::work_item(0, cta, ctas);
-        Tile t = tile_or_none(w);
-        for (int r = 0; w < tiles; ++r) {
-            w = bsr_wgmma::work_item(r + 1, cta, ctas);
-            const Tile next = tile_or_none(w);
+        for_each_tile(cta, ctas, tiles, tile_or_none, [&](const Tile& t) {
 #pragma unroll
             for (int g = 0; g < G; ++g)
 #pragma unroll
@@ -937,8 +944,7 @@ struct GemmBsrWgmma {
             const int slices = t.steps * kKSub;
             consume(ring, full, empty, masks, slices, tid, acc, acc_up, stage, phase);
             store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up);
-            t = next;
-        }
+        });
     }
 };
 
