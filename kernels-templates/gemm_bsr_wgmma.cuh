@@ -63,7 +63,12 @@
 // above; rows (and in a window, columns) of A outside [M, K] arrive as zeros. A is read through
 // a tensor map over [M, K], the kept blocks through one over the packed weight seen as a
 // [kept * BR, BC] matrix (block b's k slice ks, atom a: box at column ks * BKB + a * SWB, row
-// b * BR).
+// b * BR). WIDE (a slice's piece of a block is the whole block, in atoms of rows narrower than
+// 128 bytes, e.g. 32 x 32 blocks): the kernel reads a copy of the packed weight whose blocks the
+// host rearranged (mlpc-codegen `wide_block_perm`, applied by the runtime at load) so that one box
+// of the block's BR * BC * 2 / 128 rows of 128 bytes, written with the 128B swizzle into its
+// 1024-aligned slot, lands as exactly the slot's image above: the copy engine's cost follows the
+// rows of its boxes, and these are half (or a quarter) as many.
 //
 // Pipeline (as GemmWgmmaTma): STAGES stages with a `full` and an `empty` mbarrier and a mask
 // word each; the CTA's slices are numbered across its tiles, slice s in stage s % STAGES. Up to
@@ -87,11 +92,13 @@ namespace mlpc {
 /// piece of a slice is loaded into registers once (`ldmatrix`) and every kept row's wgmma reads
 /// it from there (the `wgmma` RS form), instead of each wgmma reading it from shared memory.
 /// WB: block columns per slice (a K window of WB whole blocks, BK = WB * BC), or 1 (a slice is
-/// BK of one block column, BK dividing BC).
-template <int BM_, int G_, int BK_, int STAGES_, bool A_REGS_ = false, int WB_ = 1>
+/// BK of one block column, BK dividing BC). WIDE: each kept block is copied as one box of
+/// 128-byte rows from the packed weight rearranged into its slot's image (see "Loads").
+template <int BM_, int G_, int BK_, int STAGES_, bool A_REGS_ = false, int WB_ = 1,
+          bool WIDE_ = false>
 struct BsrWgmmaConfig {
     static constexpr int BM = BM_, G = G_, BK = BK_, STAGES = STAGES_, WB = WB_;
-    static constexpr bool A_REGS = A_REGS_;
+    static constexpr bool A_REGS = A_REGS_, WIDE = WIDE_;
     static constexpr int kWarpgroups = BM / 64;
     /// The consumer warpgroups, then the producer warpgroup (ptxas budgets registers by whole
     /// warpgroups); `setmaxnreg` moves registers from the producer to the consumers.
@@ -543,7 +550,8 @@ struct Mma<f16, 256> {
 /// block (BR a wgmma N: 8, 16, 24, 32, 48, 64, 96, 128, 192 or 256; BC a multiple of BK); `Cfg` a
 /// `BsrWgmmaConfig`; `Epi` a `SingleEpilogue` or `DualEpilogue`. `map_a` reads A in boxes of BM
 /// rows x SW columns, `map_b` (`map_bu`) the packed blocks as a [kept * BR, BC] matrix in boxes of
-/// BR rows x SW columns, both with the swizzle of SW-element rows. Launch with `kThreads`
+/// BR rows x SW columns, both with the swizzle of SW-element rows (WIDE: the rearranged blocks
+/// as a [kept * kWideRows, 64] matrix in boxes of one block's kWideRows rows). Launch with `kThreads`
 /// threads, grid `(ceil(M / BM), ceil(block rows / G))` and `kSmemBytes` bytes of dynamic shared
 /// memory; compile for sm_90a.
 template <class T, int BR, int BC, class Cfg, class Epi>
@@ -564,6 +572,8 @@ struct GemmBsrWgmma {
     static constexpr int SWB = bsr_wgmma::SliceAtom<BKB>::SW;
     static constexpr int kAtoms = BK / SW;
     static constexpr int kAtomsB = BKB / SWB;
+    /// WIDE: a block's box rows of 128 bytes.
+    static constexpr int kWideRows = BR * BC * 2 / 128;
     /// Producer warps filling the ring, slice s by warp s % kProducerWarps: a divisor of STAGES,
     /// so that each stage is always filled by the same warp, in slice order. At most STAGES: a
     /// warp whose slices were more than a lap apart could pass its parity wait on a stage a lap
@@ -592,6 +602,8 @@ struct GemmBsrWgmma {
     static_assert(kTileABytes % 1024 == 0, "the slots start on a swizzle period");
     static_assert(kSlotBytes % (8 * 2 * SWB) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
+    static_assert(!Cfg::WIDE || (BKB == BC && kSlotBytes % 1024 == 0 && kWideRows <= 256),
+                  "wide copies: whole blocks of whole 128B swizzle periods, at most 256 box rows");
 
     /// Calls `mma(g, ja, b_j)` for every block of the slice in stage `sa` that mask bit
     /// w * G + g keeps (block row g, window column w) and every k16 step j of its piece: `ja`
@@ -622,8 +634,8 @@ struct GemmBsrWgmma {
     ///   done and release the stage. No wgmma stays in flight across slices: a wgmma reads its A
     ///   registers until it completes, and ptxas serialises every wgmma of a kernel in which
     ///   another instruction may write such registers while one is in flight (C7513). A form
-    ///   with two fragment sets in turn compiles unserialised but is not measured yet
-    ///   (docs/experiments/bsr-rs-in-flight.patch, perf-notes "Next steps" 2).
+    ///   with two fragment sets in turn compiles unserialised but measured 16 % slower: holding
+    ///   a second stage starves the copy side (docs/perf-notes.md, block-sparse variant 9).
     /// - otherwise: the wgmmas of the kept rows reading A through its descriptor, commit, wait
     ///   until the slice kInFlight before is done and release its stage; at the end of the tile,
     ///   wait for every wgmma and release the stages still held.
@@ -905,16 +917,24 @@ struct GemmBsrWgmma {
                     for (u32 rest = mask; rest != 0u; rest &= rest - 1u, ++j) {
                         // Mask bit k = w * G + g: block row g, window column w, slot k.
                         const int k = __ffs(rest) - 1;
-                        const int row = __shfl_sync(0xffffffffu, blk, j) * BR;
+                        const int b = __shfl_sync(0xffffffffu, blk, j);
                         if (lane != 0) continue;
                         const u32 slot = sa + kTileABytes + k * kSlotBytes;
-#pragma unroll
-                        for (int a = 0; a < kAtomsB; ++a) {
-                            const int x = ks * BKB + a * SWB;
-                            tma_load_2d(slot + a * (BR * 2 * SWB), map_b, x, row, bar);
+                        if constexpr (Cfg::WIDE) {
+                            // The whole block: box rows b * kWideRows .. of the rearranged copy.
+                            tma_load_2d(slot, map_b, 0, b * kWideRows, bar);
                             if constexpr (kDual) {
-                                tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SWB), map_bu, x,
-                                            row, bar);
+                                tma_load_2d(slot + kSlotsBytes, map_bu, 0, b * kWideRows, bar);
+                            }
+                        } else {
+#pragma unroll
+                            for (int a = 0; a < kAtomsB; ++a) {
+                                const int x = ks * BKB + a * SWB;
+                                tma_load_2d(slot + a * (BR * 2 * SWB), map_b, x, b * BR, bar);
+                                if constexpr (kDual) {
+                                    tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SWB), map_bu,
+                                                x, b * BR, bar);
+                                }
                             }
                         }
                     }

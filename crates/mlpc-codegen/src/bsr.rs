@@ -26,7 +26,9 @@
 use crate::cpp::{self, Symbols};
 use crate::gemm::{a_layout, check_output_columns, epilogue_code, Config};
 use crate::view::matrix_view;
-use crate::{dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch, Param};
+use crate::{
+    dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch, Param, Relayout,
+};
 use mlpc_ir::{BlockPattern, DType, Extent, MatLayout, SparseGemm};
 use std::fmt::Write;
 
@@ -121,6 +123,11 @@ pub(crate) struct WgmmaBsr {
     pub stages: u32,
     /// The A piece of a slice read into registers once and shared by the kept rows' wgmmas.
     pub a_regs: bool,
+    /// Each kept block copied as one box of 128-byte rows from a copy of the packed weight
+    /// rearranged into the shared-memory image of its slot ([`wide_block_perm`]), instead of
+    /// boxes of its own narrower rows: the copy engine's cost follows the rows of its boxes
+    /// (docs/perf-notes.md, block-sparse variant 9).
+    pub wide: bool,
 }
 
 impl WgmmaBsr {
@@ -153,11 +160,17 @@ impl WgmmaBsr {
         slice_atom(self.bk / self.wb)
     }
 
+    /// Box rows of a kept block in the wide form: its bytes in rows of 128.
+    pub fn wide_rows(br: u32, bc: u32) -> u32 {
+        br * bc * 2 / 128
+    }
+
     pub fn template(&self) -> String {
-        let tail = match (self.a_regs, self.wb) {
-            (false, 1) => String::new(),
-            (true, 1) => ", true".to_string(),
-            (a_regs, wb) => format!(", {a_regs}, {wb}"),
+        let tail = match (self.a_regs, self.wb, self.wide) {
+            (false, 1, false) => String::new(),
+            (true, 1, false) => ", true".to_string(),
+            (a_regs, wb, false) => format!(", {a_regs}, {wb}"),
+            (a_regs, wb, true) => format!(", {a_regs}, {wb}, true"),
         };
         format!(
             "mlpc::BsrWgmmaConfig<{}, {}, {}, {}{tail}>",
@@ -228,6 +241,14 @@ pub(crate) fn select_wgmma(
     // rows' wgmmas then read only their block from shared memory (docs/perf-notes.md,
     // block-sparse variant 5: 10-11 % faster at density 0.5, 6-9 % at 0.25 and 0.1).
     let a_regs = matches!(br, 16 | 32 | 64);
+    // The wide block copies: where a slice takes whole blocks whose atom rows are narrower than
+    // 128 bytes, and a block is whole 1024-byte periods of the 128B swizzle (so that every slot
+    // starts on one) of at most 256 box rows.
+    let bkb = bk / wb;
+    let wide = bkb == bc
+        && slice_atom(bkb) < 64
+        && (br * bc * 2) % 1024 == 0
+        && WgmmaBsr::wide_rows(br, bc) <= 256;
     (stages >= 3).then_some(WgmmaBsr {
         bm,
         g,
@@ -235,7 +256,38 @@ pub(crate) fn select_wgmma(
         wb,
         stages,
         a_regs,
+        wide,
     })
+}
+
+/// The wide form's rearrangement of one packed block (`br` x `bc`, row-major, 16-bit elements) in
+/// 16-byte chunks: device chunk `d` is packed chunk `perm[d]`. The device block, copied as
+/// `br * bc * 2 / 128` box rows of 128 bytes with the 128B swizzle into a 1024-aligned slot, lands
+/// as the slot's image: atom column `a` (of `swb = slice_atom(bc)` elements) at byte
+/// `a * br * 2 * swb`, its row `n` at `n * 2 * swb` within it, chunk `c` of the row at chunk
+/// position `c ^ ((n >> s) & (swb / 8 - 1))` (the atom's own swizzle, `bsr_wgmma::Atom`).
+pub(crate) fn wide_block_perm(br: u32, bc: u32) -> Vec<u32> {
+    let swb = slice_atom(bc);
+    let shift = match swb {
+        64 => 0,
+        32 => 1,
+        _ => 2,
+    };
+    let (row_bytes, atom_bytes) = (2 * swb, br * 2 * swb);
+    let chunks = br * bc * 2 / 16;
+    (0..chunks)
+        .map(|d| {
+            // The copy engine writes device chunk d (box row d / 8, chunk d % 8) at slot chunk
+            // position s: the 128B swizzle XORs the chunk with the row's place in its period.
+            let (row, q) = (d / 8, d % 8);
+            let at = (row * 8 + (q ^ (row % 8))) * 16;
+            // What the slot holds there.
+            let (a, within) = (at / atom_bytes, at % atom_bytes);
+            let (n, pos) = (within / row_bytes, within % row_bytes / 16);
+            let c = pos ^ ((n >> shift) & (swb / 8 - 1));
+            (n * bc + a * swb + c * 8) / 8
+        })
+        .collect()
 }
 
 /// The k loop of every group of `g` consecutive block rows, as `GemmBsrWgmma` reads it.
@@ -470,14 +522,20 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     let mut maps: Vec<(&str, Param)> = Vec::new();
     match hopper {
         Some(h) => {
-            let rows = Extent::constant(p.kept.len() as u64 * u64::from(br));
+            // Wide: the rearranged blocks as a [kept * wide_rows, 64] matrix of 128-byte rows.
+            let (rows, cols, box_rows, box_cols) = if h.wide {
+                let r = WgmmaBsr::wide_rows(br, bc);
+                (u64::from(r), 64, r, 64)
+            } else {
+                (u64::from(br), u64::from(bc), br, h.block_atom())
+            };
             let blocks = |buf: usize| Param::TensorMap {
                 buffer: ctx.kernel.args[buf],
-                rows: rows.clone(),
-                cols: Extent::constant(u64::from(bc)),
-                row_stride: Extent::constant(u64::from(bc)),
-                box_rows: br,
-                box_cols: h.block_atom(),
+                rows: Extent::constant(p.kept.len() as u64 * rows),
+                cols: Extent::constant(cols),
+                row_stride: Extent::constant(cols),
+                box_rows,
+                box_cols,
             };
             maps.push((
                 "tm_a",
@@ -609,6 +667,19 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         },
         params,
         small_m: None,
+        relayouts: match hopper {
+            Some(h) if h.wide => {
+                let perm = wide_block_perm(br, bc);
+                (1..nmat)
+                    .map(|i| Relayout {
+                        buffer: ctx.kernel.args[i],
+                        chunk_bytes: 16,
+                        perm: perm.clone(),
+                    })
+                    .collect()
+            }
+            _ => Vec::new(),
+        },
     })
 }
 
@@ -772,11 +843,14 @@ mod tests {
             "const u32 mask = ld_shared_u32(masks + 4 * stage);",
             "store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up);",
             "const int k = __ffs(rest) - 1;",
-            "const int row = __shfl_sync(0xffffffffu, blk, j) * BR;",
+            "const int b = __shfl_sync(0xffffffffu, blk, j);",
             "const u32 slot = sa + kTileABytes + k * kSlotBytes;",
+            "tma_load_2d(slot, map_b, 0, b * kWideRows, bar);",
+            "tma_load_2d(slot + kSlotsBytes, map_bu, 0, b * kWideRows, bar);",
+            "static constexpr int kWideRows = BR * BC * 2 / 128;",
             "const int x = ks * BKB + a * SWB;",
-            "tma_load_2d(slot + a * (BR * 2 * SWB), map_b, x, row, bar);",
-            "tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SWB), map_bu, x,",
+            "tma_load_2d(slot + a * (BR * 2 * SWB), map_b, x, b * BR, bar);",
+            "tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SWB), map_bu,",
             "const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));",
             "if (((mask >> (w * G + g)) & 1u) == 0) continue;",
             "const u64 db = bsr_wgmma::make_desc<SWB>(sa + kTileABytes + (w * G + g) * kSlotBytes);",
@@ -998,6 +1072,26 @@ mod tests {
                         // box rows blk * BR .. of the packed [kept * BR, BC] matrix.
                         let (brow, bcol) = pattern.kept[blk];
                         let slot_at = stage + tile_a + k * slot;
+                        if cfg.wide {
+                            // One box of 128-byte rows from the rearranged copy: its element
+                            // (r, i) is element e of packed chunk perm[r * 8 + i / 8] of the block.
+                            let perm = wide_block_perm(br, bc);
+                            for (up, at) in [(false, slot_at), (true, slot_at + slots)] {
+                                if up && !dual {
+                                    continue;
+                                }
+                                let rows = WgmmaBsr::wide_rows(br, bc);
+                                box_copy(smem, at, rows, 64, &|r, i| {
+                                    let e = perm[(r * 8 + i / 8) as usize] * 8 + i % 8;
+                                    Elem::W {
+                                        up,
+                                        n: u64::from(brow * br + e / bc),
+                                        k: u64::from(bcol * bc + e % bc),
+                                    }
+                                });
+                            }
+                            continue;
+                        }
                         for a in 0..bkb / swb {
                             let x = ks * bkb + a * swb;
                             for (up, at) in [(false, slot_at), (true, slot_at + slots)] {
@@ -1142,15 +1236,29 @@ mod tests {
         out
     }
 
-    fn check(pattern: &BlockPattern, dual: bool, m: u64, expect: Option<(u32, u32, u32)>) {
+    /// Emulates the configuration `select_wgmma` picks (and, where it copies blocks wide, also
+    /// the form with boxes of their own rows) against the pruned GEMM.
+    fn check(pattern: &BlockPattern, dual: bool, m: u64, expect: Option<(u32, u32, u32, bool)>) {
         let la = (MatLayout::N, &Extent::constant(pattern.inp));
         let cfg = select_wgmma(Arch::Sm90a, DType::Bf16, dual, la, pattern)
             .unwrap_or_else(|| panic!("{:?} takes the wgmma kernel", pattern.block));
-        if let Some((g, bk, wb)) = expect {
-            assert_eq!((cfg.g, cfg.bk, cfg.wb), (g, bk, wb), "{:?}", pattern.block);
+        if let Some((g, bk, wb, wide)) = expect {
+            assert_eq!(
+                (cfg.g, cfg.bk, cfg.wb, cfg.wide),
+                (g, bk, wb, wide),
+                "{:?}",
+                pattern.block
+            );
         }
+        check_cfg(pattern, cfg, dual, m);
+        if cfg.wide {
+            check_cfg(pattern, WgmmaBsr { wide: false, ..cfg }, dual, m);
+        }
+    }
+
+    fn check_cfg(pattern: &BlockPattern, cfg: WgmmaBsr, dual: bool, m: u64) {
         let (acc, acc_up, written) = emulate(pattern, cfg, dual, m);
-        let what = format!("{:?} dual={dual} M={m}", pattern.block);
+        let what = format!("{:?} dual={dual} M={m} wide={}", pattern.block, cfg.wide);
         let nonzero = |a: &Acc| -> Acc {
             a.iter()
                 .filter(|e| *e.1 != 0.0)
@@ -1226,22 +1334,24 @@ mod tests {
         // in 128-byte rows, blocks in 64-byte ones; K an odd number of block columns, so the
         // last window is half outside A), 32-wide blocks one per slice (G = 16), tall blocks,
         // a last group with fewer rows, dual; long k loops that wrap the ring several times.
-        type Case = ([u32; 2], u64, u64, bool, (u32, u32, u32));
+        // Blocks whose rows are narrower than 128 bytes and whose bytes are whole 1024-byte
+        // periods are copied wide (the last field); both forms are emulated for them.
+        type Case = ([u32; 2], u64, u64, bool, (u32, u32, u32, bool));
         let cases: [Case; 14] = [
-            ([32, 32], 256, 2048, false, (8, 64, 2)),
-            ([64, 64], 256, 1024, true, (2, 64, 1)),
-            ([32, 32], 384, 224, false, (8, 64, 2)),
-            ([16, 16], 256, 64, false, (16, 16, 1)),
-            ([64, 64], 256, 256, false, (4, 64, 1)),
-            ([16, 48], 96, 144, false, (6, 48, 1)),
-            ([16, 128], 64, 256, false, (4, 64, 1)),
-            ([8, 16], 256, 64, false, (16, 16, 1)),
-            ([192, 32], 384, 64, false, (1, 32, 1)),
-            ([32, 32], 256, 128, true, (4, 64, 2)),
-            ([16, 16], 160, 64, true, (8, 16, 1)),
-            ([64, 32], 192, 96, true, (2, 64, 2)),
-            ([16, 32], 256, 160, false, (16, 32, 1)),
-            ([16, 32], 128, 480, true, (8, 64, 2)),
+            ([32, 32], 256, 2048, false, (8, 64, 2, true)),
+            ([64, 64], 256, 1024, true, (2, 64, 1, false)),
+            ([32, 32], 384, 224, false, (8, 64, 2, true)),
+            ([16, 16], 256, 64, false, (16, 16, 1, false)),
+            ([64, 64], 256, 256, false, (4, 64, 1, false)),
+            ([16, 48], 96, 144, false, (6, 48, 1, false)),
+            ([16, 128], 64, 256, false, (4, 64, 1, false)),
+            ([8, 16], 256, 64, false, (16, 16, 1, false)),
+            ([192, 32], 384, 64, false, (1, 32, 1, true)),
+            ([32, 32], 256, 128, true, (4, 64, 2, true)),
+            ([16, 16], 160, 64, true, (8, 16, 1, false)),
+            ([64, 32], 192, 96, true, (2, 64, 2, true)),
+            ([16, 32], 256, 160, false, (16, 32, 1, true)),
+            ([16, 32], 128, 480, true, (8, 64, 2, true)),
         ];
         for (i, (block, out, inp, dual, expect)) in cases.into_iter().enumerate() {
             let p = scattered(block, out, inp, 0.45, 17 + i as u64, Some(1));
@@ -1338,6 +1448,35 @@ mod tests {
         assert_eq!(wb(&single).0, 1);
     }
 
+    /// The wide rearrangement is a permutation of each block's chunks, and `Relayout::apply`
+    /// moves each chunk where it says (the emulator proves that the copies then land as the
+    /// slots' images).
+    #[test]
+    fn the_wide_rearrangement_permutes_each_block() {
+        for [br, bc] in [[32, 32], [16, 32], [64, 32], [192, 32], [32, 16]] {
+            let perm = wide_block_perm(br, bc);
+            let mut sorted = perm.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..br * bc / 8).collect::<Vec<_>>(), "{br}x{bc}");
+            assert_ne!(perm, sorted, "{br}x{bc}: the swizzles move chunks");
+        }
+        let r = Relayout {
+            buffer: 1,
+            chunk_bytes: 2,
+            perm: vec![2, 0, 1],
+        };
+        assert_eq!(
+            r.apply(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]).unwrap(),
+            [4, 5, 0, 1, 2, 3, 10, 11, 6, 7, 8, 9]
+        );
+        assert_eq!(r.apply(&[0; 8]), None, "not whole periods");
+        let twice = Relayout {
+            perm: vec![0, 0, 1],
+            ..r
+        };
+        assert_eq!(twice.apply(&[0; 6]), None, "not a permutation");
+    }
+
     #[test]
     fn only_sm_90a_half_k_contiguous_blocks_of_a_wgmma_height_take_the_kernel() {
         let p = |block: [u32; 2]| scattered(block, 3840, 768, 0.5, 2, None);
@@ -1355,6 +1494,7 @@ mod tests {
                 wb: 2,
                 stages: 4,
                 a_regs: true,
+                wide: true,
             })
         );
         assert!(pick(Arch::Sm90a, DType::F16, false, n, &b32).is_some());

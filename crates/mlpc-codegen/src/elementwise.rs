@@ -227,5 +227,6 @@ pub fn generate(ctx: &Ctx<'_>) -> Result<CudaKernel, CodegenError> {
         },
         params,
         small_m: None,
+        relayouts: Vec::new(),
     })
 }

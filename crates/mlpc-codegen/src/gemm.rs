@@ -509,6 +509,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         },
         params,
         small_m,
+        relayouts: Vec::new(),
     })
 }
 

@@ -55,6 +55,11 @@
 //!   without variants. A variant's own [`Launch`] holds its dynamic shared memory (the rule above
 //!   applies to each entry) and its grid; a grid with `y > 1` belongs to an entry compiled with
 //!   that many CTAs per cluster along y (`__cluster_dims__`), which ordinary launches honour.
+//! - Relayouts ([`CudaKernel::relayouts`], sm_90a block-sparse kernels): a weight the kernel reads
+//!   with its bytes permuted within fixed periods ([`Relayout`]). The runtime uploads the permuted
+//!   copy once, when it loads the kernel, and passes its address (and describes it in tensor
+//!   maps) wherever the kernel's arguments name that buffer; the plan's weight itself is
+//!   unchanged. JSON without `relayouts` is a kernel that reads its weights as the plan has them.
 
 mod bsr;
 mod cpp;
@@ -142,6 +147,51 @@ pub struct CudaKernel {
     /// Entries for small `M` in the same module (see the crate's ABI notes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub small_m: Option<SmallM>,
+    /// Weights this kernel reads in a byte order of its own (see the crate's ABI notes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relayouts: Vec<Relayout>,
+}
+
+/// A weight buffer a kernel reads rearranged: the runtime gives this kernel's arguments naming
+/// `buffer` a copy of the weight in which chunk `i` of every period of `perm.len()` chunks of
+/// `chunk_bytes` bytes is chunk `perm[i]` of the same period of the plan's weight. The weight's
+/// size is a whole number of periods and `perm` is a permutation of `0 .. perm.len()`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Relayout {
+    pub buffer: BufferId,
+    pub chunk_bytes: u32,
+    pub perm: Vec<u32>,
+}
+
+impl Relayout {
+    /// The period in bytes.
+    pub fn period_bytes(&self) -> usize {
+        self.perm.len() * self.chunk_bytes as usize
+    }
+
+    /// `bytes` rearranged; `None` when they are not a whole number of periods or `perm` is not
+    /// a permutation.
+    pub fn apply(&self, bytes: &[u8]) -> Option<Vec<u8>> {
+        let (chunk, period) = (self.chunk_bytes as usize, self.period_bytes());
+        let mut seen = vec![false; self.perm.len()];
+        for &p in &self.perm {
+            let slot = seen.get_mut(p as usize)?;
+            if std::mem::replace(slot, true) {
+                return None;
+            }
+        }
+        if chunk == 0 || period == 0 || !bytes.len().is_multiple_of(period) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(bytes.len());
+        for src in bytes.chunks_exact(period) {
+            for &p in &self.perm {
+                let at = p as usize * chunk;
+                out.extend_from_slice(&src[at..at + chunk]);
+            }
+        }
+        Some(out)
+    }
 }
 
 /// The small-M entries of a GEMM kernel: weight-streaming variants for few output rows.
@@ -175,8 +225,18 @@ impl CudaKernel {
                 serde_json::to_string(s).unwrap_or_default()
             )
         });
+        let relayouts: String = self
+            .relayouts
+            .iter()
+            .map(|r| {
+                format!(
+                    "relayout: buffer {}, {}-byte chunks, period {:?}\n",
+                    r.buffer, r.chunk_bytes, r.perm
+                )
+            })
+            .collect();
         format!(
-            "entry: {}\nlaunch: {launch}\nparams: {params}\n{small}\n{}",
+            "entry: {}\nlaunch: {launch}\nparams: {params}\n{small}{relayouts}\n{}",
             self.entry, self.source
         )
     }

@@ -77,14 +77,50 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
                 .collect();
             let bk = [64, 48, 32, 16].into_iter().find(|d| bc % d == 0).unwrap();
             let sw = [64, 32, 16].into_iter().find(|w| bk % w == 0).unwrap();
-            let windows = k.source.contains(", 2>;");
+            // `BsrWgmmaConfig<BM, G, BK, STAGES[, A_REGS[, WB[, WIDE]]]>`.
+            let config = k
+                .source
+                .split("mlpc::BsrWgmmaConfig<")
+                .nth(1)
+                .and_then(|s| s.split('>').next())
+                .unwrap_or_else(|| panic!("{}: no config", k.name));
+            let field = |i: usize| config.split(", ").nth(i);
+            let windows = field(5) == Some("2");
+            let wide = field(6) == Some("true");
             assert!(!windows || (bc == 32 && 2 * g <= 16), "{}", k.name);
+            // Wide block copies exactly where a slice takes whole blocks of rows narrower than
+            // 128 bytes that are whole 1024-byte periods of at most 256 rows of 128 bytes.
+            let rows = br * bc * 2 / 128;
+            let whole = windows || bk == bc;
+            assert_eq!(
+                wide,
+                whole && sw < 64 && (br * bc * 2) % 1024 == 0 && rows <= 256,
+                "{}",
+                k.name
+            );
             let sw_a = if windows { 64 } else { sw };
-            let mut expect = vec![(128, sw_a), (br, sw)];
+            let block_box = if wide { (rows, 64) } else { (br, sw) };
+            let mut expect = vec![(128, sw_a), block_box];
             if dual {
-                expect.push((br, sw));
+                expect.push(block_box);
             }
             assert_eq!(maps, expect, "{}", k.name);
+            // The rearranged weights: the packed blocks (and the up blocks), one period a block.
+            let relaid: Vec<(usize, usize)> = k
+                .relayouts
+                .iter()
+                .map(|r| (r.buffer, r.perm.len() * r.chunk_bytes as usize))
+                .collect();
+            let mut expect: Vec<(usize, usize)> = Vec::new();
+            if wide {
+                let block_bytes = (br * bc * 2) as usize;
+                expect.extend(
+                    pk.args[1..if dual { 3 } else { 2 }]
+                        .iter()
+                        .map(|&b| (b, block_bytes)),
+                );
+            }
+            assert_eq!(relaid, expect, "{}", k.name);
             assert!(g * u64::from(br) <= if dual { 128 } else { 256 });
             let Grid::Persistent {
                 n: cols,

@@ -26,21 +26,25 @@ fn hopper_kernels() -> Vec<CudaKernel> {
         .collect()
 }
 
+/// The `mlpc::BsrWgmmaConfig<...` text of `k`'s source, up to its closing `>`.
+fn config_of(k: &CudaKernel) -> Option<&str> {
+    let at = k.source.find("mlpc::BsrWgmmaConfig<")?;
+    let end = at + k.source[at..].find('>')?;
+    Some(&k.source[at..end])
+}
+
 /// `k` with A read by the wgmmas from shared memory (the descriptor form) where the rule chose A
 /// from registers (`BsrWgmmaConfig`'s A_REGS, block heights 16, 32 and 64): the descriptor form
 /// is what every other block height runs, so it is compiled for every plan.
 fn with_a_from_shared(k: &CudaKernel) -> Option<CudaKernel> {
-    let at = k.source.find("mlpc::BsrWgmmaConfig<")?;
-    let end = at + k.source[at..].find('>')?;
-    let config = &k.source[at..end];
-    // `, true` or, with windows of WB block columns, `, true, WB`.
-    let plain = match config.strip_suffix(", true") {
-        Some(plain) => plain.to_string(),
-        None => {
-            let (head, wb) = config.rsplit_once(", ")?;
-            format!("{}, false, {wb}", head.strip_suffix(", true")?)
-        }
-    };
+    let config = config_of(k)?;
+    // `<BM, G, BK, STAGES, A_REGS[, WB[, WIDE]]`: A_REGS set to false.
+    let mut fields: Vec<&str> = config.split(", ").collect();
+    if fields.get(4) != Some(&"true") {
+        return None;
+    }
+    fields[4] = "false";
+    let plain = fields.join(", ");
     Some(CudaKernel {
         source: k.source.replacen(config, &plain, 1),
         name: format!("{}_a_shared", k.name),
@@ -105,7 +109,7 @@ fn bsr_wgmma_kernels_compile_for_sm_90a_without_local_memory_or_serialised_wgmma
         // A from registers: fragments through ldmatrix, no A descriptor.
         assert_eq!(
             c.ptx.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
-            k.source.contains(", true>;") || k.source.contains(", true, 2>;"),
+            config_of(k).and_then(|c| c.split(", ").nth(4)) == Some("true"),
             "{}",
             k.name
         );

@@ -124,9 +124,11 @@ pub struct Executable {
     device: Device,
     plan: Plan,
     kernels: Vec<Loaded>,
-    /// Weights by buffer id; `None` for the other kinds.
+    /// Weights by buffer id (`None` for the other kinds and for weights only read rearranged),
+    /// then the rearranged copies kernels read (`CudaKernel::relayouts`), whose ids follow the
+    /// plan's buffers: `relay_weights`.
     weights: Vec<Option<DeviceTensor>>,
-    /// Element type of every buffer by id (tensor-map arguments).
+    /// Element type of every buffer by id, the rearranged copies included (tensor-map arguments).
     dtypes: Vec<mlpc_ir::DType>,
 }
 
@@ -209,8 +211,71 @@ fn mismatch_arg(plan: &Plan, kernel: &str, e: ArgError) -> RuntimeError {
     }
 }
 
+/// Uploads the rearranged weight copies the kernels ask for (`CudaKernel::relayouts`) and points
+/// their arguments at them: copy i gets buffer id `plan.buffers.len() + i` (kernels asking for the
+/// same rearrangement of the same weight share one copy). Returns the copies with the ids of the
+/// weights they were made from.
+fn relay_weights(
+    device: &Device,
+    plan: &Plan,
+    kernels: &mut [Loaded],
+    weights: &dyn Fn(&str) -> Option<Arc<HostTensor>>,
+) -> Result<Vec<(usize, DeviceTensor)>, RuntimeError> {
+    let mut made: Vec<(mlpc_codegen::Relayout, usize)> = Vec::new();
+    let mut copies: Vec<(usize, DeviceTensor)> = Vec::new();
+    for k in kernels.iter_mut() {
+        for r in k.kernel.relayouts.clone() {
+            let id = match made.iter().find(|(m, _)| *m == r) {
+                Some(&(_, id)) => id,
+                None => {
+                    let b = plan
+                        .buffers
+                        .get(r.buffer)
+                        .filter(|b| b.kind == BufferKind::Weight);
+                    let Some(b) = b else {
+                        return Err(RuntimeError::Mismatch(format!(
+                            "kernel `{}` rearranges buffer {}, which is not a weight of the plan",
+                            k.kernel.name, r.buffer
+                        )));
+                    };
+                    let data = weights(&b.name)
+                        .ok_or_else(|| RuntimeError::MissingWeight(b.name.clone()))?;
+                    let bytes = r.apply(data.bytes()).ok_or_else(|| {
+                        RuntimeError::Mismatch(format!(
+                            "kernel `{}` reads weight `{}` ({} bytes) rearranged in periods of {} \
+                             bytes: not a whole number of periods, or not a permutation",
+                            k.kernel.name,
+                            b.name,
+                            data.bytes().len(),
+                            r.period_bytes()
+                        ))
+                    })?;
+                    let host = HostTensor::from_bytes(data.dtype(), data.shape().to_vec(), bytes)
+                        .map_err(|e| RuntimeError::Mismatch(format!("{e}")))?;
+                    let id = plan.buffers.len() + copies.len();
+                    copies.push((r.buffer, device.upload(&host)?));
+                    made.push((r.clone(), id));
+                    id
+                }
+            };
+            for p in &mut k.kernel.params {
+                match p {
+                    Param::Buffer { buffer } | Param::TensorMap { buffer, .. }
+                        if *buffer == r.buffer =>
+                    {
+                        *buffer = id
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(copies)
+}
+
 impl Executable {
-    /// Loads every kernel image and uploads every weight of `plan`.
+    /// Loads every kernel image and uploads every weight of `plan` (or the rearranged copies its
+    /// kernels read instead).
     pub fn load(
         device: &Device,
         plan: &Plan,
@@ -279,15 +344,30 @@ impl Executable {
                 small_m,
             });
         }
-        let mut uploaded = Vec::with_capacity(plan.buffers.len());
-        for b in &plan.buffers {
-            uploaded.push(if b.kind == BufferKind::Weight {
+        let relaid = relay_weights(device, plan, &mut kernels, weights)?;
+        // A weight every kernel reads rearranged is not uploaded as the plan has it.
+        let named = |id: usize| {
+            kernels.iter().any(|k| {
+                k.kernel.params.iter().any(|p| match p {
+                    Param::Buffer { buffer } | Param::TensorMap { buffer, .. } => *buffer == id,
+                    Param::Dim { .. } => false,
+                })
+            })
+        };
+        let mut uploaded = Vec::with_capacity(plan.buffers.len() + relaid.len());
+        for (id, b) in plan.buffers.iter().enumerate() {
+            uploaded.push(if b.kind == BufferKind::Weight && named(id) {
                 let data =
                     weights(&b.name).ok_or_else(|| RuntimeError::MissingWeight(b.name.clone()))?;
                 Some(device.upload(&data)?)
             } else {
                 None
             });
+        }
+        let mut dtypes: Vec<mlpc_ir::DType> = plan.buffers.iter().map(|b| b.ty.dtype).collect();
+        for (_, t) in relaid {
+            dtypes.push(t.dtype);
+            uploaded.push(Some(t));
         }
         Ok(Executable {
             state: Mutex::new(State {
@@ -298,7 +378,7 @@ impl Executable {
             plan: plan.clone(),
             kernels,
             weights: uploaded,
-            dtypes: plan.buffers.iter().map(|b| b.ty.dtype).collect(),
+            dtypes,
         })
     }
 
@@ -429,8 +509,8 @@ impl Executable {
             bindings: bindings.clone(),
             buffers: Vec::with_capacity(n),
             outputs: Vec::new(),
-            addresses: vec![0; n],
-            lengths: vec![0; n],
+            addresses: vec![0; self.weights.len()],
+            lengths: vec![0; self.weights.len()],
             launches: self.resolve_launches(bindings)?,
             replay: Replay::default(),
         };
@@ -447,17 +527,25 @@ impl Executable {
                     s.lengths[id] = slice.len();
                     intermediate = Some(slice);
                 }
+                // A weight no kernel argument names (every kernel reads a rearranged copy)
+                // keeps address 0.
                 BufferKind::Weight => {
-                    let w = self.weights[id]
-                        .as_ref()
-                        .ok_or_else(|| RuntimeError::MissingWeight(b.name.clone()))?;
-                    s.addresses[id] = w.data.device_ptr(stream).0;
-                    s.lengths[id] = w.data.len();
+                    if let Some(w) = &self.weights[id] {
+                        s.addresses[id] = w.data.device_ptr(stream).0;
+                        s.lengths[id] = w.data.len();
+                    }
                 }
                 BufferKind::Output => s.outputs.push((id, self.shape_of(id, bindings)?)),
                 BufferKind::Input => {}
             }
             s.buffers.push(intermediate);
+        }
+        // The rearranged weight copies, after the plan's buffers.
+        for (id, w) in self.weights.iter().enumerate().skip(n) {
+            if let Some(w) = w {
+                s.addresses[id] = w.data.device_ptr(stream).0;
+                s.lengths[id] = w.data.len();
+            }
         }
         Ok(s)
     }
