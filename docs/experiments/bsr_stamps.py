@@ -2,7 +2,7 @@
 Hopper kernel write over its first output tile, from an `mlpc run` output file, and prints the
 per-slice times of docs/perf-notes.md (block-sparse variant 7).
 
-    git apply docs/experiments/bsr-stamps.patch     # applies to commit eb08021
+    git apply docs/experiments/bsr-stamps.patch     # applies to commit eb08021 and to the kernel of block-sparse variant 9
     scripts/gpu/build.sh
     # on the CUDA machine:
     mlpc gen-inputs bsr.json --bind T=4096 -o in.safetensors

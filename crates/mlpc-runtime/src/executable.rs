@@ -15,7 +15,7 @@ use crate::tensor_map::TensorMapError;
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr};
 use cudarc::nvrtc::Ptx;
-use mlpc_codegen::{CudaKernel, Launch, LaunchError, Param};
+use mlpc_codegen::{CudaKernel, Launch, LaunchError, Param, Relayout};
 use mlpc_ir::{Bindings, BufferKind, HostTensor, Plan};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -211,54 +211,22 @@ fn mismatch_arg(plan: &Plan, kernel: &str, e: ArgError) -> RuntimeError {
     }
 }
 
-/// Uploads the rearranged weight copies the kernels ask for (`CudaKernel::relayouts`) and points
-/// their arguments at them: copy i gets buffer id `plan.buffers.len() + i` (kernels asking for the
-/// same rearrangement of the same weight share one copy). Returns the copies with the ids of the
-/// weights they were made from.
-fn relay_weights(
-    device: &Device,
-    plan: &Plan,
-    kernels: &mut [Loaded],
-    weights: &dyn Fn(&str) -> Option<Arc<HostTensor>>,
-) -> Result<Vec<(usize, DeviceTensor)>, RuntimeError> {
-    let mut made: Vec<(mlpc_codegen::Relayout, usize)> = Vec::new();
-    let mut copies: Vec<(usize, DeviceTensor)> = Vec::new();
+/// Gives each distinct rearranged copy the kernels ask for (`CudaKernel::relayouts`, in kernel
+/// order) the buffer id `buffers + i` and points the arguments of the kernels that asked for it
+/// at that id. Returns, per copy, the rearrangement and the first kernel asking for it.
+fn assign_relayouts(buffers: usize, kernels: &mut [CudaKernel]) -> Vec<(Relayout, String)> {
+    let mut copies: Vec<(Relayout, String)> = Vec::new();
     for k in kernels.iter_mut() {
-        for r in k.kernel.relayouts.clone() {
-            let id = match made.iter().find(|(m, _)| *m == r) {
-                Some(&(_, id)) => id,
-                None => {
-                    let b = plan
-                        .buffers
-                        .get(r.buffer)
-                        .filter(|b| b.kind == BufferKind::Weight);
-                    let Some(b) = b else {
-                        return Err(RuntimeError::Mismatch(format!(
-                            "kernel `{}` rearranges buffer {}, which is not a weight of the plan",
-                            k.kernel.name, r.buffer
-                        )));
-                    };
-                    let data = weights(&b.name)
-                        .ok_or_else(|| RuntimeError::MissingWeight(b.name.clone()))?;
-                    let bytes = r.apply(data.bytes()).ok_or_else(|| {
-                        RuntimeError::Mismatch(format!(
-                            "kernel `{}` reads weight `{}` ({} bytes) rearranged in periods of {} \
-                             bytes: not a whole number of periods, or not a permutation",
-                            k.kernel.name,
-                            b.name,
-                            data.bytes().len(),
-                            r.period_bytes()
-                        ))
-                    })?;
-                    let host = HostTensor::from_bytes(data.dtype(), data.shape().to_vec(), bytes)
-                        .map_err(|e| RuntimeError::Mismatch(format!("{e}")))?;
-                    let id = plan.buffers.len() + copies.len();
-                    copies.push((r.buffer, device.upload(&host)?));
-                    made.push((r.clone(), id));
-                    id
-                }
-            };
-            for p in &mut k.kernel.params {
+        for r in k.relayouts.clone() {
+            let id = buffers
+                + match copies.iter().position(|(c, _)| *c == r) {
+                    Some(i) => i,
+                    None => {
+                        copies.push((r.clone(), k.name.clone()));
+                        copies.len() - 1
+                    }
+                };
+            for p in &mut k.params {
                 match p {
                     Param::Buffer { buffer } | Param::TensorMap { buffer, .. }
                         if *buffer == r.buffer =>
@@ -270,7 +238,55 @@ fn relay_weights(
             }
         }
     }
-    Ok(copies)
+    copies
+}
+
+/// Whether any argument of `kernels` names buffer `id`.
+fn named(kernels: &[CudaKernel], id: usize) -> bool {
+    kernels.iter().any(|k| {
+        k.params.iter().any(|p| match p {
+            Param::Buffer { buffer } | Param::TensorMap { buffer, .. } => *buffer == id,
+            Param::Dim { .. } => false,
+        })
+    })
+}
+
+/// Makes and uploads the rearranged weight copies of `assign_relayouts`, in its order.
+fn relay_weights(
+    device: &Device,
+    plan: &Plan,
+    copies: &[(Relayout, String)],
+    weights: &dyn Fn(&str) -> Option<Arc<HostTensor>>,
+) -> Result<Vec<DeviceTensor>, RuntimeError> {
+    copies
+        .iter()
+        .map(|(r, kernel)| {
+            let b = plan
+                .buffers
+                .get(r.buffer)
+                .filter(|b| b.kind == BufferKind::Weight)
+                .ok_or_else(|| {
+                    RuntimeError::Mismatch(format!(
+                        "kernel `{kernel}` rearranges buffer {}, which is not a weight of the plan",
+                        r.buffer
+                    ))
+                })?;
+            let data =
+                weights(&b.name).ok_or_else(|| RuntimeError::MissingWeight(b.name.clone()))?;
+            let bytes = r.apply(data.bytes()).ok_or_else(|| {
+                RuntimeError::Mismatch(format!(
+                    "kernel `{kernel}` reads weight `{}` ({} bytes) rearranged in periods of {} \
+                     bytes: not a whole number of periods, or not a permutation",
+                    b.name,
+                    data.bytes().len(),
+                    r.period_bytes()
+                ))
+            })?;
+            let host = HostTensor::from_bytes(data.dtype(), data.shape().to_vec(), bytes)
+                .map_err(|e| RuntimeError::Mismatch(format!("{e}")))?;
+            Ok(device.upload(&host)?)
+        })
+        .collect()
 }
 
 impl Executable {
@@ -344,19 +360,18 @@ impl Executable {
                 small_m,
             });
         }
-        let relaid = relay_weights(device, plan, &mut kernels, weights)?;
+        // Weights some kernels read rearranged: their copies get ids after the plan's buffers.
+        let mut specs: Vec<CudaKernel> = kernels.iter().map(|k| k.kernel.clone()).collect();
+        let copies = assign_relayouts(plan.buffers.len(), &mut specs);
+        let relaid = relay_weights(device, plan, &copies, weights)?;
+        for (k, spec) in kernels.iter_mut().zip(specs) {
+            k.kernel = spec;
+        }
+        let specs: Vec<CudaKernel> = kernels.iter().map(|k| k.kernel.clone()).collect();
         // A weight every kernel reads rearranged is not uploaded as the plan has it.
-        let named = |id: usize| {
-            kernels.iter().any(|k| {
-                k.kernel.params.iter().any(|p| match p {
-                    Param::Buffer { buffer } | Param::TensorMap { buffer, .. } => *buffer == id,
-                    Param::Dim { .. } => false,
-                })
-            })
-        };
         let mut uploaded = Vec::with_capacity(plan.buffers.len() + relaid.len());
         for (id, b) in plan.buffers.iter().enumerate() {
-            uploaded.push(if b.kind == BufferKind::Weight && named(id) {
+            uploaded.push(if b.kind == BufferKind::Weight && named(&specs, id) {
                 let data =
                     weights(&b.name).ok_or_else(|| RuntimeError::MissingWeight(b.name.clone()))?;
                 Some(device.upload(&data)?)
@@ -365,7 +380,7 @@ impl Executable {
             });
         }
         let mut dtypes: Vec<mlpc_ir::DType> = plan.buffers.iter().map(|b| b.ty.dtype).collect();
-        for (_, t) in relaid {
+        for t in relaid {
             dtypes.push(t.dtype);
             uploaded.push(Some(t));
         }
@@ -809,6 +824,80 @@ mod tests {
         assert!(!turned_off(Some(" 0 ")));
         assert!(turned_off(Some("1")));
         assert!(turned_off(Some("yes")));
+    }
+
+    fn kernel(name: &str, params: Vec<Param>, relayouts: Vec<Relayout>) -> CudaKernel {
+        CudaKernel {
+            name: name.into(),
+            entry: name.into(),
+            source: String::new(),
+            launch: Launch {
+                block: [32, 1, 1],
+                smem_bytes: 0,
+                grid: mlpc_codegen::Grid::Elements {
+                    numel: mlpc_ir::Extent::constant(1),
+                    per_block: 1,
+                },
+                early_launch: false,
+            },
+            params,
+            small_m: None,
+            relayouts,
+        }
+    }
+
+    fn map(buffer: usize) -> Param {
+        Param::TensorMap {
+            buffer,
+            rows: mlpc_ir::Extent::constant(16),
+            cols: mlpc_ir::Extent::constant(64),
+            row_stride: mlpc_ir::Extent::constant(64),
+            box_rows: 16,
+            box_cols: 64,
+        }
+    }
+
+    /// Kernels asking for the same rearrangement of a weight share one copy, placed after the
+    /// plan's buffers; their pointer and tensor-map arguments move to it, the others stay; a
+    /// weight only read rearranged is named by no argument any more.
+    #[test]
+    fn rearranged_weights_get_their_own_buffer_ids() {
+        let r = |buffer| Relayout {
+            buffer,
+            chunk_bytes: 16,
+            perm: vec![1, 0],
+        };
+        let buf = |buffer| Param::Buffer { buffer };
+        let mut ks = vec![
+            kernel("a", vec![buf(0), buf(1), map(1)], vec![r(1)]),
+            kernel("b", vec![buf(2), buf(3)], vec![]),
+            kernel("c", vec![buf(3), buf(1), map(1), buf(4)], vec![r(1), r(4)]),
+        ];
+        let copies = assign_relayouts(5, &mut ks);
+        assert_eq!(
+            copies,
+            vec![(r(1), "a".to_string()), (r(4), "c".to_string())]
+        );
+        assert_eq!(ks[0].params, vec![buf(0), buf(5), map(5)]);
+        assert_eq!(ks[1].params, vec![buf(2), buf(3)]);
+        assert_eq!(ks[2].params, vec![buf(3), buf(5), map(5), buf(6)]);
+        let named_ids: Vec<usize> = (0..7).filter(|&id| named(&ks, id)).collect();
+        assert_eq!(named_ids, vec![0, 2, 3, 5, 6]);
+        // Another rearrangement of the same weight is another copy.
+        let other = Relayout {
+            perm: vec![0, 1],
+            ..r(1)
+        };
+        let mut ks = vec![
+            kernel("a", vec![buf(1)], vec![r(1)]),
+            kernel("b", vec![buf(1)], vec![other.clone()]),
+        ];
+        let copies = assign_relayouts(2, &mut ks);
+        assert_eq!(copies.len(), 2);
+        assert_eq!(
+            (ks[0].params[0].clone(), ks[1].params[0].clone()),
+            (buf(2), buf(3))
+        );
     }
 
     #[test]
