@@ -259,3 +259,37 @@ fn flops_count_every_gemm_and_only_the_kept_blocks_of_sparse_ones() {
     // fc1 (6 -> 10) keeps 2 of its 4 blocks; fc2 (10 -> 6) is dense: 2*T*(60/2 + 60).
     assert_eq!(mlpc::plan_flops(c.plan(), &b(4)), 2.0 * 4.0 * (30.0 + 60.0));
 }
+
+/// A block-sparse kernel that reads its packed weight rearranged (sm_90a, 32 x 32 blocks) ships
+/// the rearrangement in its launch description, beside the plan's own packed weight, and the
+/// directory loads with it.
+#[test]
+fn a_bundle_carries_the_rearrangements_its_kernels_read() {
+    let src = r#"{
+      "mlpc": 1, "name": "bsr-bundle", "dtype": "bf16", "seed": 3,
+      "inputs": { "x": { "shape": ["T", 256] } },
+      "layers": [ { "op": "linear", "name": "fc", "in": 256, "out": 128, "bias": false } ],
+      "sparsity": { "fc.weight": { "block": [32, 32], "density": 0.5 } }
+    }"#;
+    let model = mlpc::frontend::parse_model(src, Path::new("."), "bsr.json").unwrap();
+    let c = Compiler::new()
+        .arch(mlpc::Arch::Sm90a)
+        .emit_weights(true)
+        .compile_model(model)
+        .unwrap();
+    let kernels = c.cuda_kernels().expect("CUDA kernels");
+    let sparse = kernels
+        .iter()
+        .find(|k| !k.relayouts.is_empty())
+        .expect("a kernel reading its weight rearranged");
+    // The packed weight, one period per 32 x 32 bf16 block.
+    let r = &sparse.relayouts[0];
+    assert_eq!(r.perm.len() * r.chunk_bytes as usize, 32 * 32 * 2);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("build");
+    c.write_to(&dir).unwrap();
+    let json = std::fs::read_to_string(dir.join(format!("kernels/{}.json", sparse.name))).unwrap();
+    assert!(json.contains("\"relayouts\""), "{json}");
+    let b = mlpc::Bundle::load(&dir).unwrap();
+    assert_eq!(b.plan(), c.plan());
+}
