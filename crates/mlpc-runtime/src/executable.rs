@@ -214,9 +214,12 @@ fn mismatch_arg(plan: &Plan, kernel: &str, e: ArgError) -> RuntimeError {
 /// Gives each distinct rearranged copy the kernels ask for (`CudaKernel::relayouts`, in kernel
 /// order) the buffer id `buffers + i` and points the arguments of the kernels that asked for it
 /// at that id. Returns, per copy, the rearrangement and the first kernel asking for it.
-fn assign_relayouts(buffers: usize, kernels: &mut [CudaKernel]) -> Vec<(Relayout, String)> {
+fn assign_relayouts<'a>(
+    buffers: usize,
+    kernels: impl IntoIterator<Item = &'a mut CudaKernel>,
+) -> Vec<(Relayout, String)> {
     let mut copies: Vec<(Relayout, String)> = Vec::new();
-    for k in kernels.iter_mut() {
+    for k in kernels {
         for r in k.relayouts.clone() {
             let id = buffers
                 + match copies.iter().position(|(c, _)| *c == r) {
@@ -242,8 +245,8 @@ fn assign_relayouts(buffers: usize, kernels: &mut [CudaKernel]) -> Vec<(Relayout
 }
 
 /// Whether any argument of `kernels` names buffer `id`.
-fn named(kernels: &[CudaKernel], id: usize) -> bool {
-    kernels.iter().any(|k| {
+fn named<'a>(mut kernels: impl Iterator<Item = &'a CudaKernel>, id: usize) -> bool {
+    kernels.any(|k| {
         k.params.iter().any(|p| match p {
             Param::Buffer { buffer } | Param::TensorMap { buffer, .. } => *buffer == id,
             Param::Dim { .. } => false,
@@ -361,17 +364,16 @@ impl Executable {
             });
         }
         // Weights some kernels read rearranged: their copies get ids after the plan's buffers.
-        let mut specs: Vec<CudaKernel> = kernels.iter().map(|k| k.kernel.clone()).collect();
-        let copies = assign_relayouts(plan.buffers.len(), &mut specs);
+        let copies = assign_relayouts(
+            plan.buffers.len(),
+            kernels.iter_mut().map(|k| &mut k.kernel),
+        );
         let relaid = relay_weights(device, plan, &copies, weights)?;
-        for (k, spec) in kernels.iter_mut().zip(specs) {
-            k.kernel = spec;
-        }
-        let specs: Vec<CudaKernel> = kernels.iter().map(|k| k.kernel.clone()).collect();
         // A weight every kernel reads rearranged is not uploaded as the plan has it.
         let mut uploaded = Vec::with_capacity(plan.buffers.len() + relaid.len());
         for (id, b) in plan.buffers.iter().enumerate() {
-            uploaded.push(if b.kind == BufferKind::Weight && named(&specs, id) {
+            let read = named(kernels.iter().map(|k| &k.kernel), id);
+            uploaded.push(if b.kind == BufferKind::Weight && read {
                 let data =
                     weights(&b.name).ok_or_else(|| RuntimeError::MissingWeight(b.name.clone()))?;
                 Some(device.upload(&data)?)
@@ -881,7 +883,7 @@ mod tests {
         assert_eq!(ks[0].params, vec![buf(0), buf(5), map(5)]);
         assert_eq!(ks[1].params, vec![buf(2), buf(3)]);
         assert_eq!(ks[2].params, vec![buf(3), buf(5), map(5), buf(6)]);
-        let named_ids: Vec<usize> = (0..7).filter(|&id| named(&ks, id)).collect();
+        let named_ids: Vec<usize> = (0..7).filter(|&id| named(ks.iter(), id)).collect();
         assert_eq!(named_ids, vec![0, 2, 3, 5, 6]);
         // Another rearrangement of the same weight is another copy.
         let other = Relayout {
