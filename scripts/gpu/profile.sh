@@ -12,8 +12,10 @@
 #   decode16  llama-swiglu at T = 16: the dual gate/up and the down projection small-M entries
 #             (1.22-1.25x eager against the 1.25x goal: are the warps waiting on the activation
 #             loads, the weight loads or the mma chain?)
-#   bsr       the 4096^2 block-sparse GEMM at T = 4096, density 0.5 and 0.1 (0.94x / 1.97x dense
-#             against 1.7x / 6x: L2, shared memory, or the per-slice pipeline?)
+#   bsr       the 4096^2 block-sparse GEMM at T = 4096, density 0.5 and 0.1 (1.20x / 2.33x dense
+#             against 1.7x / 6x: what is the consumers' fixed cost per slice? perf-notes variant
+#             9); for d = 0.5 also the SASS with its per-instruction stall samples (the report's
+#             source page), the hottest instructions first, in bsr-0.5-source.txt
 #   f32       gpt2-mlp in f32 at T = 8192, its up-projection (SIMT GEMM at 0.75x eager: issue
 #             slots, shared-memory wavefronts or latency?)
 #   shallow   gpt2-mlp in bf16 at T = 8192, its up-projection (K = 768, N = 3072: 1.07x cuBLAS
@@ -88,11 +90,22 @@ profile() {
     grep -E "^  [A-Za-z_0-9]+.*\(|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp Per Scheduler|No Eligible" "$OUT/$name.txt" | head -40
 }
 
+# source_page NAME: the SASS of the profiled kernel with its per-instruction metrics (the
+# report's source page as CSV), the 80 instructions with the most warp-stall samples first, then
+# the whole listing in address order, in $OUT/NAME-source.txt.
+source_page() {
+    local name=$1
+    ncu --import "$reports/$name.ncu-rep" --page source --csv --print-source sass \
+        >"$reports/$name-source.csv" 2>&1
+    python3 scripts/gpu/hot_sass.py "$reports/$name-source.csv" >"$OUT/$name-source.txt" 2>&1
+}
+
 for w in "${what[@]}"; do
     case $w in
         decode16) profile decode16 examples/llama-swiglu/model.json 16 "gemv_m16" 2 ;;
         bsr)
             profile bsr-0.5 "$models/bsr-0.5.json" 4096 "bsr" 1
+            source_page bsr-0.5
             profile bsr-0.1 "$models/bsr-0.1.json" 4096 "bsr" 1
             ;;
         f32) profile f32 "$models/gpt2-mlp-f32.json" 8192 "gemm_bias_gelu_tanh_f32" 1 ;;
