@@ -130,6 +130,8 @@ pub struct Executable {
     weights: Vec<Option<DeviceTensor>>,
     /// Element type of every buffer by id, the rearranged copies included (tensor-map arguments).
     dtypes: Vec<mlpc_ir::DType>,
+    /// The plan buffer each rearranged copy was made from, by copy (for messages).
+    relaid_from: Vec<usize>,
 }
 
 /// Options of one run.
@@ -191,14 +193,19 @@ pub struct PlannedLaunch {
     pub grid: [u32; 3],
 }
 
-fn mismatch_arg(plan: &Plan, kernel: &str, e: ArgError) -> RuntimeError {
+/// `relaid_from[i]`: the plan buffer rearranged copy `plan.buffers.len() + i` was made from.
+fn mismatch_arg(plan: &Plan, relaid_from: &[usize], kernel: &str, e: ArgError) -> RuntimeError {
+    let name = |b: usize| match plan.buffers.get(b) {
+        Some(x) => x.name.clone(),
+        None => match relaid_from.get(b - plan.buffers.len()) {
+            Some(&from) => format!("{} (rearranged for the kernel)", plan.buffers[from].name),
+            None => format!("buffer {b}"),
+        },
+    };
     match e {
         ArgError::TensorMap(b, source) => RuntimeError::TensorMap {
             kernel: kernel.to_string(),
-            buffer: plan
-                .buffers
-                .get(b)
-                .map_or_else(|| format!("buffer {b}"), |x| x.name.clone()),
+            buffer: name(b),
             source,
         },
         ArgError::NoBuffer(b) => {
@@ -396,6 +403,7 @@ impl Executable {
             kernels,
             weights: uploaded,
             dtypes,
+            relaid_from: copies.iter().map(|(r, _)| r.buffer).collect(),
         })
     }
 
@@ -647,7 +655,10 @@ impl Executable {
                 bindings,
                 &mut l.args,
             )
-            .map_err(|e| mismatch_arg(&self.plan, &self.plan.kernels[l.kernel].name, e))?;
+            .map_err(|e| {
+                let kernel = &self.plan.kernels[l.kernel].name;
+                mismatch_arg(&self.plan, &self.relaid_from, kernel, e)
+            })?;
         }
 
         self.device
