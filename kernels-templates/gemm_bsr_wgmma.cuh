@@ -634,8 +634,9 @@ struct GemmBsrWgmma {
     ///   done and release the stage. No wgmma stays in flight across slices: a wgmma reads its A
     ///   registers until it completes, and ptxas serialises every wgmma of a kernel in which
     ///   another instruction may write such registers while one is in flight (C7513). A form
-    ///   with two fragment sets in turn compiles unserialised but measured 16 % slower: holding
-    ///   a second stage starves the copy side (docs/perf-notes.md, block-sparse variant 9).
+    ///   with two fragment sets in turn compiles unserialised but measured 16-21 % slower
+    ///   (docs/perf-notes.md, block-sparse variant 9, with the other attempts at overlapping
+    ///   a slice's fixed cost).
     /// - otherwise: the wgmmas of the kept rows reading A through its descriptor, commit, wait
     ///   until the slice kInFlight before is done and release its stage; at the end of the tile,
     ///   wait for every wgmma and release the stages still held.
