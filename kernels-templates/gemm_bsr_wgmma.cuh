@@ -153,12 +153,20 @@ struct SliceAtom {
     static constexpr int SW = BK % 64 == 0 ? 64 : (BK % 32 == 0 ? 32 : 16);
 };
 
-/// The descriptor of a K-major operand with the atom's swizzle starting at shared address `addr`.
+/// The low word of the descriptor of an operand starting at shared address `addr`: the start
+/// address in 16-byte units (bits 0-13) and the leading byte offset. Shared addresses stay below
+/// 256 KB, so adding `offset >> 4` to it gives the low word at `addr + offset` without a carry
+/// out of the address field: a slice's descriptors are one 32-bit add each from its stage's.
+__device__ __forceinline__ u32 desc_lo(u32 addr) {
+    return ((addr & 0x3FFFFu) >> 4) | (1u << 16);
+}
+
+/// The descriptor of a K-major operand with the atom's swizzle whose low word is `lo` (the high
+/// word, stride and swizzle mode, is a constant).
 template <int SW>
-__device__ __forceinline__ u64 make_desc(u32 addr) {
+__device__ __forceinline__ u64 desc_of(u32 lo) {
     typedef Atom<SW> A;
-    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(A::kSbo >> 4) << 32) |
-           ((u64)A::kLayout << 62);
+    return (u64)lo | ((u64)(A::kSbo >> 4) << 32) | ((u64)A::kLayout << 62);
 }
 
 /// The byte offset, inside a tile of ROWS rows x BK, of where the k16 step j starts.
@@ -605,23 +613,28 @@ struct GemmBsrWgmma {
     static_assert(!Cfg::WIDE || (BKB == BC && kSlotBytes % 1024 == 0 && kWideRows <= 256),
                   "wide copies: whole blocks of whole 128B swizzle periods, at most 256 box rows");
 
-    /// Calls `mma(g, ja, b_j)` for every block of the slice in stage `sa` that mask bit
+    /// Calls `mma(g, ja, b_lo)` for every block of the slice in stage `sa` that mask bit
     /// w * G + g keeps (block row g, window column w) and every k16 step j of its piece: `ja`
-    /// is the slice's k16 step (w * BKB / 16 + j), `b_j` the block's descriptor at step j. The
-    /// loops unroll fully, so `g` and `ja` are constants in each call.
+    /// is the slice's k16 step (w * BKB / 16 + j), `b_lo` the low word of the block's
+    /// descriptor at step j (`bsr_wgmma::desc_of<SWB>`). The loops unroll fully, so `g` and
+    /// `ja` are constants in each call, and each `b_lo` is one add of a constant to the
+    /// slots' low word (a descriptor built per block from its address was a chain of five
+    /// dependent uniform-datapath instructions before every kept block's wgmmas, the largest
+    /// share of the consumers' stall samples: docs/perf-notes.md, block-sparse variant 10).
     template <class F>
     __device__ __forceinline__ static void each_kept_step(u32 mask, u32 sa, F&& mma) {
         using bsr_wgmma::kstep_offset;
         constexpr int KJB = BKB / 16;
+        const u32 slots_lo = bsr_wgmma::desc_lo(sa + kTileABytes);
 #pragma unroll
         for (int w = 0; w < WB; ++w)
 #pragma unroll
             for (int g = 0; g < G; ++g) {
                 if (((mask >> (w * G + g)) & 1u) == 0) continue;
-                const u64 db = bsr_wgmma::make_desc<SWB>(sa + kTileABytes + (w * G + g) * kSlotBytes);
 #pragma unroll
                 for (int j = 0; j < KJB; ++j) {
-                    mma(g, w * KJB + j, db + (kstep_offset<BR, BKB>(j) >> 4));
+                    mma(g, w * KJB + j,
+                        slots_lo + (((w * G + g) * kSlotBytes + kstep_offset<BR, BKB>(j)) >> 4));
                 }
             }
     }
@@ -656,6 +669,14 @@ struct GemmBsrWgmma {
                 if constexpr (kDual) fence_regs(acc_up[g]);
             }
         };
+        // The thread's `ldmatrix` addresses relative to a stage, once per tile: opaque to the
+        // compiler, which otherwise recomputes them from `tid` in every slice.
+        u32 a_off[KJ];
+#pragma unroll
+        for (int j = 0; j < KJ; ++j) {
+            a_off[j] = bsr_wgmma::ldsm_a_addr<BM, BK>(0, wg, q, lane, j);
+            asm volatile("" : "+r"(a_off[j]));
+        }
         for (int kt = 0; kt < slices; ++kt) {
             mbar_wait(full + 8 * stage, phase);
             // The wait's spin loop may leave the warp diverged as far as ptxas knows; the wgmmas
@@ -668,14 +689,15 @@ struct GemmBsrWgmma {
                 u32 f[KJ][4];
 #pragma unroll
                 for (int j = 0; j < KJ; ++j) {
-                    bsr_wgmma::ldsm_x4(f[j], bsr_wgmma::ldsm_a_addr<BM, BK>(sa, wg, q, lane, j));
+                    bsr_wgmma::ldsm_x4(f[j], sa + a_off[j]);
                 }
                 pin();
                 fence();
-                each_kept_step(mask, sa, [&](int g, int ja, u64 b_j) {
-                    bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], b_j);
+                each_kept_step(mask, sa, [&](int g, int ja, u32 b_lo) {
+                    bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));
                     if constexpr (kDual) {
-                        bsr_wgmma::MmaRs<T, BR>::run(acc_up[g], f[ja], b_j + (kSlotsBytes >> 4));
+                        bsr_wgmma::MmaRs<T, BR>::run(
+                            acc_up[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo + (kSlotsBytes >> 4)));
                     }
                 });
                 commit();
@@ -685,15 +707,16 @@ struct GemmBsrWgmma {
                 bsr_wgmma::fence_frag(f);
                 mbar_arrive(empty + 8 * stage);
             } else {
-                const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));
+                const u32 da_lo = bsr_wgmma::desc_lo(sa + wg * (64 * 2 * SW));
                 pin();
                 fence();
-                each_kept_step(mask, sa, [&](int g, int ja, u64 b_j) {
+                each_kept_step(mask, sa, [&](int g, int ja, u32 b_lo) {
                     // Descriptor start addresses are in units of 16 bytes.
-                    const u64 a_j = da + (kstep_offset<BM, BK>(ja) >> 4);
-                    bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, b_j);
+                    const u64 a_j = bsr_wgmma::desc_of<SW>(da_lo + (kstep_offset<BM, BK>(ja) >> 4));
+                    bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, bsr_wgmma::desc_of<SWB>(b_lo));
                     if constexpr (kDual) {
-                        bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));
+                        bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j,
+                                                   bsr_wgmma::desc_of<SWB>(b_lo + (kSlotsBytes >> 4)));
                     }
                 });
                 commit();

@@ -287,6 +287,57 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
           "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])             \
         : "l"(a), "l"(b))
 
+// (g[0..64), u[0..64)) += A * B for m64n256k16 over two stacked B tiles of 128 rows:
+// the first 128 columns of the product go to g, the other 128 to u.
+#define MLPC_WGMMA_PAIR_M64N256K16(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+        "}, %128, %129, 1, 1, 1, 0, 0;\n" \
+        : "+f"(g[0]), "+f"(g[1]), "+f"(g[2]), "+f"(g[3]), "+f"(g[4]), "+f"(g[5]), "+f"(g[6]), "+f"(g[7]), "+f"(g[8]), "+f"(g[9]), "+f"(g[10]), "+f"(g[11]), "+f"(g[12]), "+f"(g[13]), "+f"(g[14]), "+f"(g[15]), "+f"(g[16]), "+f"(g[17]), "+f"(g[18]), "+f"(g[19]), "+f"(g[20]), "+f"(g[21]), "+f"(g[22]), "+f"(g[23]), "+f"(g[24]), "+f"(g[25]), "+f"(g[26]), "+f"(g[27]), "+f"(g[28]), "+f"(g[29]), "+f"(g[30]), "+f"(g[31]), "+f"(g[32]), "+f"(g[33]), "+f"(g[34]), "+f"(g[35]), "+f"(g[36]), "+f"(g[37]), "+f"(g[38]), "+f"(g[39]), "+f"(g[40]), "+f"(g[41]), "+f"(g[42]), "+f"(g[43]), "+f"(g[44]), "+f"(g[45]), "+f"(g[46]), "+f"(g[47]), "+f"(g[48]), "+f"(g[49]), "+f"(g[50]), "+f"(g[51]), "+f"(g[52]), "+f"(g[53]), "+f"(g[54]), "+f"(g[55]), "+f"(g[56]), "+f"(g[57]), "+f"(g[58]), "+f"(g[59]), "+f"(g[60]), "+f"(g[61]), "+f"(g[62]), "+f"(g[63]), "+f"(u[0]), "+f"(u[1]), "+f"(u[2]), "+f"(u[3]), "+f"(u[4]), "+f"(u[5]), "+f"(u[6]), "+f"(u[7]), "+f"(u[8]), "+f"(u[9]), "+f"(u[10]), "+f"(u[11]), "+f"(u[12]), "+f"(u[13]), "+f"(u[14]), "+f"(u[15]), "+f"(u[16]), "+f"(u[17]), "+f"(u[18]), "+f"(u[19]), "+f"(u[20]), "+f"(u[21]), "+f"(u[22]), "+f"(u[23]), "+f"(u[24]), "+f"(u[25]), "+f"(u[26]), "+f"(u[27]), "+f"(u[28]), "+f"(u[29]), "+f"(u[30]), "+f"(u[31]), "+f"(u[32]), "+f"(u[33]), "+f"(u[34]), "+f"(u[35]), "+f"(u[36]), "+f"(u[37]), "+f"(u[38]), "+f"(u[39]), "+f"(u[40]), "+f"(u[41]), "+f"(u[42]), "+f"(u[43]), "+f"(u[44]), "+f"(u[45]), "+f"(u[46]), "+f"(u[47]), "+f"(u[48]), "+f"(u[49]), "+f"(u[50]), "+f"(u[51]), "+f"(u[52]), "+f"(u[53]), "+f"(u[54]), "+f"(u[55]), "+f"(u[56]), "+f"(u[57]), "+f"(u[58]), "+f"(u[59]), "+f"(u[60]), "+f"(u[61]), "+f"(u[62]), "+f"(u[63]) \
+        : "l"(a), "l"(b))
+
+// (g[0..32), u[0..32)) += A * B for m64n128k16 over two stacked B tiles of 64 rows:
+// the first 64 columns of the product go to g, the other 64 to u.
+#define MLPC_WGMMA_PAIR_M64N128K16(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+        "}, %64, %65, 1, 1, 1, 0, 0;\n" \
+        : "+f"(g[0]), "+f"(g[1]), "+f"(g[2]), "+f"(g[3]), "+f"(g[4]), "+f"(g[5]), "+f"(g[6]), "+f"(g[7]), "+f"(g[8]), "+f"(g[9]), "+f"(g[10]), "+f"(g[11]), "+f"(g[12]), "+f"(g[13]), "+f"(g[14]), "+f"(g[15]), "+f"(g[16]), "+f"(g[17]), "+f"(g[18]), "+f"(g[19]), "+f"(g[20]), "+f"(g[21]), "+f"(g[22]), "+f"(g[23]), "+f"(g[24]), "+f"(g[25]), "+f"(g[26]), "+f"(g[27]), "+f"(g[28]), "+f"(g[29]), "+f"(g[30]), "+f"(g[31]), "+f"(u[0]), "+f"(u[1]), "+f"(u[2]), "+f"(u[3]), "+f"(u[4]), "+f"(u[5]), "+f"(u[6]), "+f"(u[7]), "+f"(u[8]), "+f"(u[9]), "+f"(u[10]), "+f"(u[11]), "+f"(u[12]), "+f"(u[13]), "+f"(u[14]), "+f"(u[15]), "+f"(u[16]), "+f"(u[17]), "+f"(u[18]), "+f"(u[19]), "+f"(u[20]), "+f"(u[21]), "+f"(u[22]), "+f"(u[23]), "+f"(u[24]), "+f"(u[25]), "+f"(u[26]), "+f"(u[27]), "+f"(u[28]), "+f"(u[29]), "+f"(u[30]), "+f"(u[31]) \
+        : "l"(a), "l"(b))
+
+/// A dual GEMM's gate and up products of one k16 step as one m64n(2 BN)k16 wgmma: the up tile
+/// lies right after the gate tile in the stage (BN rows of 128 bytes each, 8-row groups 1024
+/// bytes apart), so one descriptor reads both as a 2 BN-row B operand, and the accumulator
+/// registers of its first BN columns are the gate's, of the others the up's (A is read once).
+template <class T, int BN>
+struct MmaPair;
+template <>
+struct MmaPair<bf16, 128> {
+    __device__ __forceinline__ static void run(float (&g)[64], float (&u)[64], u64 a, u64 b) {
+        MLPC_WGMMA_PAIR_M64N256K16("bf16");
+    }
+};
+template <>
+struct MmaPair<f16, 128> {
+    __device__ __forceinline__ static void run(float (&g)[64], float (&u)[64], u64 a, u64 b) {
+        MLPC_WGMMA_PAIR_M64N256K16("f16");
+    }
+};
+template <>
+struct MmaPair<bf16, 64> {
+    __device__ __forceinline__ static void run(float (&g)[32], float (&u)[32], u64 a, u64 b) {
+        MLPC_WGMMA_PAIR_M64N128K16("bf16");
+    }
+};
+template <>
+struct MmaPair<f16, 64> {
+    __device__ __forceinline__ static void run(float (&g)[32], float (&u)[32], u64 a, u64 b) {
+        MLPC_WGMMA_PAIR_M64N128K16("f16");
+    }
+};
+
 /// `d += A * B` for one m64nNk16 step, A and B through descriptors.
 template <class T, int N>
 struct Mma;
@@ -774,7 +825,9 @@ struct WgmmaTmaConfig {
 ///   CTAs per SM; see `WgmmaTmaConfig`). One producer thread walks the same (tile, k slice)
 ///   sequence as the consumers and, per slice, waits for the stage's `empty` barrier, announces
 ///   the stage's bytes on its `full` barrier and issues the two (three) TMA copies. Consumers,
-///   per slice: wait on `full`, issue the wgmmas of their bands, commit, wait until the previous
+///   per slice: wait on `full`, issue the wgmmas of their bands (a dual GEMM with BN <= 128: one
+///   m64n(2 BN)k16 per k16 step over the stacked gate and up tiles, `MmaPair`, so that A is read
+///   once), commit, wait until the previous
 ///   slice's wgmmas are done and arrive on that slice's `empty` barrier (every consumer thread
 ///   that reads the stage arrives; the barrier counts them all). No CTA-wide barrier after the
 ///   set-up.
@@ -924,8 +977,13 @@ struct GemmWgmmaTma {
 #pragma unroll
                     for (int b = 0; b < kBands; ++b) {
                         const u64 da = make_desc(sa + (band0 + b) * (64 * 128));
-                        Mma<T, BN>::run(acc[b], da + 2 * j, db + 2 * j);
-                        if constexpr (kDual) Mma<T, BN>::run(acc_up, da + 2 * j, dbu + 2 * j);
+                        if constexpr (kDual && (BN == 64 || BN == 128)) {
+                            // Gate and up as one wgmma over the two stacked tiles: A read once.
+                            MmaPair<T, BN>::run(acc[b], acc_up, da + 2 * j, db + 2 * j);
+                        } else {
+                            Mma<T, BN>::run(acc[b], da + 2 * j, db + 2 * j);
+                            if constexpr (kDual) Mma<T, BN>::run(acc_up, da + 2 * j, dbu + 2 * j);
+                        }
                     }
                 }
                 commit();

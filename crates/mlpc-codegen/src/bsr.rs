@@ -724,17 +724,43 @@ mod tests {
         linear ^ (((linear >> 7) & ((1 << b) - 1)) << 4)
     }
 
-    /// `bsr_wgmma::make_desc<SW>(addr)`.
-    fn descriptor(sw: u32, addr: u32) -> u64 {
+    /// `bsr_wgmma::desc_lo(addr)`.
+    fn desc_lo(addr: u32) -> u32 {
+        ((addr & 0x3FFFF) >> 4) | (1 << 16)
+    }
+
+    /// `bsr_wgmma::desc_of<SW>(lo)`.
+    fn desc_of(sw: u32, lo: u32) -> u64 {
         let layout: u64 = match sw {
             64 => 1,
             32 => 2,
             _ => 3,
         };
-        u64::from((addr & 0x3FFFF) >> 4)
-            | (1 << 16)
-            | (u64::from((8 * 2 * sw) >> 4) << 32)
-            | (layout << 62)
+        u64::from(lo) | (u64::from((8 * 2 * sw) >> 4) << 32) | (layout << 62)
+    }
+
+    /// The descriptor of an operand starting at `addr`: `desc_of<SW>(desc_lo(addr))`.
+    fn descriptor(sw: u32, addr: u32) -> u64 {
+        desc_of(sw, desc_lo(addr))
+    }
+
+    /// A descriptor's low word plus `offset >> 4` is the low word of the descriptor at
+    /// `addr + offset` (what the consumers rely on to build a slice's descriptors with one add
+    /// each) for every 16-byte-aligned shared address and offset below the 227 KB limit.
+    #[test]
+    fn descriptor_offsets_add_without_carry() {
+        let limit = 227 * 1024;
+        for sw in [16, 32, 64] {
+            for addr in (0..limit).step_by(1024) {
+                for offset in (0..limit - addr).step_by(16 * 37) {
+                    assert_eq!(
+                        desc_of(sw, desc_lo(addr) + (offset >> 4)),
+                        descriptor(sw, addr + offset),
+                        "SW {sw} at {addr} + {offset}"
+                    );
+                }
+            }
+        }
     }
 
     /// `bsr_wgmma::work_item(r, b, P)`.
@@ -813,8 +839,8 @@ mod tests {
             "static constexpr int kLayout = SW == 64 ? 1 : (SW == 32 ? 2 : 3);",
             "static constexpr int kShift = SW == 64 ? 0 : (SW == 32 ? 1 : 2);",
             "static constexpr int SW = BK % 64 == 0 ? 64 : (BK % 32 == 0 ? 32 : 16);",
-            "return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(A::kSbo >> 4) << 32) |",
-            "((u64)A::kLayout << 62);",
+            "return ((addr & 0x3FFFFu) >> 4) | (1u << 16);",
+            "return (u64)lo | ((u64)(A::kSbo >> 4) << 32) | ((u64)A::kLayout << 62);",
             "return (u32)((16 * j / SliceAtom<BK>::SW) * (ROWS * 2 * SliceAtom<BK>::SW) +",
             "(16 * j % SliceAtom<BK>::SW) * 2);",
             "static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);",
@@ -851,12 +877,14 @@ mod tests {
             "const int x = ks * BKB + a * SWB;",
             "tma_load_2d(slot + a * (BR * 2 * SWB), map_b, x, b * BR, bar);",
             "tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SWB), map_bu,",
-            "const u64 da = bsr_wgmma::make_desc<SW>(sa + wg * (64 * 2 * SW));",
+            "const u32 da_lo = bsr_wgmma::desc_lo(sa + wg * (64 * 2 * SW));",
             "if (((mask >> (w * G + g)) & 1u) == 0) continue;",
-            "const u64 db = bsr_wgmma::make_desc<SWB>(sa + kTileABytes + (w * G + g) * kSlotBytes);",
-            "mma(g, w * KJB + j, db + (kstep_offset<BR, BKB>(j) >> 4));",
-            "const u64 a_j = da + (kstep_offset<BM, BK>(ja) >> 4);",
-            "bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j, b_j + (kSlotsBytes >> 4));",
+            "const u32 slots_lo = bsr_wgmma::desc_lo(sa + kTileABytes);",
+            "slots_lo + (((w * G + g) * kSlotBytes + kstep_offset<BR, BKB>(j)) >> 4));",
+            "const u64 a_j = bsr_wgmma::desc_of<SW>(da_lo + (kstep_offset<BM, BK>(ja) >> 4));",
+            "bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, bsr_wgmma::desc_of<SWB>(b_lo));",
+            "bsr_wgmma::desc_of<SWB>(b_lo + (kSlotsBytes >> 4)));",
+            "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));",
             "const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2;",
             "const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;",
             "if (n0 + g * BR >= p.n) break;",
@@ -895,8 +923,9 @@ mod tests {
             "const int chunk = (16 * j % SW) / 8 + (i >> 1);",
             "const int pos = chunk ^ ((row >> A::kShift) & (A::kChunks - 1));",
             "return sa + (u32)((16 * j / SW) * (BM * 2 * SW) + row * A::kRowBytes + pos * 16);",
-            "bsr_wgmma::ldsm_x4(f[j], bsr_wgmma::ldsm_a_addr<BM, BK>(sa, wg, q, lane, j));",
-            "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], b_j);",
+            "a_off[j] = bsr_wgmma::ldsm_a_addr<BM, BK>(0, wg, q, lane, j);",
+            "bsr_wgmma::ldsm_x4(f[j], sa + a_off[j]);",
+            "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));",
         ] {
             assert!(
                 TEMPLATE.contains(line),
@@ -915,7 +944,7 @@ mod tests {
                         for lane in 0..32 {
                             let i = lane >> 3;
                             let r = q * 16 + (i & 1) * 8 + (lane & 7);
-                            let at = ldsm_a_addr(bm, bk, sa, wg, q, lane, j);
+                            let at = sa + ldsm_a_addr(bm, bk, 0, wg, q, lane, j);
                             assert_eq!(at % 16, 0, "ldmatrix rows are 16-byte aligned");
                             for e in 0..8 {
                                 assert_eq!(
@@ -1123,14 +1152,15 @@ mod tests {
                     let mask = mask_words[read_stage];
                     let sa = ring + read_stage as u32 * stage_bytes;
                     for wg in 0..bm / 64 {
-                        let da = descriptor(sw, sa + wg * (64 * 2 * sw));
+                        let da_lo = desc_lo(sa + wg * (64 * 2 * sw));
+                        let slots_lo = desc_lo(sa + tile_a);
                         for k in (0..wb * g).filter(|k| (mask >> k) & 1 == 1) {
                             let (w, gg) = (k / g, k % g);
-                            let db = descriptor(swb, sa + tile_a + k * slot);
                             for j in 0..bkb / 16 {
                                 let ja = w * (bkb / 16) + j;
-                                let a_j = da + u64::from(kstep_offset(bm, bk, ja) >> 4);
-                                let b_j = db + u64::from(kstep_offset(br, bkb, j) >> 4);
+                                let a_j = desc_of(sw, da_lo + (kstep_offset(bm, bk, ja) >> 4));
+                                let b_lo = slots_lo + ((k * slot + kstep_offset(br, bkb, j)) >> 4);
+                                let b_j = desc_of(swb, b_lo);
                                 let read = |d: u64, r: u32, k: u32| {
                                     let at = wgmma_reads(d, r, k);
                                     *smem.get(&at).unwrap_or_else(|| {
@@ -1142,7 +1172,7 @@ mod tests {
                                     .collect();
                                 let mut products = vec![(false, b_j)];
                                 if dual {
-                                    products.push((true, b_j + u64::from(slots >> 4)));
+                                    products.push((true, desc_of(swb, b_lo + (slots >> 4))));
                                 }
                                 for (up, d) in products {
                                     for nn in 0..br {

@@ -381,6 +381,42 @@ mod tests {
         }
     }
 
+    /// A dual GEMM's gate and up tiles lie one after the other in a stage, so one descriptor at
+    /// the gate tile, as a 2 BN-row operand (`MmaPair`), reads the gate's
+    /// rows and then the up's, each where its own loads put it.
+    #[test]
+    fn one_descriptor_reads_a_dual_gemms_gate_and_up_tiles() {
+        for line in [
+            "MmaPair<T, BN>::run(acc[b], acc_up, da + 2 * j, db + 2 * j);",
+            "const u64 dbu = make_desc(sa + kTileABytes + kTileBBytes);",
+            "static constexpr int kStageBytes = kTileABytes + kTileBBytes * (kDual ? 2 : 1);",
+        ] {
+            assert!(
+                TEMPLATE.contains(line),
+                "gemm_wgmma.cuh no longer says `{line}`"
+            );
+        }
+        for (bm, bn) in [(128, 128), (128, 64)] {
+            let base = 5 * 1024;
+            let b = base + bm * ROW_BYTES;
+            let bu = b + bn * ROW_BYTES;
+            for j in 0..BK / 16 {
+                let d = descriptor(b) + 2 * u64::from(j);
+                for r in 0..2 * bn {
+                    for kk in 0..16 {
+                        let k = 16 * j + kk;
+                        let want = if r < bn {
+                            b + element_offset(r, k)
+                        } else {
+                            bu + element_offset(r - bn, k)
+                        };
+                        assert_eq!(wgmma_reads(d, r, kk), want, "BN {bn}: row {r}, k {k}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_swizzle_is_a_permutation_of_each_tile() {
         for rows in [64, 128, 256] {
