@@ -12,14 +12,16 @@
 #   decode16  llama-swiglu at T = 16: the dual gate/up and the down projection small-M entries
 #             (1.22-1.25x eager against the 1.25x goal: are the warps waiting on the activation
 #             loads, the weight loads or the mma chain?)
-#   bsr       the 4096^2 block-sparse GEMM at T = 4096, density 0.5 and 0.1 (1.20x / 2.33x dense
-#             against 1.7x / 6x: what is the consumers' fixed cost per slice? perf-notes variant
-#             9); for d = 0.5 also the SASS with its per-instruction stall samples (the report's
-#             source page), the hottest instructions first, in bsr-0.5-source.txt
+#   bsr       the 4096^2 block-sparse GEMM at T = 4096, density 0.5 and 0.1 (1.18x / 2.31x dense
+#             against 1.7x / 6x: where do the consumers spend a slice? perf-notes variant 10)
 #   f32       gpt2-mlp in f32 at T = 8192, its up-projection (SIMT GEMM at 0.75x eager: issue
 #             slots, shared-memory wavefronts or latency?)
-#   shallow   gpt2-mlp in bf16 at T = 8192, its up-projection (K = 768, N = 3072: 1.07x cuBLAS
+#   shallow   gpt2-mlp in bf16 at T = 8192, its up-projection (K = 768, N = 3072: 1.06x cuBLAS
 #             since the whole-sector stores)
+#
+# decode16, bsr (at d = 0.5) and f32 also write the profiled kernels' SASS with per-instruction
+# warp-stall samples (the report's source page), the hottest instructions first, to
+# NAME-source.txt (decode16-source.txt, bsr-0.5-source.txt, f32-source.txt).
 #
 # About 20-40 s per kernel on an H200 (the full set replays each launch some 40 times).
 set -uo pipefail
@@ -102,13 +104,19 @@ source_page() {
 
 for w in "${what[@]}"; do
     case $w in
-        decode16) profile decode16 examples/llama-swiglu/model.json 16 "gemv_m16" 2 ;;
+        decode16)
+            profile decode16 examples/llama-swiglu/model.json 16 "gemv_m16" 2
+            source_page decode16
+            ;;
         bsr)
             profile bsr-0.5 "$models/bsr-0.5.json" 4096 "bsr" 1
             source_page bsr-0.5
             profile bsr-0.1 "$models/bsr-0.1.json" 4096 "bsr" 1
             ;;
-        f32) profile f32 "$models/gpt2-mlp-f32.json" 8192 "gemm_bias_gelu_tanh_f32" 1 ;;
+        f32)
+            profile f32 "$models/gpt2-mlp-f32.json" 8192 "gemm_bias_gelu_tanh_f32" 1
+            source_page f32
+            ;;
         shallow) profile shallow examples/gpt2-mlp/model.json 8192 "gemm_bias_gelu_tanh_bf16" 1 ;;
         *) echo "unknown profile \`$w\` (decode16, bsr, f32, shallow)" >&2; exit 1 ;;
     esac
