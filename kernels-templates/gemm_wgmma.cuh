@@ -313,30 +313,19 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 /// registers of its first BN columns are the gate's, of the others the up's (A is read once).
 template <class T, int BN>
 struct MmaPair;
-template <>
-struct MmaPair<bf16, 128> {
-    __device__ __forceinline__ static void run(float (&g)[64], float (&u)[64], u64 a, u64 b) {
-        MLPC_WGMMA_PAIR_M64N256K16("bf16");
-    }
-};
-template <>
-struct MmaPair<f16, 128> {
-    __device__ __forceinline__ static void run(float (&g)[64], float (&u)[64], u64 a, u64 b) {
-        MLPC_WGMMA_PAIR_M64N256K16("f16");
-    }
-};
-template <>
-struct MmaPair<bf16, 64> {
-    __device__ __forceinline__ static void run(float (&g)[32], float (&u)[32], u64 a, u64 b) {
-        MLPC_WGMMA_PAIR_M64N128K16("bf16");
-    }
-};
-template <>
-struct MmaPair<f16, 64> {
-    __device__ __forceinline__ static void run(float (&g)[32], float (&u)[32], u64 a, u64 b) {
-        MLPC_WGMMA_PAIR_M64N128K16("f16");
-    }
-};
+
+#define MLPC_WGMMA_PAIR(BN, CT, TY, SHAPE) \
+    template <> \
+    struct MmaPair<CT, BN> { \
+        __device__ __forceinline__ static void run(float (&g)[BN / 2], float (&u)[BN / 2], u64 a, \
+                                                   u64 b) { \
+            MLPC_WGMMA_PAIR_##SHAPE(TY); \
+        } \
+    };
+MLPC_WGMMA_PAIR(128, bf16, "bf16", M64N256K16)
+MLPC_WGMMA_PAIR(128, f16, "f16", M64N256K16)
+MLPC_WGMMA_PAIR(64, bf16, "bf16", M64N128K16)
+MLPC_WGMMA_PAIR(64, f16, "f16", M64N128K16)
 
 /// `d += A * B` for one m64nNk16 step, A and B through descriptors.
 template <class T, int N>
