@@ -25,14 +25,17 @@
 // carries its block column, a G-bit mask of the rows that keep it, and the packed indices of those
 // kept blocks (in increasing g). A block is cut into BC / BK k slices of BK (the largest of 64, 48,
 // 32, 16 dividing BC); a slice is the unit of the pipeline: one stage holds
-//   [A: BM rows x BK][slot 0 .. G - 1: BR rows x BK each][up slots (dual)]
-// A slice loads the A piece once (shared by every kept row) and only the kept blocks into their
-// slots; then for each g whose mask bit is set (warp-uniform: every thread reads the same mask)
-// the BK / 16 wgmmas into acc[g]. A block row with no kept block in a step costs nothing there; a
+//   [A: BM rows x BK][slot 0 .. SLOTS - 1: BR rows x BK each][up slots (dual)]
+// A slice loads the A piece once (shared by every kept row) and only the kept blocks, the j-th
+// kept block of the step (in mask-bit order) into slot j: SLOTS is the most blocks any step of
+// the weight keeps (known when the kernel is generated), so a stage holds no slots that no step
+// fills and the ring has as many stages as the kept blocks allow. Then for each g whose mask bit
+// is set (warp-uniform: every thread reads the same mask) the BK / 16 wgmmas into acc[g], reading
+// the next slot. A block row with no kept block in a step costs nothing there; a
 // group with no kept block at all runs no slice, and its outputs are the epilogue of zero.
 // Windows (WB = 2, for 32-wide blocks, chosen by the codegen where they pay): a step is a window
 // of WB block columns, BK = WB * BC, its mask has WB * G bits (bit w * G + g: row g keeps column
-// w of the window) and a stage WB * G slots (slot w * G + g) of BKB = BK / WB columns; the A
+// w of the window) and a stage SLOTS <= WB * G slots of BKB = BK / WB columns; the A
 // piece is then copied in rows of 2 * BK bytes (the copy engine's cost follows its box rows),
 // each block in boxes of its own BC-wide rows, and kept block (w, g) meets the A piece's k16
 // steps w * BKB / 16 .. (w + 1) * BKB / 16 - 1.
@@ -72,8 +75,8 @@
 //
 // Pipeline (as GemmWgmmaTma): STAGES stages with a `full` and an `empty` mbarrier and a mask
 // word each; the CTA's slices are numbered across its tiles, slice s in stage s % STAGES. Up to
-// four producer warps fill them, slice s by warp s % warps (a divisor of STAGES: a stage is
-// always filled by one warp, in order); a warp walks only its own slices, their step lists read
+// four producer warps fill them, slice s by warp s % warps (at most STAGES warps); a warp walks
+// only its own slices, their step lists read
 // two slices ahead and spread over the lanes; per slice, lane 0 waits on the stage's `empty`
 // barrier, writes the slice's row mask into the stage's word, announces the A piece's and the
 // kept blocks' bytes on its `full` barrier and issues their copies.
@@ -94,10 +97,12 @@ namespace mlpc {
 /// WB: block columns per slice (a K window of WB whole blocks, BK = WB * BC), or 1 (a slice is
 /// BK of one block column, BK dividing BC). WIDE: each kept block is copied as one box of
 /// 128-byte rows from the packed weight rearranged into its slot's image (see "Loads").
+/// SLOTS: block slots per stage, the most kept blocks of any step (0: WB * G).
 template <int BM_, int G_, int BK_, int STAGES_, bool A_REGS_ = false, int WB_ = 1,
-          bool WIDE_ = false>
+          bool WIDE_ = false, int SLOTS_ = 0>
 struct BsrWgmmaConfig {
     static constexpr int BM = BM_, G = G_, BK = BK_, STAGES = STAGES_, WB = WB_;
+    static constexpr int SLOTS = SLOTS_ > 0 ? SLOTS_ : WB * G;
     static constexpr bool A_REGS = A_REGS_, WIDE = WIDE_;
     static constexpr int kWarpgroups = BM / 64;
     /// The consumer warpgroups, then the producer warpgroup (ptxas budgets registers by whole
@@ -112,6 +117,7 @@ struct BsrWgmmaConfig {
     static_assert(G >= 1 && WB >= 1 && G * WB <= 16, "the row mask of a step has 16 bits");
     static_assert(BK == 16 || BK == 32 || BK == 48 || BK == 64, "BK must be 16, 32, 48 or 64");
     static_assert(STAGES >= 2, "the ring needs a stage loading while one computes");
+    static_assert(SLOTS >= 1 && SLOTS <= WB * G, "a step keeps at most WB * G blocks");
 };
 
 /// Run-time description of a grouped BSR GEMM: the dense GEMM parameters (`b` and `b_up` point at
@@ -582,19 +588,21 @@ struct GemmBsrWgmma {
     static constexpr int kAtomsB = BKB / SWB;
     /// WIDE: a block's box rows of 128 bytes.
     static constexpr int kWideRows = BR * BC * 2 / 128;
-    /// Producer warps filling the ring, slice s by warp s % kProducerWarps: a divisor of STAGES,
-    /// so that each stage is always filled by the same warp, in slice order. At most STAGES: a
-    /// warp whose slices were more than a lap apart could pass its parity wait on a stage a lap
-    /// early (the CPU model in crates/mlpc-codegen/tests/bsr_schedule.rs shows both).
-    static constexpr int kProducerWarps = STAGES % 4 == 0 ? 4 : (STAGES % 2 == 0 ? 2 : 1);
+    /// Producer warps filling the ring, slice s by warp s % kProducerWarps (a stage is then
+    /// filled by the warps in turn, each after its `empty` wait for the slice a lap before). At
+    /// most STAGES: a warp whose slices were more than a lap apart could pass its parity wait on
+    /// a stage a lap early (the CPU model in crates/mlpc-codegen/tests/bsr_schedule.rs shows
+    /// both, for divisors of STAGES and others). Four from 4 stages: one warp alone issues the
+    /// copies too slowly (docs/perf-notes.md, block-sparse variant 7).
+    static constexpr int kProducerWarps = STAGES >= 4 ? 4 : (STAGES % 2 == 0 ? 2 : 1);
     static_assert(kProducerWarps <= STAGES, "a producer warp's slices at most a lap apart");
     /// wgmma groups (slices) a consumer keeps in flight before it waits: their stages stay held,
     /// the producer fills the other STAGES - kInFlight - 1.
     static constexpr int kInFlight = STAGES >= 6 ? 2 : 1;
     static constexpr int kTileABytes = BM * BK * 2;
-    /// A slot per (window column, block row): slot w * G + g.
+    /// Slot j holds the step's j-th kept block (in mask-bit order).
     static constexpr int kSlotBytes = BR * BKB * 2;
-    static constexpr int kSlotsBytes = WB * G * kSlotBytes;
+    static constexpr int kSlotsBytes = Cfg::SLOTS * kSlotBytes;
     static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);
     /// The ring, 1024 bytes to align its base to the widest swizzle pattern, the barriers and a
     /// word per stage for the row mask of the slice in it.
@@ -617,15 +625,16 @@ struct GemmBsrWgmma {
     /// w * G + g keeps (block row g, window column w) and every k16 step j of its piece: `ja`
     /// is the slice's k16 step (w * BKB / 16 + j), `b_lo` the low word of the block's
     /// descriptor at step j (`bsr_wgmma::desc_of<SWB>`). The loops unroll fully, so `g` and
-    /// `ja` are constants in each call, and each `b_lo` is one add of a constant to the
-    /// slots' low word (a descriptor built per block from its address was a chain of five
-    /// dependent uniform-datapath instructions before every kept block's wgmmas, the largest
-    /// share of the consumers' stall samples: docs/perf-notes.md, block-sparse variant 10).
+    /// `ja` are constants in each call; the kept blocks take the slots in turn, so each block's
+    /// `b_lo` is one add to the previous one's (a descriptor built per block from its address
+    /// was a chain of five dependent uniform-datapath instructions before every kept block's
+    /// wgmmas, the largest share of the consumers' stall samples: docs/perf-notes.md,
+    /// block-sparse variant 10).
     template <class F>
     __device__ __forceinline__ static void each_kept_step(u32 mask, u32 sa, F&& mma) {
         using bsr_wgmma::kstep_offset;
         constexpr int KJB = BKB / 16;
-        const u32 slots_lo = bsr_wgmma::desc_lo(sa + kTileABytes);
+        u32 slot_lo = bsr_wgmma::desc_lo(sa + kTileABytes);
 #pragma unroll
         for (int w = 0; w < WB; ++w)
 #pragma unroll
@@ -633,9 +642,9 @@ struct GemmBsrWgmma {
                 if (((mask >> (w * G + g)) & 1u) == 0) continue;
 #pragma unroll
                 for (int j = 0; j < KJB; ++j) {
-                    mma(g, w * KJB + j,
-                        slots_lo + (((w * G + g) * kSlotBytes + kstep_offset<BR, BKB>(j)) >> 4));
+                    mma(g, w * KJB + j, slot_lo + (kstep_offset<BR, BKB>(j) >> 4));
                 }
+                slot_lo += kSlotBytes >> 4;
             }
     }
 
@@ -939,11 +948,11 @@ struct GemmBsrWgmma {
                     }
                     int j = 0;
                     for (u32 rest = mask; rest != 0u; rest &= rest - 1u, ++j) {
-                        // Mask bit k = w * G + g: block row g, window column w, slot k.
-                        const int k = __ffs(rest) - 1;
+                        // The j-th kept block (mask bit w * G + g: block row g, window column
+                        // w) into slot j.
                         const int b = __shfl_sync(0xffffffffu, blk, j);
                         if (lane != 0) continue;
-                        const u32 slot = sa + kTileABytes + k * kSlotBytes;
+                        const u32 slot = sa + kTileABytes + j * kSlotBytes;
                         if constexpr (Cfg::WIDE) {
                             // The whole block: box rows b * kWideRows .. of the rearranged copy.
                             tma_load_2d(slot, map_b, 0, b * kWideRows, bar);

@@ -128,6 +128,9 @@ pub(crate) struct WgmmaBsr {
     /// boxes of its own narrower rows: the copy engine's cost follows the rows of its boxes
     /// (docs/perf-notes.md, block-sparse variant 9).
     pub wide: bool,
+    /// Block slots per stage: the most blocks any step of the pattern keeps (at most `wb * g`);
+    /// a step's j-th kept block takes slot j.
+    pub slots: u32,
 }
 
 impl WgmmaBsr {
@@ -136,17 +139,18 @@ impl WgmmaBsr {
         self.bm / 64 * 128 + 128
     }
 
-    /// Mirrors `GemmBsrWgmma::kStageBytes`: the A slice and the `wb * G` block slots of `bk / wb`
+    /// Mirrors `GemmBsrWgmma::kStageBytes`: the A slice and `slots` block slots of `bk / wb`
     /// columns (twice for dual).
-    fn stage_bytes(bm: u32, g: u32, br: u32, bk: u32, dual: bool) -> u32 {
+    fn stage_bytes(bm: u32, slots: u32, br: u32, bk: u32, wb: u32, dual: bool) -> u32 {
         let nb = if dual { 2 } else { 1 };
-        (bm + nb * g * br) * bk * 2
+        bm * bk * 2 + nb * slots * br * (bk / wb) * 2
     }
 
     /// Mirrors `GemmBsrWgmma::kSmemBytes`: the ring, 1024 bytes of alignment slack, and per stage
     /// a `full` and an `empty` mbarrier and the word of its slice's row mask.
     pub fn smem_bytes(&self, br: u32, dual: bool) -> u32 {
-        self.stages * (Self::stage_bytes(self.bm, self.g, br, self.bk, dual) + 20) + 1024
+        let stage = Self::stage_bytes(self.bm, self.slots, br, self.bk, self.wb, dual);
+        self.stages * (stage + 20) + 1024
     }
 
     /// The width in elements of one swizzle atom column of the A piece
@@ -166,11 +170,17 @@ impl WgmmaBsr {
     }
 
     pub fn template(&self) -> String {
-        let tail = match (self.a_regs, self.wb, self.wide) {
-            (false, 1, false) => String::new(),
-            (true, 1, false) => ", true".to_string(),
-            (a_regs, wb, false) => format!(", {a_regs}, {wb}"),
-            (a_regs, wb, true) => format!(", {a_regs}, {wb}, true"),
+        let tail = match (
+            self.a_regs,
+            self.wb,
+            self.wide,
+            self.slots == self.wb * self.g,
+        ) {
+            (false, 1, false, true) => String::new(),
+            (true, 1, false, true) => ", true".to_string(),
+            (a_regs, wb, false, true) => format!(", {a_regs}, {wb}"),
+            (a_regs, wb, true, true) => format!(", {a_regs}, {wb}, true"),
+            (a_regs, wb, wide, false) => format!(", {a_regs}, {wb}, {wide}, {}", self.slots),
         };
         format!(
             "mlpc::BsrWgmmaConfig<{}, {}, {}, {}{tail}>",
@@ -235,8 +245,17 @@ pub(crate) fn select_wgmma(
         [64, 48, 32, 16].into_iter().find(|d| bc % d == 0)?
     };
     let bm = 128;
-    let stages =
-        ((SMEM_LIMIT - 1024) / (WgmmaBsr::stage_bytes(bm, g, br, bk, dual) + 20)).min(MAX_STAGES);
+    // Slots for the most blocks a step keeps: the stages hold no slot that no step fills
+    // (docs/perf-notes.md, block-sparse variant 11).
+    let slots = GroupSteps::new(p, g, wb)
+        .step_info
+        .iter()
+        .map(|info| (info & 0xffff).count_ones())
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let stage = WgmmaBsr::stage_bytes(bm, slots, br, bk, wb, dual);
+    let stages = ((SMEM_LIMIT - 1024) / (stage + 20)).min(MAX_STAGES);
     // A from registers where the RS wgmma has the block height (`bsr_wgmma::MmaRs`): the kept
     // rows' wgmmas then read only their block from shared memory (docs/perf-notes.md,
     // block-sparse variant 5: 10-11 % faster at density 0.5, 6-9 % at 0.25 and 0.1).
@@ -257,6 +276,7 @@ pub(crate) fn select_wgmma(
         stages,
         a_regs,
         wide,
+        slots,
     })
 }
 
@@ -849,7 +869,6 @@ mod tests {
             "static constexpr int BKB = BK / WB;",
             "static constexpr int kKSub = BC / BKB;",
             "static constexpr int kSlotBytes = BR * BKB * 2;",
-            "static constexpr int kSlotsBytes = WB * G * kSlotBytes;",
             "const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;",
             "return lane < __popc(info & 0xffffu) ? p.step_blk[first + lane] : 0;",
             "const int col = (int)(info >> 16) * BC;",
@@ -868,9 +887,9 @@ mod tests {
             "st_shared_u32(masks + 4 * stage, mask);",
             "const u32 mask = ld_shared_u32(masks + 4 * stage);",
             "store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up);",
-            "const int k = __ffs(rest) - 1;",
+            "for (u32 rest = mask; rest != 0u; rest &= rest - 1u, ++j) {",
             "const int b = __shfl_sync(0xffffffffu, blk, j);",
-            "const u32 slot = sa + kTileABytes + k * kSlotBytes;",
+            "const u32 slot = sa + kTileABytes + j * kSlotBytes;",
             "tma_load_2d(slot, map_b, 0, b * kWideRows, bar);",
             "tma_load_2d(slot + kSlotsBytes, map_bu, 0, b * kWideRows, bar);",
             "static constexpr int kWideRows = BR * BC * 2 / 128;",
@@ -879,8 +898,11 @@ mod tests {
             "tma_load_2d(slot + kSlotsBytes + a * (BR * 2 * SWB), map_bu,",
             "const u32 da_lo = bsr_wgmma::desc_lo(sa + wg * (64 * 2 * SW));",
             "if (((mask >> (w * G + g)) & 1u) == 0) continue;",
-            "const u32 slots_lo = bsr_wgmma::desc_lo(sa + kTileABytes);",
-            "slots_lo + (((w * G + g) * kSlotBytes + kstep_offset<BR, BKB>(j)) >> 4));",
+            "u32 slot_lo = bsr_wgmma::desc_lo(sa + kTileABytes);",
+            "mma(g, w * KJB + j, slot_lo + (kstep_offset<BR, BKB>(j) >> 4));",
+            "slot_lo += kSlotBytes >> 4;",
+            "static constexpr int kSlotsBytes = Cfg::SLOTS * kSlotBytes;",
+            "static constexpr int SLOTS = SLOTS_ > 0 ? SLOTS_ : WB * G;",
             "const u64 a_j = bsr_wgmma::desc_of<SW>(da_lo + (kstep_offset<BM, BK>(ja) >> 4));",
             "bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, bsr_wgmma::desc_of<SWB>(b_lo));",
             "bsr_wgmma::desc_of<SWB>(b_lo + (kSlotsBytes >> 4)));",
@@ -1012,10 +1034,11 @@ mod tests {
         let kksub = bc / bkb;
         let tile_a = bm * bk * 2;
         let slot = br * bkb * 2;
-        let slots = wb * g * slot;
+        let slots = cfg.slots * slot;
         let stage_bytes = tile_a + slots * if dual { 2 } else { 1 };
         assert_eq!(cfg.smem_bytes(br, dual), stages * (stage_bytes + 20) + 1024);
         let steps = GroupSteps::new(pattern, g, wb);
+        assert!(cfg.slots <= wb * g);
         let groups = steps.grp_ptr.len() - 1;
         // The template aligns the ring to 1024 bytes inside the dynamic allocation.
         let ring = 1024u32;
@@ -1094,13 +1117,14 @@ mod tests {
                         });
                     }
                     let first = steps.step_first[s];
-                    // Mask bit k = w * G + g: block row g, window column w, slot k.
-                    for (j, k) in (0..wb * g).filter(|k| (mask >> k) & 1 == 1).enumerate() {
+                    // The j-th kept block (mask bit w * G + g: block row g, window column w)
+                    // into slot j.
+                    for (j, _) in (0..wb * g).filter(|k| (mask >> k) & 1 == 1).enumerate() {
                         let blk = steps.step_blk[(first + j as u32) as usize] as usize;
                         // The packed block's own place in the weight, not the step's claim:
                         // box rows blk * BR .. of the packed [kept * BR, BC] matrix.
                         let (brow, bcol) = pattern.kept[blk];
-                        let slot_at = stage + tile_a + k * slot;
+                        let slot_at = stage + tile_a + j as u32 * slot;
                         if cfg.wide {
                             // One box of 128-byte rows from the rearranged copy: its element
                             // (r, i) is element e of packed chunk perm[r * 8 + i / 8] of the block.
@@ -1153,13 +1177,15 @@ mod tests {
                     let sa = ring + read_stage as u32 * stage_bytes;
                     for wg in 0..bm / 64 {
                         let da_lo = desc_lo(sa + wg * (64 * 2 * sw));
-                        let slots_lo = desc_lo(sa + tile_a);
+                        let mut slot_lo = desc_lo(sa + tile_a);
                         for k in (0..wb * g).filter(|k| (mask >> k) & 1 == 1) {
                             let (w, gg) = (k / g, k % g);
+                            let this_lo = slot_lo;
+                            slot_lo += slot >> 4;
                             for j in 0..bkb / 16 {
                                 let ja = w * (bkb / 16) + j;
                                 let a_j = desc_of(sw, da_lo + (kstep_offset(bm, bk, ja) >> 4));
-                                let b_lo = slots_lo + ((k * slot + kstep_offset(br, bkb, j)) >> 4);
+                                let b_lo = this_lo + (kstep_offset(br, bkb, j) >> 4);
                                 let b_j = desc_of(swb, b_lo);
                                 let read = |d: u64, r: u32, k: u32| {
                                     let at = wgmma_reads(d, r, k);
@@ -1522,9 +1548,12 @@ mod tests {
                 g: 8,
                 bk: 64,
                 wb: 2,
-                stages: 4,
+                // The most blocks a window of this pattern keeps: 13 of 16 slots, so 5 stages
+                // fit where 16 slots would leave 4.
+                stages: 5,
                 a_regs: true,
                 wide: true,
+                slots: 13,
             })
         );
         assert!(pick(Arch::Sm90a, DType::F16, false, n, &b32).is_some());

@@ -22,10 +22,10 @@ use std::collections::VecDeque;
 const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_bsr_wgmma.cuh");
 
 const TRANSCRIBED: &[&str] = &[
-    // Producer warps: slice s by warp s % kProducerWarps, a divisor of STAGES; each walks its
+    // Producer warps: slice s by warp s % kProducerWarps, at most STAGES; each walks its
     // own slices (the CTA's slice numbers run on across tiles), slice s in stage s % STAGES
     // with phase (s / STAGES) & 1, and waits for their stages.
-    "static constexpr int kProducerWarps = STAGES % 4 == 0 ? 4 : (STAGES % 2 == 0 ? 2 : 1);",
+    "static constexpr int kProducerWarps = STAGES >= 4 ? 4 : (STAGES % 2 == 0 ? 2 : 1);",
     "int sl = ((pw - before) % kProducerWarps + kProducerWarps) % kProducerWarps;",
     "for (; sl < slices; sl += kProducerWarps) {",
     "const int stage = (before + sl) % STAGES;",
@@ -89,7 +89,7 @@ fn template_shape(stages: u64, slices: u64) -> Shape {
         stages,
         slices,
         tiles: 3,
-        warps: if stages.is_multiple_of(4) {
+        warps: if stages >= 4 {
             4
         } else if stages.is_multiple_of(2) {
             2
@@ -238,7 +238,17 @@ fn the_schedule_is_race_free_under_random_interleavings() {
 
 #[test]
 fn producer_warps_up_to_the_stage_count_are_race_free() {
-    for (stages, warps) in [(4, 3), (5, 2), (8, 3), (3, 3), (6, 5), (5, 5)] {
+    for (stages, warps) in [
+        (4, 3),
+        (5, 2),
+        (8, 3),
+        (3, 3),
+        (6, 5),
+        (5, 5),
+        (5, 4),
+        (6, 4),
+        (7, 4),
+    ] {
         for slices in SLICES {
             let shape = Shape {
                 warps,
