@@ -12,7 +12,7 @@
 #   ROW       bsr-0.5, bsr-0.25, bsr-0.1 (a bias-free 4096^2 linear with 32 x 32 blocks kept at
 #             that density, T = 4096), bsr64-0.5 (64 x 64 blocks), mlp3-sparse, bert-sparse,
 #             geglu-sparse (the examples with every weight at density 0.25, 0.25 and 0.3,
-#             T = 8192), or MODEL.json:T (checked at T = 200); default: the three bsr rows and
+#             T = 8192), or MODEL.json:T (checked at T = 200 and at T); default: the three bsr rows and
 #             the three sparse models
 #
 # CHECKS=0 skips the checks (timing-only probes whose results are wrong by design).
@@ -99,7 +99,12 @@ checks() {
     check "$models/geglu-sparse.json" --bind T=100
     check "$models/mlp3-sparse.json" --bind T=700
     for row in "${rows[@]}"; do
-        case $row in *.json:*) check "$(model_of "$row")" --bind T=200 ;; esac
+        case $row in
+            *.json:*)
+                check "$(model_of "$row")" --bind T=200
+                check "$(model_of "$row")" --bind T="$(t_of "$row")"
+                ;;
+        esac
     done
 }
 [ "${CHECKS:-1}" = 0 ] || checks

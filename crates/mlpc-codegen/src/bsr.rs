@@ -107,7 +107,9 @@ pub(crate) const WGMMA_N: [u32; 10] = [8, 16, 24, 32, 48, 64, 96, 128, 192, 256]
 /// The dynamic shared memory a block may use on sm_90 (227 KiB).
 const SMEM_LIMIT: u32 = 227 * 1024;
 /// At most this many stages: more buys nothing once the loads of a few slices cover the latency.
-const MAX_STAGES: u32 = 8;
+/// At density 0.1 (5 slots of 32 x 32 blocks a stage, room for 12): 8 stages 0.0805 ms, 10
+/// 0.0788, 12 0.0784 (4096^2, T = 4096, H200; docs/perf-notes.md, block-sparse variant 12).
+const MAX_STAGES: u32 = 12;
 
 /// A `GemmBsrWgmma` configuration (`mlpc::BsrWgmmaConfig<BM, G, BK, STAGES>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

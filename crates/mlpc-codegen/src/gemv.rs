@@ -103,16 +103,26 @@ pub(crate) fn configs(
     let deep = k.as_constant().is_some_and(|k| k >= 4096);
     let n = n.as_constant();
     let all = buckets.iter().map(|&(mg, unroll, per_sm)| {
+        // A dual GEMM of one or two token groups whose one-tile CTAs make four waves or more at
+        // three per SM: one tile, 8 warps, three CTAs per SM, two 32-wide steps a chunk for one
+        // group and one for two (which spilled at two). llama-swiglu T = 1: 0.0796 -> 0.0781 ms
+        // against two CTAs per SM (16-warp CTAs 0.0784, three CTAs at one step 0.0796, four
+        // 0.0800); T = 16: 0.0787 -> 0.0744 against two-tile
+        // 16-warp CTAs, one per SM (2.6 waves, the last leaving 52 SMs idle), where the other
+        // shapes measured 0.0774-0.0876 (docs/perf-notes.md, small M).
+        let streaming_dual =
+            dual && dtype != DType::F32 && mg <= 2 && n.is_some_and(|n| n.div_ceil(16) >= 4 * SMS);
         // From 9 tokens on, every CTA re-reads the A rows of its whole K from L2: as many bytes
         // as its 16 weight rows at 16 tokens. Two 16-row tiles per CTA halve that; it pays when
         // K is deep and the halved grid still covers the SMs (llama-swiglu: T = 16 0.1043 ->
         // 0.0956 ms, T = 64 0.363 -> 0.300; gpt2 / bert-large at T = 16, whose grids would
         // drop below the SMs, measured 2 % slower).
-        let rt = if mg >= 2 && deep && n.is_some_and(|n| n.div_ceil(32) >= SMS - 8) {
-            2
-        } else {
-            1
-        };
+        let rt =
+            if !streaming_dual && mg >= 2 && deep && n.is_some_and(|n| n.div_ceil(32) >= SMS - 8) {
+                2
+            } else {
+                1
+            };
         let ctas = n.map(|n| n.div_ceil(16 * u64::from(rt)));
         // From 32 tokens on, two tiles' accumulators take the registers of a second CTA per SM
         // (at 128 registers a thread, ptxas spilled).
@@ -127,16 +137,8 @@ pub(crate) fn configs(
         } else {
             8
         };
-        // A dual GEMM of one token group with CTAs enough for several waves: three CTAs per SM
-        // at two steps per chunk (llama-swiglu T = 1: 0.0796 -> 0.0781 ms; 16-warp CTAs 0.0784,
-        // three CTAs at one step 0.0796, four 0.0800).
-        let (unroll, per_sm) = if dual
-            && dtype != DType::F32
-            && mg == 1
-            && !few_ctas
-            && ctas.is_some_and(|c| c >= 4 * SMS)
-        {
-            (2, 3)
+        let (unroll, per_sm) = if streaming_dual {
+            (if mg == 1 { 2 } else { 1 }, 3)
         } else {
             (unroll, per_sm)
         };
@@ -397,14 +399,15 @@ mod tests {
                 &Extent::constant(k),
             )
         };
-        // llama-swiglu's dual GEMM: 688 CTAs at one token group, two tiles per CTA from 9.
+        // llama-swiglu's dual GEMM: 688 one-tile CTAs, three per SM, up to 16 tokens; two
+        // tiles per CTA from 17.
         let shape: Vec<_> = bf16(true, 11008, 4096)
             .iter()
             .map(|c| (c.rt, c.warps, c.unroll, c.min_blocks))
             .collect();
         assert_eq!(
             shape,
-            vec![(1, 8, 2, 3), (2, 16, 1, 1), (2, 8, 2, 1), (2, 8, 2, 1)]
+            vec![(1, 8, 2, 3), (1, 8, 1, 3), (2, 8, 2, 1), (2, 8, 2, 1)]
         );
         // Its down projection; a 3072-wide output keeps one tile even with a deep K (96
         // two-tile CTAs would not fill the SMs).
