@@ -165,3 +165,58 @@ fn the_benchmark_shape_compiles_without_local_memory() {
         assert!(!c.log.contains("serialized"), "{}", c.log);
     }
 }
+
+/// The wgmma issue-rate microbenchmark (`scripts/gpu/wgmma_issue.cu`, built with nvcc on a CUDA
+/// machine) reuses the block-sparse kernel's wgmma wrappers and descriptor helpers: its device
+/// part must keep compiling with them, every entry without local memory or serialised wgmmas
+/// (a serialised entry would time ptxas' fallback, not the tensor pipe).
+#[test]
+fn the_wgmma_issue_microbenchmark_compiles_with_the_templates() {
+    if let Err(e) = ensure_nvrtc() {
+        panic!("these tests need NVRTC 13.0: {e}");
+    }
+    let source = include_str!("../../../scripts/gpu/wgmma_issue.cu");
+    let template = hopper_kernels().remove(0);
+    let kernel = CudaKernel {
+        name: "wgmma_issue".to_string(),
+        entry: "wgmma_issue_rs_n32_x8_bk32_wg2".to_string(),
+        source: source.to_string(),
+        small_m: None,
+        relayouts: Vec::new(),
+        ..template
+    };
+    let opts = JitOptions {
+        arch: Arch::Sm90a,
+        no_cache: true,
+        cache_dir: None,
+    };
+    let c = compile_all(std::slice::from_ref(&kernel), &opts)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .remove(0);
+    let entries = c.ptx.matches(".entry wgmma_issue_").count();
+    assert_eq!(entries, 17, "entries in the PTX");
+    for shape in [
+        "m64n16k16",
+        "m64n32k16",
+        "m64n64k16",
+        "m64n128k16",
+        "m64n256k16",
+    ] {
+        assert!(c.ptx.contains(shape), "no {shape} in the PTX");
+    }
+    assert!(c.resources_known, "no ptxas report in the log:\n{}", c.log);
+    assert!(!c.log.contains("serialized"), "{}", c.log);
+    // ptxas reports every entry: none may spill or keep a stack frame.
+    let frames: Vec<&str> = c
+        .log
+        .lines()
+        .filter(|l| l.contains("bytes stack frame"))
+        .collect();
+    assert_eq!(frames.len(), entries, "{}", c.log);
+    for line in frames {
+        assert!(
+            line.contains(" 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+            "{line}"
+        );
+    }
+}

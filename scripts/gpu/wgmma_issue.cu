@@ -1,0 +1,212 @@
+// Microbenchmark: how fast one SM issues back-to-back `wgmma.mma_async` m64nNk16 of a given N,
+// the shape the block-sparse kernel issues per kept block (N = the block height: m64n32k16 for
+// 32 x 32 blocks), against the wide shapes the dense kernels issue (N = 128 / 256).
+//
+// Each CTA (one per SM) fills shared memory with non-zero bf16 values, then every consumer
+// warpgroup (WG of them, as the block-sparse kernel's two) runs ITERS slices; a slice is, for
+// each of its K16 k16 steps, NB wgmmas of m64nNk16 into NB accumulators (NB x N / 2 registers
+// a thread: the block-sparse kernel's G block rows), then a commit and a wait that leaves one
+// group in flight, as the kernel's consumers do. A comes from registers (`ldmatrix`, the RS form
+// of `bsr_wgmma::MmaRs`, what the kernel runs for 16 / 32 / 64-row blocks) or from shared memory
+// (the descriptor form, `bsr_wgmma::Mma`). B is K-major with the atom of a BK-wide slice (64:
+// 128-byte rows, 32: 64-byte rows, as a 32 x 32 block's).
+//
+// Prints one line per configuration: the useful TFLOP/s of the whole GPU (2 x 64 x N x 16 per
+// wgmma), the nanoseconds one SM takes per wgmma, and the rate relative to one m64n256k16 (the
+// descriptor form) per k16 step from the same number of warpgroups, timed first. What the numbers answer: how much of the tensor
+// pipe the kernel can keep busy with N-wide blocks at all (docs/perf-notes.md, block-sparse
+// "Next steps").
+//
+// On a CUDA machine, from the repository root:
+//
+//   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -diag-suppress 1886 \
+//       -I kernels-templates scripts/gpu/wgmma_issue.cu -o /tmp/wgmma_issue && /tmp/wgmma_issue [ITERS]
+//
+// The device part also compiles with NVRTC alone (mlpc-codegen's `nvrtc_bsr_wgmma` test compiles
+// it, so that it keeps up with the templates).
+#include "gemm_bsr_wgmma.cuh"
+
+namespace wgmma_issue {
+
+using mlpc::bf16;
+using mlpc::u32;
+using mlpc::u64;
+
+/// Shared memory of one configuration: NB blocks of N x BK (B), then the A slice of 64 WG rows x
+/// BK (read by the descriptor form, and by `ldmatrix` for the register form), 1024-aligned.
+template <int N, int NB, int BK, int WG>
+struct Layout {
+    static constexpr u32 kBlockBytes = N * BK * 2;
+    static constexpr u32 kBBytes = NB * kBlockBytes;
+    static constexpr u32 kABytes = 64 * WG * BK * 2;
+    static constexpr u32 kBytes = kBBytes + kABytes + 1024;
+};
+
+/// A non-zero bf16 pair in [0.5, 1) from a word index (a hash: the tensor pipe's power, and so
+/// its clock, depends on the data).
+__device__ __forceinline__ u32 pair_of(u32 i) {
+    u32 h = i * 2654435761u;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    return (0x3F00u | (h & 0x7Fu)) | ((0x3F00u | ((h >> 8) & 0x7Fu)) << 16);
+}
+
+template <int N, int NB, int BK, int WG, bool RS>
+__device__ __forceinline__ void run(int iters, float* out) {
+    typedef Layout<N, NB, BK, WG> L;
+    constexpr int SW = mlpc::bsr_wgmma::SliceAtom<BK>::SW;
+    constexpr int K16 = BK / 16;
+    extern __shared__ unsigned char smem_raw[];
+    const u32 base = ((u32)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
+    const int tid = (int)threadIdx.x;
+    for (u32 w = (u32)tid; w < (L::kBBytes + L::kABytes) / 4; w += blockDim.x) {
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(base + 4 * w), "r"(pair_of(w + 977u * blockIdx.x)));
+    }
+    mlpc::wgmma_detail::fence_proxy_async();
+    __syncthreads();
+
+    const int wg = tid / 128, q = (tid / 32) % 4, lane = tid % 32;
+    const u32 sb = base, sa = base + L::kBBytes;
+    float acc[NB][N / 2];
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+        for (int e = 0; e < N / 2; ++e) acc[b][e] = 0.0f;
+    u32 frag[K16][4];
+    if constexpr (RS) {
+#pragma unroll
+        for (int j = 0; j < K16; ++j) {
+            mlpc::bsr_wgmma::ldsm_x4(frag[j], mlpc::bsr_wgmma::ldsm_a_addr<64 * WG, BK>(sa, wg, q, lane, j));
+        }
+    }
+    // The descriptors' low words: block b's k16 step j, and this warpgroup's A rows at step j.
+    const u32 b_lo = mlpc::bsr_wgmma::desc_lo(sb);
+    const u32 a_lo = mlpc::bsr_wgmma::desc_lo(sa + (u32)wg * 64u * 2u * SW);
+    for (int it = 0; it < iters; ++it) {
+        mlpc::wgmma_detail::fence();
+#pragma unroll
+        for (int j = 0; j < K16; ++j) {
+#pragma unroll
+            for (int b = 0; b < NB; ++b) {
+                const u64 bd = mlpc::bsr_wgmma::desc_of<SW>(
+                    b_lo + ((b * L::kBlockBytes + mlpc::bsr_wgmma::kstep_offset<N, BK>(j)) >> 4));
+                if constexpr (RS) {
+                    mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[b], frag[j], bd);
+                } else {
+                    const u64 ad = mlpc::bsr_wgmma::desc_of<SW>(
+                        a_lo + (mlpc::bsr_wgmma::kstep_offset<64 * WG, BK>(j) >> 4));
+                    mlpc::bsr_wgmma::Mma<bf16, N>::run(acc[b], ad, bd);
+                }
+            }
+        }
+        mlpc::wgmma_detail::commit();
+        mlpc::wgmma_detail::wait<1>();
+        if constexpr (RS) mlpc::bsr_wgmma::fence_frag(frag);
+    }
+    mlpc::wgmma_detail::wait<0>();
+    float sum = 0.0f;
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+        for (int e = 0; e < N / 2; ++e) sum += acc[b][e];
+    out[blockIdx.x * blockDim.x + tid] = sum;
+}
+
+}  // namespace wgmma_issue
+
+// One entry per configuration: wgmma_issue_<rs|ss>_n<N>_x<NB>_bk<BK>_wg<WG>. Both forms for the
+// block heights the register form has (16, 32, 64), the descriptor form for the wide shapes.
+#define WGMMA_ISSUE_ENTRY(FORM, RS, N, NB, BK, WG)                                         \
+    extern "C" __global__ void __launch_bounds__(128 * WG, 1)                               \
+        wgmma_issue_##FORM##_n##N##_x##NB##_bk##BK##_wg##WG(int iters, float* out) {        \
+        wgmma_issue::run<N, NB, BK, WG, RS>(iters, out);                                    \
+    }
+// (The descriptor form of m64n32k16 x 8 at bk 64 is left out: ptxas serialises its wgmmas.)
+#define WGMMA_ISSUE_CONFIGS(SS, RS)                                                        \
+    SS(256, 1, 64, 1) SS(128, 2, 64, 1) SS(64, 4, 64, 1) RS(64, 4, 64, 1) RS(32, 8, 64, 1) \
+    RS(32, 8, 32, 1)                                                                       \
+    SS(256, 1, 64, 2) SS(128, 2, 64, 2) SS(64, 4, 64, 2) RS(64, 4, 64, 2) RS(32, 8, 64, 2) \
+    SS(32, 8, 32, 2) RS(32, 8, 32, 2) RS(32, 4, 32, 2) RS(32, 2, 32, 2) RS(32, 1, 32, 2)   \
+    RS(16, 8, 32, 2)
+#define WGMMA_ISSUE_SS(N, NB, BK, WG) WGMMA_ISSUE_ENTRY(ss, false, N, NB, BK, WG)
+#define WGMMA_ISSUE_RS(N, NB, BK, WG) WGMMA_ISSUE_ENTRY(rs, true, N, NB, BK, WG)
+WGMMA_ISSUE_CONFIGS(WGMMA_ISSUE_SS, WGMMA_ISSUE_RS)
+
+#ifndef __CUDACC_RTC__
+#include <cstdio>
+#include <cstdlib>
+
+#define CHECK(call)                                                                        \
+    do {                                                                                   \
+        cudaError_t e_ = (call);                                                           \
+        if (e_ != cudaSuccess) {                                                           \
+            std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));               \
+            std::exit(1);                                                                  \
+        }                                                                                  \
+    } while (0)
+
+typedef void (*Entry)(int, float*);
+
+struct Config {
+    const char* name;
+    Entry entry;
+    int n, nb, bk, wg;
+    bool rs;
+    unsigned smem;
+};
+
+static float time_ms(const Config& c, int sms, int iters, float* out) {
+    CHECK(cudaFuncSetAttribute((const void*)c.entry, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)c.smem));
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    float best = 1e30f;
+    for (int rep = 0; rep < 6; ++rep) {  // the first is the warm-up; the fastest of the rest
+        CHECK(cudaEventRecord(start));
+        c.entry<<<sms, 128 * c.wg, c.smem>>>(iters, out);
+        CHECK(cudaEventRecord(stop));
+        CHECK(cudaEventSynchronize(stop));
+        CHECK(cudaGetLastError());
+        float ms = 0.0f;
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        if (rep > 0 && ms < best) best = ms;
+    }
+    CHECK(cudaEventDestroy(start));
+    CHECK(cudaEventDestroy(stop));
+    return best;
+}
+
+int main(int argc, char** argv) {
+    const int iters = argc > 1 ? std::atoi(argv[1]) : 20000;
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    const int sms = prop.multiProcessorCount;
+    float* out = nullptr;
+    CHECK(cudaMalloc(&out, (size_t)sms * 256 * sizeof(float)));
+#define WGMMA_ISSUE_ROW(FORM, RS, N, NB, BK, WG)                                              \
+    {#FORM " m64n" #N "k16 x" #NB ", bk " #BK ", " #WG " wg",                                 \
+     wgmma_issue_##FORM##_n##N##_x##NB##_bk##BK##_wg##WG, N, NB, BK, WG, RS,                 \
+     wgmma_issue::Layout<N, NB, BK, WG>::kBytes},
+#define WGMMA_ISSUE_ROW_SS(N, NB, BK, WG) WGMMA_ISSUE_ROW(ss, false, N, NB, BK, WG)
+#define WGMMA_ISSUE_ROW_RS(N, NB, BK, WG) WGMMA_ISSUE_ROW(rs, true, N, NB, BK, WG)
+    const Config configs[] = {WGMMA_ISSUE_CONFIGS(WGMMA_ISSUE_ROW_SS, WGMMA_ISSUE_ROW_RS)};
+    std::printf("%s, %d SMs, %d slices per warpgroup, one CTA per SM\n", prop.name, sms, iters);
+    std::printf("| form, shape x per k16 step, slice k, warpgroups | TFLOP/s | ns per wgmma per SM | "
+                "vs one m64n256k16 per step |\n|---|---:|---:|---:|\n");
+    // The reference of each warpgroup count: one m64n256k16 (descriptor form) per k16 step.
+    double ref[3] = {0, 0, 0};
+    for (const Config& c : configs) {
+        const float ms = time_ms(c, sms, iters, out);
+        const double wgmmas = (double)sms * c.wg * iters * (c.bk / 16) * c.nb;
+        const double flops = wgmmas * 2.0 * 64 * c.n * 16;
+        const double tflops = flops / (ms * 1e-3) / 1e12;
+        const double ns = ms * 1e6 / (wgmmas / sms);
+        if (c.n == 256) ref[c.wg] = tflops;
+        std::printf("| %s | %.1f | %.2f | %.2f |\n", c.name, tflops, ns, tflops / ref[c.wg]);
+    }
+    CHECK(cudaFree(out));
+    return 0;
+}
+#endif
