@@ -774,7 +774,9 @@ struct GemmWgmma {
 ///   warpgroup; `setmaxnreg` moves registers from the producer (40) to the consumers (232).
 /// - CTAS = 1, PINGPONG: two consumer warpgroups, each computing whole tiles (every 64-row band)
 ///   and taking the CTA's tiles in turn, and a producer warpgroup with the register handover:
-///   one warpgroup's epilogue runs while the other's wgmmas keep the tensor cores busy.
+///   one warpgroup's epilogue runs while the other's wgmmas keep the tensor cores busy. A
+///   warpgroup then holds the accumulators of every band (both of them for a dual GEMM, whose
+///   ping-pong tiles are therefore 64 wide).
 /// - CTAS = 2: one consumer warpgroup computing every 64-row band of the tile and a producer warp
 ///   (no register handover: `__launch_bounds__(kThreads, 2)` leaves each thread 200 registers),
 ///   half the shared memory each: one CTA's epilogue runs while the other's wgmmas keep the
@@ -852,7 +854,9 @@ struct GemmWgmmaTma {
     static constexpr int kAcc = BN / 2;
     static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
                   "every tile must start on a 1024-byte swizzle boundary");
-    static_assert(!kDual || kBands == 1, "a dual GEMM's two accumulators allow one band");
+    static_assert(kBands * kAcc * (kDual ? 2 : 1) <= 192,
+                  "a consumer warpgroup's accumulators (both of a dual GEMM, every band it owns) "
+                  "fit its registers");
 
     /// Row tile and column tile of linear tile `t`: tiles are taken GROUP_M row tiles at a time,
     /// column by column inside a group.
@@ -934,7 +938,7 @@ struct GemmWgmmaTma {
         const i64 first = blockIdx.x + (Cfg::kPingpong ? (i64)wg * gridDim.x : 0);
         const i64 step = (i64)gridDim.x * (Cfg::kPingpong ? 2 : 1);
         float acc[kBands][kAcc];
-        float acc_up[kDual ? kAcc : 1];
+        float acc_up[kBands][kDual ? kAcc : 1];
         // The ring position of this warpgroup's next slice: the producer's sequence is every
         // slice of the CTA's tiles in order, so a ping-pong warpgroup starts wg tiles in.
         i64 slice = Cfg::kPingpong ? (i64)wg * ktiles : 0;
@@ -945,7 +949,10 @@ struct GemmWgmmaTma {
             for (int i = 0; i < kAcc; ++i) {
 #pragma unroll
                 for (int b = 0; b < kBands; ++b) acc[b][i] = 0.0f;
-                if constexpr (kDual) acc_up[i] = 0.0f;
+#pragma unroll
+                for (int b = 0; b < kBands; ++b) {
+                    if constexpr (kDual) acc_up[b][i] = 0.0f;
+                }
             }
             int stage = (int)(slice % STAGES);
             u32 phase = (u32)((slice / STAGES) & 1);
@@ -958,8 +965,10 @@ struct GemmWgmmaTma {
                 const u64 db = make_desc(sa + kTileABytes);
                 const u64 dbu = make_desc(sa + kTileABytes + kTileBBytes);
 #pragma unroll
-                for (int b = 0; b < kBands; ++b) fence_regs(acc[b]);
-                if constexpr (kDual) fence_regs(acc_up);
+                for (int b = 0; b < kBands; ++b) {
+                    fence_regs(acc[b]);
+                    if constexpr (kDual) fence_regs(acc_up[b]);
+                }
                 fence();
 #pragma unroll
                 for (int j = 0; j < BK / 16; ++j) {
@@ -968,22 +977,26 @@ struct GemmWgmmaTma {
                         const u64 da = make_desc(sa + (band0 + b) * (64 * 128));
                         if constexpr (kDual && (BN == 64 || BN == 128)) {
                             // Gate and up as one wgmma over the two stacked tiles: A read once.
-                            MmaPair<T, BN>::run(acc[b], acc_up, da + 2 * j, db + 2 * j);
+                            MmaPair<T, BN>::run(acc[b], acc_up[b], da + 2 * j, db + 2 * j);
                         } else {
                             Mma<T, BN>::run(acc[b], da + 2 * j, db + 2 * j);
-                            if constexpr (kDual) Mma<T, BN>::run(acc_up, da + 2 * j, dbu + 2 * j);
+                            if constexpr (kDual) Mma<T, BN>::run(acc_up[b], da + 2 * j, dbu + 2 * j);
                         }
                     }
                 }
                 commit();
 #pragma unroll
-                for (int b = 0; b < kBands; ++b) fence_regs(acc[b]);
-                if constexpr (kDual) fence_regs(acc_up);
+                for (int b = 0; b < kBands; ++b) {
+                    fence_regs(acc[b]);
+                    if constexpr (kDual) fence_regs(acc_up[b]);
+                }
                 // The previous slice's wgmmas are complete: its stage may be refilled.
                 wait<1>();
 #pragma unroll
-                for (int b = 0; b < kBands; ++b) fence_regs(acc[b]);
-                if constexpr (kDual) fence_regs(acc_up);
+                for (int b = 0; b < kBands; ++b) {
+                    fence_regs(acc[b]);
+                    if constexpr (kDual) fence_regs(acc_up[b]);
+                }
                 if (prev >= 0) mbar_arrive(empty + 8 * prev);
                 prev = stage;
                 if (++stage == STAGES) {
@@ -996,13 +1009,15 @@ struct GemmWgmmaTma {
             if (Cfg::kPingpong && t + gridDim.x < tiles) named_arrive<256>(2 - wg);
             wait<0>();
 #pragma unroll
-            for (int b = 0; b < kBands; ++b) fence_regs(acc[b]);
-            if constexpr (kDual) fence_regs(acc_up);
+            for (int b = 0; b < kBands; ++b) {
+                fence_regs(acc[b]);
+                if constexpr (kDual) fence_regs(acc_up[b]);
+            }
             if (prev >= 0) mbar_arrive(empty + 8 * prev);
             slice += ktiles * (Cfg::kPingpong ? 2 : 1);
 #pragma unroll
             for (int b = 0; b < kBands; ++b) {
-                store_tile<T, BN, kDual, Epi>(acc[b], acc_up, tm * BM + (band0 + b) * 64, tn * BN,
+                store_tile<T, BN, kDual, Epi>(acc[b], acc_up[b], tm * BM + (band0 + b) * 64, tn * BN,
                                               tid & 127, p);
             }
         }

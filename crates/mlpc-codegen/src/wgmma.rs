@@ -200,10 +200,11 @@ const WIDTHS: [u32; 4] = [64, 128, 192, 256];
 /// by `choice`, or why `choice` is not valid for it. The rules are the heuristic's: only the TMA
 /// kernel is tunable; a width of 64, 128, 192 or 256, 64 only for outputs of at most 64 columns
 /// and above 128 only for outputs wider than 128; 192 only when it divides `n`; at most 128 for
-/// a dual GEMM; two CTAs per SM only with 128-wide plain tiles; the ping-pong schedule only for
-/// plain GEMMs with tiles at most 192 wide (a warpgroup holds the accumulators of both 64-row
-/// bands: 192 registers per thread at most) and one CTA per SM; at least two stages in shared
-/// memory.
+/// a dual GEMM; two CTAs per SM only with 128-wide plain tiles; the ping-pong schedule only with
+/// one CTA per SM and tiles whose accumulators one warpgroup holds (both 64-row bands, and for a
+/// dual GEMM gate and up: 192 registers per thread at most, so at most 192 wide for a plain GEMM
+/// and 64 for a dual one, the one case where a 64-wide tile serves a wider output); at least two
+/// stages in shared memory.
 pub(crate) fn with_choice(
     heuristic: WgmmaConfig,
     dual: bool,
@@ -222,7 +223,9 @@ pub(crate) fn with_choice(
     if !(1..=2).contains(&ctas) {
         return Err("the kernel runs 1 or 2 CTAs per SM".into());
     }
-    if bn == 64 && n > 64 {
+    // A warpgroup's accumulators in the ping-pong schedule: both bands, twice for a dual GEMM.
+    let pingpong_regs = 2 * (bn / 2) * if dual { 2 } else { 1 };
+    if bn == 64 && n > 64 && !(dual && pingpong) {
         return Err(format!(
             "64-wide tiles are for outputs of at most 64 columns (N = {n})"
         ));
@@ -241,9 +244,10 @@ pub(crate) fn with_choice(
     if ctas == 2 && (dual || bn != 128) {
         return Err("two CTAs per SM take 128-wide tiles of a plain GEMM".into());
     }
-    if pingpong && (dual || ctas != 1 || bn > 192) {
+    if pingpong && (ctas != 1 || pingpong_regs > 192) {
         return Err(
-            "the ping-pong schedule takes tiles at most 192 wide of a plain GEMM, one CTA per SM"
+            "the ping-pong schedule runs one CTA per SM with tiles at most 192 wide (64 for a \
+             dual GEMM)"
                 .into(),
         );
     }
@@ -387,7 +391,7 @@ mod tests {
     #[test]
     fn one_descriptor_reads_a_dual_gemms_gate_and_up_tiles() {
         for line in [
-            "MmaPair<T, BN>::run(acc[b], acc_up, da + 2 * j, db + 2 * j);",
+            "MmaPair<T, BN>::run(acc[b], acc_up[b], da + 2 * j, db + 2 * j);",
             "const u64 dbu = make_desc(sa + kTileABytes + kTileBBytes);",
             "static constexpr int kStageBytes = kTileABytes + kTileBBytes * (kDual ? 2 : 1);",
         ] {

@@ -81,7 +81,9 @@ fn candidates_follow_the_heuristics_rules() {
     let dual = &all[1];
     assert_eq!(dual.kernel, "dual");
     assert!(dual.key.dual);
-    assert_eq!(dual.choices, [c(128, 1)]);
+    // A dual GEMM: the cooperative 128-wide tile, and the ping-pong schedule at 64 wide (each
+    // warpgroup holds gate and up of both bands).
+    assert_eq!(dual.choices, [c(128, 1), pp(64)]);
     assert_eq!(
         tile_candidates(&p, &p.kernels[2], &opts(Arch::Sm90a)).unwrap(),
         None
@@ -275,7 +277,7 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             }
         }
     }
-    assert_eq!(kernels.len(), (6 + 1) + (4 + 1) + (5 + 2));
+    assert_eq!(kernels.len(), (6 + 2) + (4 + 2) + (5 + 3));
     let jit = JitOptions {
         arch: Arch::Sm90a,
         no_cache: true,
@@ -284,6 +286,12 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
     let compiled = compile_all(&kernels, &jit).unwrap_or_else(|e| panic!("{e}"));
     for (k, c) in kernels.iter().zip(&compiled) {
         assert!(c.ptx.contains("wgmma.mma_async"), "{}", k.entry);
+        assert!(
+            !c.log.contains("serialized"),
+            "{}: ptxas serialised the wgmmas:\n{}",
+            k.entry,
+            c.log
+        );
         assert!(
             !c.resources.uses_local_memory(),
             "{} uses local memory: {:?}\n{}",
