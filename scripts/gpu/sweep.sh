@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Compares two or more mlpc binaries, or environment settings of one, in one call on a CUDA
+# machine, from the repository root: first `mlpc check` with every side but the first (the
+# baseline) of what the rows touch (a wrong kernel stops the run before any timing), then every
+# row timed with every side in turn, ROUNDS times (default 2), each side with its own kernel
+# cache. Binaries are built here (`scripts/gpu/build.sh`, copies of older ones kept aside) and
+# carried over.
+#
+#   scripts/gpu/sweep.sh SIDE SIDE [SIDE ...] [-- ROW ...]
+#
+#   SIDE  an mlpc binary, optionally preceded by environment settings for that side:
+#         "MLPC_X=1 target/ab/mlpc" (one argument, quoted); the first is the baseline
+#   ROW   bsr-0.5, bsr-0.25, bsr-0.1 (a bias-free 4096^2 linear with 32 x 32 blocks kept at that
+#         density, T = 4096), bsr64-0.5 (64 x 64 blocks), mlp3-sparse, bert-sparse, geglu-sparse
+#         (the examples with every weight at density 0.25, 0.25 and 0.3, T = 8192), or
+#         MODEL.json:T (e.g. examples/llama-swiglu/model.json:16); default: the three bsr rows
+#         and the three sparse models
+#
+# Checks: when a block-sparse row is timed, the block-sparse cases (tests/cases at T = 1, 77,
+# 129, 1000, bert-sparse-ffn at 67 and 2048, the generated weights at a few hundred rows); for a
+# MODEL.json:T row, the model at T = 200 and at T, and at every T of CHECK_T ("1 9 16", say) too.
+# CHECKS=0 skips them all (timing-only probes whose results are wrong by design).
+#
+# Prints, per round, a header naming the sides and one line per row: `ROW | MEDIAN | MEDIAN ...`
+# (ms, `mlpc bench` medians of 200 runs after warm-up, in the order of the sides). About 3 s per
+# row and side on an H200, plus the checks (about 40 s for the block-sparse ones).
+set -uo pipefail
+sides=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    sides+=("$1")
+    shift
+done
+[ "${1:-}" = -- ] && shift
+rows=("$@")
+if [ ${#sides[@]} -lt 2 ]; then
+    sed -n '2,26p' "$0" >&2
+    exit 1
+fi
+[ ${#rows[@]} -eq 0 ] && rows=(bsr-0.5 bsr-0.25 bsr-0.1 mlp3-sparse bert-sparse geglu-sparse)
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+models=$(mktemp -d)
+caches=$(mktemp -d)
+trap 'rm -rf "$models" "$caches"' EXIT
+
+python3 - "$models" <<'EOF'
+import json, sys
+out = sys.argv[1]
+def linear(name, block, density):
+    json.dump({"mlpc": 1, "name": name, "dtype": "bf16", "seed": 0,
+               "inputs": {"x": {"shape": ["T", 4096]}},
+               "layers": [{"op": "linear", "name": "fc", "in": 4096, "out": 4096, "bias": False}],
+               "sparsity": {"fc.weight": {"block": block, "density": density}}},
+              open(f"{out}/{name}.json", "w"))
+for d in ("0.5", "0.25", "0.1"):
+    linear(f"bsr-{d}", [32, 32], float(d))
+linear("bsr64-0.5", [64, 64], 0.5)
+for name, example, density in (("mlp3-sparse", "mlp3-relu", 0.25),
+                               ("bert-sparse", "bert-large-ffn", 0.25),
+                               ("geglu-sparse", "seed-geglu", 0.3)):
+    m = json.load(open(f"examples/{example}/model.json"))
+    m["name"] = name
+    m["sparsity"] = {"*.weight": {"block": [32, 32], "density": density}}
+    json.dump(m, open(f"{out}/{name}.json", "w"))
+EOF
+
+# side SPEC CACHE ARGS...: runs the binary of SPEC with its settings and its own cache.
+side() {
+    local spec=$1 cache=$2
+    shift 2
+    # shellcheck disable=SC2086 # the settings are words by design
+    env MLPC_CACHE_DIR="$cache" $spec "$@"
+}
+
+model_of() {
+    case $1 in
+        *.json:*) echo "${1%:*}" ;;
+        *) echo "$models/$1.json" ;;
+    esac
+}
+t_of() {
+    case $1 in
+        *.json:*) echo "${1##*:}" ;;
+        bsr*) echo 4096 ;;
+        *) echo 8192 ;;
+    esac
+}
+
+failed=0
+# check SIDE_INDEX ARGS...: `mlpc check ARGS` with that side.
+check() {
+    local i=$1
+    shift
+    if out=$(side "${sides[$i]}" "$caches/$i" check "$@" 2>&1); then
+        echo "ok   [${sides[$i]}] $*"
+    else
+        echo "FAIL [${sides[$i]}] $*"
+        echo "$out" | tail -5
+        failed=1
+    fi
+}
+checks() {
+    local sparse=0 row i t
+    for row in "${rows[@]}"; do
+        case $row in *.json:*) ;; *) sparse=1 ;; esac
+    done
+    echo "== checks (every side but the first)"
+    for ((i = 1; i < ${#sides[@]}; i++)); do
+        if [ $sparse -eq 1 ]; then
+            for case in sparse-geglu-b16 sparse-residual-b64; do
+                for t in 1 77 129 1000; do check "$i" "tests/cases/$case/model.json" --bind T=$t; done
+            done
+            check "$i" examples/bert-sparse-ffn/model.json --bind T=67
+            check "$i" examples/bert-sparse-ffn/model.json --bind T=2048
+            for d in 0.5 0.25 0.1; do check "$i" "$models/bsr-$d.json" --bind T=300; done
+            check "$i" "$models/bsr64-0.5.json" --bind T=300
+            check "$i" "$models/geglu-sparse.json" --bind T=100
+            check "$i" "$models/mlp3-sparse.json" --bind T=700
+        fi
+        for row in "${rows[@]}"; do
+            case $row in
+                *.json:*)
+                    for t in 200 "$(t_of "$row")" ${CHECK_T:-}; do
+                        check "$i" "$(model_of "$row")" --bind T="$t"
+                    done
+                    ;;
+            esac
+        done
+    done
+}
+[ "${CHECKS:-1}" = 0 ] || checks
+if [ $failed -ne 0 ]; then
+    echo "a check failed: no timings"
+    exit 1
+fi
+
+median() {
+    side "${sides[$1]}" "$caches/$1" bench "$2" --bind T="$3" 2>&1 | grep -o 'median [0-9.]*' | cut -d' ' -f2
+}
+for round in $(seq "${ROUNDS:-2}"); do
+    header="== timings (ms), round $round: ROW"
+    for spec in "${sides[@]}"; do header="$header | $spec"; done
+    echo "$header"
+    for row in "${rows[@]}"; do
+        model=$(model_of "$row")
+        t=$(t_of "$row")
+        line=$row
+        for ((i = 0; i < ${#sides[@]}; i++)); do
+            m=$(median "$i" "$model" "$t")
+            line="$line | ${m:-failed}"
+        done
+        echo "$line"
+    done
+done
