@@ -948,9 +948,8 @@ struct GemmWgmmaTma {
 #pragma unroll
             for (int i = 0; i < kAcc; ++i) {
 #pragma unroll
-                for (int b = 0; b < kBands; ++b) acc[b][i] = 0.0f;
-#pragma unroll
                 for (int b = 0; b < kBands; ++b) {
+                    acc[b][i] = 0.0f;
                     if constexpr (kDual) acc_up[b][i] = 0.0f;
                 }
             }

@@ -107,9 +107,9 @@ pub(crate) fn configs(
         // three per SM: one tile, 8 warps, three CTAs per SM, two 32-wide steps a chunk for one
         // group and one for two (which spilled at two). llama-swiglu T = 1: 0.0796 -> 0.0781 ms
         // against two CTAs per SM (16-warp CTAs 0.0784, three CTAs at one step 0.0796, four
-        // 0.0800); T = 16: 0.0787 -> 0.0744 against two-tile
-        // 16-warp CTAs, one per SM (2.6 waves, the last leaving 52 SMs idle), where the other
-        // shapes measured 0.0774-0.0876 (docs/perf-notes.md, small M).
+        // 0.0800); T = 16: 0.0787 -> 0.0744 against two-tile 16-warp CTAs, one per SM (2.6
+        // waves, the last leaving 52 SMs idle), where the other shapes measured 0.0774-0.0876
+        // (docs/perf-notes.md, small M).
         let streaming_dual =
             dual && dtype != DType::F32 && mg <= 2 && n.is_some_and(|n| n.div_ceil(16) >= 4 * SMS);
         // From 9 tokens on, every CTA re-reads the A rows of its whole K from L2: as many bytes
