@@ -3,7 +3,7 @@
 # eat the session), then the full validation, then the benchmark. Run from the repository root
 # after `scripts/gpu/build.sh` (binaries carried over); results go to $OUT (default /tmp/mlpc-gpu).
 #
-#   scripts/gpu/run_all.sh [validate|bench|all|tune] [extra bench.py arguments...]
+#   scripts/gpu/run_all.sh [validate|bench|all|tune|micro] [extra bench.py arguments...]
 #
 # Wall times on the H200 (2026-11-29, warm machine): smoke 15 s, validate 120 s (228 outputs,
 # guards, sanitizer), bench 120 s, `bench_goals.py` 70 s, `tune` about 45 s per model.
@@ -15,6 +15,9 @@
 # peer for those rows (each compiles for tens of seconds: mind the 500 s limit of the bench step;
 # the five bf16 models took the whole call to 210 s on 2026-11-30, `--max-autotune all` would also
 # compile every GEMM and decode row).
+#
+# `micro` builds and runs the wgmma issue-rate microbenchmark (`scripts/gpu/wgmma_issue.cu`, nvcc
+# of the machine's toolkit; a few seconds) instead, its table in $OUT/wgmma_issue.txt.
 #
 # `tune` runs `mlpc compile --autotune` on every example at its benchmark size instead (every
 # candidate tile checked against the reference, then timed; tables in $OUT/tune-*.txt), with its
@@ -30,6 +33,14 @@ OUT=${OUT:-/tmp/mlpc-gpu}
 mkdir -p "$OUT"
 MLPC=target/release/mlpc
 export MLPC_CACHE_DIR=${MLPC_CACHE_DIR:-/tmp/mlpc-cache}
+
+if [ "$what" = micro ]; then
+    echo "== wgmma issue-rate microbenchmark"
+    nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -diag-suppress 1886 \
+        -I kernels-templates scripts/gpu/wgmma_issue.cu -o /tmp/wgmma_issue || exit 1
+    timeout 120 /tmp/wgmma_issue | tee "$OUT/wgmma_issue.txt"
+    exit "${PIPESTATUS[0]}"
+fi
 
 echo "== smoke: tiled kernels (T > 64) of gpt2-mlp and seed-geglu on the default target"
 # T = 2048: every persistent CTA computes several tiles (both ping-pong warpgroups work).
