@@ -153,11 +153,24 @@ pub(crate) fn select(
         && family == Family::Tma
         && k.as_constant().is_some_and(|k| k <= 1024)
         && n.as_constant().is_none_or(|n| n > 128);
+    // Dual GEMMs on the TMA kernel take 128 x 64 tiles with the ping-pong schedule: each
+    // consumer warpgroup holds gate and up of a whole tile (128 registers a thread) and its
+    // epilogue (activation and product) runs under the other's wgmmas. Measured with
+    // `--autotune` (docs/perf-notes.md 3h) against 128 x 128 cooperative tiles: llama-swiglu at
+    // T = 4096 1.606 -> 1.459 ms for the whole MLP, seed-geglu at T = 8192 0.173 -> 0.165.
+    let dual_pingpong = dual && family == Family::Tma;
     // Narrow outputs get a narrower tile; the widest is 256 (128 for the two accumulators of a
-    // dual GEMM, which hold as many registers, and for shallow GEMMs). A width that 192 divides
-    // but 256 does not, or that makes few 256-wide column tiles (N = 768: 3 of 256 or 4 of
-    // 192), takes 192 wide tiles: more, smaller tiles fill the 132 SMs in fuller waves.
-    let widest = if dual || shallow { 128 } else { 256 };
+    // dual GEMM on the cp.async kernel, which hold as many registers, and for shallow GEMMs). A
+    // width that 192 divides but 256 does not, or that makes few 256-wide column tiles (N = 768:
+    // 3 of 256 or 4 of 192), takes 192 wide tiles: more, smaller tiles fill the 132 SMs in
+    // fuller waves.
+    let widest = if dual_pingpong {
+        64
+    } else if dual || shallow {
+        128
+    } else {
+        256
+    };
     let bn = match n.as_constant() {
         Some(c) if c <= 64 => 64,
         Some(c) if c <= 128 => 128,
@@ -165,7 +178,7 @@ pub(crate) fn select(
         _ => widest,
     }
     .min(widest);
-    let pingpong = shallow && bn == 128;
+    let pingpong = (shallow && bn == 128) || dual_pingpong;
     let stages = deepest(family, 128, bn, 1, dual).unwrap_or(2);
     Some(WgmmaConfig {
         family,
@@ -525,12 +538,18 @@ mod tests {
             (cp.threads(), cp.smem_bytes(false)),
             (256, 4 * 384 * 128 + 1024)
         );
-        // Dual GEMMs: 128 wide, two B tiles per stage; a producer warpgroup and two barriers
-        // per stage.
+        // Dual GEMMs: 64 wide with the ping-pong schedule, two B tiles per stage; a producer
+        // warpgroup and two barriers per stage.
         let dual = pick(Arch::Sm90a, DType::Bf16, true, nt, &[&s, &s, &s], &n).unwrap();
-        assert_eq!((dual.bm, dual.bn, dual.stages), (128, 128, 4));
+        assert_eq!(
+            (dual.bm, dual.bn, dual.stages, dual.pingpong),
+            (128, 64, 5, true)
+        );
         assert_eq!(dual.threads(), 384);
-        assert_eq!(dual.smem_bytes(true), 4 * (128 + 256) * 128 + 1024 + 4 * 16);
+        assert_eq!(dual.smem_bytes(true), 5 * (128 + 128) * 128 + 1024 + 5 * 16);
+        // The cooperative 128 x 128 tile stays a tuning candidate.
+        let coop = with_choice(dual, true, 4096, TileChoice::new(128, 1)).unwrap();
+        assert_eq!((coop.bn, coop.stages, coop.pingpong), (128, 4, false));
         // N = 768: four 192-wide column tiles instead of three 256-wide ones; N = 1536 too
         // (six of 256 would be few); N = 6144 keeps 256 (24 column tiles).
         for (cols, bn, stages) in [(768, 192, 5), (1536, 192, 5), (6144, 256, 4)] {
@@ -547,7 +566,7 @@ mod tests {
             assert!(c.smem_bytes(false) <= SMEM_LIMIT);
         }
         // Shallow plain GEMMs: 128 x 128 tiles with the ping-pong schedule, one CTA per SM, five
-        // stages; dual ones keep the cooperative schedule.
+        // stages; dual ones 128 x 64 tiles with the ping-pong schedule.
         let shallow = |dual: bool, strides: &[&Extent]| {
             select(
                 Arch::Sm90a,
@@ -576,7 +595,7 @@ mod tests {
         let dual_shallow = shallow(true, &[&s, &s, &s]);
         assert_eq!(
             (dual_shallow.bn, dual_shallow.ctas, dual_shallow.pingpong),
-            (128, 1, false)
+            (64, 1, true)
         );
         // Narrow outputs.
         let narrow = pick(

@@ -81,9 +81,9 @@ fn candidates_follow_the_heuristics_rules() {
     let dual = &all[1];
     assert_eq!(dual.kernel, "dual");
     assert!(dual.key.dual);
-    // A dual GEMM: the cooperative 128-wide tile, and the ping-pong schedule at 64 wide (each
-    // warpgroup holds gate and up of both bands).
-    assert_eq!(dual.choices, [c(128, 1), pp(64)]);
+    // A dual GEMM: the ping-pong schedule at 64 wide first (each warpgroup holds gate and up
+    // of both bands), and the cooperative 128-wide tile.
+    assert_eq!(dual.choices, [pp(64), c(128, 1)]);
     assert_eq!(
         tile_candidates(&p, &p.kernels[2], &opts(Arch::Sm90a)).unwrap(),
         None
