@@ -3,11 +3,12 @@
 
 Rows named `bsr ...` prune the weight of a single linear to the given block density: their peers are
 the dense GEMM of the same unpruned shape (eager) and torch's BSR matmul (compile column).
-For each model: `mlpc bench` (CUDA events around each run after warm-up, median, rotating weight
-and input sets, random data) and, in this same process afterwards, PyTorch eager (`F.linear` +
+For each model: `mlpc bench` (CUDA events around each run after a second of heat and warm-up,
+median, rotating weight and input sets, random data) and, in this same process afterwards, PyTorch eager (`F.linear` +
 activation) and torch.compile (default mode; with `--max-autotune`, also mode="max-autotune" for
 the rows named, or `all` dense rows: tens of seconds of compilation each) on the same shapes with
-rotating input/weight sets, timed with triton's do_bench (CUDA events, median). Writes one
+rotating input/weight sets, timed with triton's do_bench (CUDA events, median) after the same
+second of heat (`heated_bench`). Writes one
 markdown table: ours, each peer, ratios, TFLOP/s, % of the bf16 peak measured in the same run (an
 8192^3 cuBLAS GEMM).
 
@@ -79,10 +80,40 @@ def flops(T, dims, gated):
     return sum(2 * T * i * o for i, o in zip(dims[:-1], dims[1:]))
 
 
+# Seconds of untimed runs, back to back, before every timing, mlpc's (`--heat-ms`) and each
+# peer's: an H200 running large GEMMs drops from 1980 MHz to about 1500 under its 700 W limit
+# within a second, so a timing that starts on an idle GPU measures boost clocks for a while and
+# then throttled ones, by how long it runs (docs/perf-notes.md, "Measuring"). Heated first,
+# every side is timed at the clocks of sustained load. Under that limit the duty cycle sets the
+# clocks too: do_bench zeroes a 256 MB buffer between the runs it times (an L2 flush), so mlpc's
+# timed runs get the same (`--flush-l2`).
+HEAT_S = 1.0
+
+
+def heated_bench(fn, warmup=25, rep=200):
+    """triton's do_bench median of `fn` after HEAT_S seconds of `fn` back to back (in batches,
+    each waited for, that double while they take under 10 ms)."""
+    import time
+    import torch
+    from triton.testing import do_bench
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    batch = 1
+    while time.perf_counter() - start < HEAT_S:
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        torch.cuda.synchronize()
+        if time.perf_counter() - t0 < 0.01:
+            batch *= 2
+    return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
 def bench_mlpc(mlpc, path, T, iters, target):
     flags = [] if target == "auto" else ["--target", target]
     p = subprocess.run([mlpc, "bench", path, "--bind", f"T={T}", "--iters", str(iters), "--warmup", "10",
-                        *flags, "--json", "/dev/stdout"], capture_output=True, text=True)
+                        "--heat-ms", str(int(HEAT_S * 1000)), "--flush-l2", *flags, "--json", "/dev/stdout"],
+                       capture_output=True, text=True)
     if p.returncode != 0:
         return None, (p.stderr or p.stdout).strip()[-300:]
     line = [l for l in p.stdout.splitlines() if l.startswith("{")][-1]
@@ -96,7 +127,6 @@ def peers(rows, no_compile, max_autotune=()):
     compiles and benchmarks GEMM candidates for tens of seconds per model)."""
     import torch
     import torch.nn.functional as F
-    from triton.testing import do_bench
     acts = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
             None: lambda t: t}
     dts = {"bf16": torch.bfloat16, "f32": torch.float32}
@@ -105,7 +135,7 @@ def peers(rows, no_compile, max_autotune=()):
     torch.backends.cudnn.allow_tf32 = False
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    peak_ms = do_bench(lambda: a @ b, warmup=25, rep=200, return_mode="median")
+    peak_ms = heated_bench(lambda: a @ b)
     peak = 2 * 8192 ** 3 / (peak_ms * 1e-3) / 1e12
     del a, b
     for r in rows:
@@ -140,7 +170,7 @@ def peers(rows, no_compile, max_autotune=()):
             def step():
                 fn(i[0] % sets)
                 i[0] += 1
-            return do_bench(step, warmup=25, rep=200, return_mode="median")
+            return heated_bench(step)
         r["eager_ms"] = timed(lambda k: fwd(xs[k], ws[k]))
         if r["name"].startswith("bsr"):
             density = float(r["name"].split("d=")[1].split()[0])
@@ -149,7 +179,7 @@ def peers(rows, no_compile, max_autotune=()):
             w = torch.randn(n, n, device="cuda", dtype=dt) * mask.repeat_interleave(32, 0).repeat_interleave(32, 1)
             wb = w.to_sparse_bsr((32, 32))
             xt = xs[0].t().contiguous()
-            r["compile_ms"] = do_bench(lambda: wb @ xt, warmup=10, rep=100, return_mode="median")
+            r["compile_ms"] = heated_bench(lambda: wb @ xt, warmup=10, rep=100)
             print(r["name"], "dense", r["eager_ms"], "torch bsr", r["compile_ms"], flush=True)
             continue
         if not no_compile:
@@ -192,8 +222,20 @@ def write_section(path, text):
 
 
 def run_of(r):
-    """The run a row was measured in: (date, device, PyTorch version, bf16 peak)."""
-    return (r["date"], r["device"], r["torch"], r["peak_tflops"])
+    """The run a row was measured in: (date, device, PyTorch version, bf16 peak, seconds of heat
+    before each timing; 0 for runs from before the heat)."""
+    return (r["date"], r["device"], r["torch"], r["peak_tflops"], r.get("heat_s", 0))
+
+
+def timing_note(heat):
+    """How the times of a run were taken."""
+    if heat:
+        return (f"Medians of CUDA-event timings after {heat:g} s of untimed runs back to back (every side, mlpc "
+                "and each peer, timed at the clocks of sustained load, which this card's power limit holds well "
+                "below its boost clock on large GEMMs) and warm-up, a 256 MB buffer zeroed before every timed run "
+                "on both sides (do_bench's L2 flush; mlpc's `--flush-l2`), rotating weight and input sets (random "
+                "data). ")
+    return "Medians of CUDA-event timings after warm-up, rotating weight and input sets (random data). "
 
 
 def table(rows, targets):
@@ -215,18 +257,18 @@ def table(rows, targets):
                     "torch.compile in its default mode (max-autotune was not run: it compiles for tens of seconds per "
                     "model; `--max-autotune` adds it). ")
     if len(runs) == 1:
-        date, dev, torch_version, peak = runs[0]
+        date, dev, torch_version, peak, heat = runs[0]
         origin = (f"Generated by `scripts/gpu/bench.py` on {date}, device: {dev}, PyTorch {torch_version}. "
-                  f"Medians of CUDA-event timings after warm-up, rotating weight and input sets (random data). bf16 "
-                  f"peak measured in the same run (8192^3 cuBLAS GEMM): {peak:.0f} TFLOP/s. ")
+                  + timing_note(heat) +
+                  f"bf16 peak measured in the same run (8192^3 cuBLAS GEMM): {peak:.0f} TFLOP/s. ")
     else:
         origin = ("Generated by `scripts/gpu/bench.py` from " + str(len(runs)) + " runs (`--merge`), named in the "
                   "`run` column: " + "; ".join(
                       f"{letters[i]}: {d}, {dev}, PyTorch {tv}, bf16 peak {pk:.0f} TFLOP/s"
-                      for i, (d, dev, tv, pk) in enumerate(runs))
+                      + (f", {ht:g} s of untimed runs before each timing (mlpc's and the peers')" if ht else "")
+                      for i, (d, dev, tv, pk, ht) in enumerate(runs))
                   + ". Each row's times, peers and ratios come from its own run (its % peak from that run's peak, "
-                  "an 8192^3 cuBLAS GEMM). Medians of CUDA-event timings after warm-up, rotating weight and input "
-                  "sets (random data). ")
+                  "an 8192^3 cuBLAS GEMM). " + timing_note(0))
         head = "| run " + head
     out = ["",
            origin + compile_note +
@@ -336,7 +378,7 @@ def main():
     peak, dev, torch_version = peers(rows, a.no_compile, tuple(x for x in a.max_autotune.split(",") if x))
     today = datetime.date.today().isoformat()
     for r in rows:
-        r.update(date=today, device=dev, torch=torch_version, peak_tflops=peak)
+        r.update(date=today, device=dev, torch=torch_version, peak_tflops=peak, heat_s=HEAT_S)
     # The measured rows replace the kept ones of the same name; the table keeps MODELS' order.
     fresh = {r["name"]: r for r in rows}
     merged = {r["name"]: r for r in kept}

@@ -106,10 +106,18 @@ enum Command {
         /// A value for a symbolic dimension, e.g. `--bind T=8192`; repeat for several.
         #[arg(long = "bind", value_name = "SYM=N", value_parser = parse_binding)]
         bindings: Vec<(String, u64)>,
+        /// Milliseconds of untimed runs, back to back, before the warm-up, so that the timed
+        /// runs see the clocks the GPU's power limit holds under sustained load (0: none).
+        #[arg(long, value_name = "MS", default_value_t = 1000)]
+        heat_ms: u64,
         #[arg(long, default_value_t = 20)]
         warmup: usize,
         #[arg(long, default_value_t = 200)]
         iters: usize,
+        /// Zero a 256 MB scratch buffer before every timed run (outside its timing), as
+        /// triton's `do_bench` does: the same duty cycle as a peer timed that way.
+        #[arg(long)]
+        flush_l2: bool,
         /// Append the result as one JSON line to this file.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
@@ -399,8 +407,10 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
         Command::Bench {
             model,
             bindings,
+            heat_ms,
             warmup,
             iters,
+            flush_l2,
             json,
             opts,
             graphs,
@@ -412,8 +422,10 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             let r = compiled.bench(
                 &b,
                 mlpc::BenchOptions {
+                    heat_ms,
                     warmup,
                     iters,
+                    flush_l2,
                     ..Default::default()
                 },
             )?;
@@ -447,6 +459,8 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     "dtype": compiled.plan().dtype,
                     "bindings": binds,
                     "kernels": compiled.plan().kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>(),
+                    "heat_ms": heat_ms,
+                    "flush_l2": flush_l2,
                     "median_ms": r.median_ms,
                     "min_ms": r.min_ms,
                     "mean_ms": r.mean_ms,

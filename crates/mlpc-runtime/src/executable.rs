@@ -749,16 +749,40 @@ impl Executable {
     }
 }
 
-/// Times `iters` runs after `warmup` untimed ones, rotating through `exes` (the same plan with
-/// different weights, so that weights do not stay in L2) and `inputs`, every run with `opts`.
-/// Each run is bracketed by CUDA events on the stream; returns the per-run times.
+/// How [`time_runs`] times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimingOptions {
+    /// Wall time of untimed runs back to back before the warm-up, so that the timed runs see
+    /// the clocks the board's power limit holds under sustained load rather than those of a GPU
+    /// that was idle a moment before (an H200 running large GEMMs drops from 1980 to about 1500
+    /// MHz within a second; docs/perf-notes.md, "Measuring").
+    pub heat: std::time::Duration,
+    /// Untimed runs after the heat.
+    pub warmup: usize,
+    /// Timed runs.
+    pub iters: usize,
+    /// Bytes of a scratch buffer zeroed before every timed run, outside its events (0: none):
+    /// what triton's `do_bench` does between the runs it times (256 MB), so that a comparison
+    /// with it runs both sides at the same duty cycle, which under a power limit sets the clocks.
+    pub flush_bytes: usize,
+}
+
+/// Times `o.iters` runs after the heat and `o.warmup` untimed ones (see [`TimingOptions`]),
+/// rotating through `exes` (the same plan with different weights, so that weights do not stay
+/// in L2) and `inputs`, every run with `opts`. Each timed run is bracketed by CUDA events on the
+/// stream; returns the per-run times.
 pub fn time_runs(
     exes: &[&Executable],
     inputs: &[BTreeMap<String, DeviceTensor>],
-    warmup: usize,
-    iters: usize,
+    o: TimingOptions,
     opts: RunOptions,
 ) -> Result<Timings, RuntimeError> {
+    let TimingOptions {
+        heat,
+        warmup,
+        iters,
+        flush_bytes,
+    } = o;
     let (Some(first), false) = (exes.first(), inputs.is_empty()) else {
         return Err(RuntimeError::Mismatch(
             "timing needs at least one executable and one input set".into(),
@@ -770,6 +794,32 @@ pub fn time_runs(
     let mut pairs = Vec::with_capacity(iters);
     let mut host_us = Vec::with_capacity(iters);
     let mut graph_runs = 0;
+    // Batches of runs, each waited for, keep the queue short (the host enqueues far faster than
+    // large plans run); a batch doubles while it takes under 10 ms, so the GPU idles only for a
+    // wait's wake-up between batches.
+    let heat_start = std::time::Instant::now();
+    let mut batch = 1usize;
+    let mut n = 0usize;
+    while heat_start.elapsed() < heat {
+        let t0 = std::time::Instant::now();
+        for _ in 0..batch {
+            drop(exes[n % exes.len()].run(&inputs[n % inputs.len()], opts)?);
+            n += 1;
+        }
+        device.synchronize()?;
+        if t0.elapsed() < std::time::Duration::from_millis(10) {
+            batch *= 2;
+        }
+    }
+    let mut scratch = if flush_bytes > 0 {
+        Some(
+            stream
+                .alloc_zeros::<u8>(flush_bytes)
+                .map_err(driver("allocating the scratch buffer that clears the L2"))?,
+        )
+    } else {
+        None
+    };
     for i in 0..warmup + iters {
         let exe = exes[i % exes.len()];
         let inp = &inputs[i % inputs.len()];
@@ -784,6 +834,11 @@ pub fn time_runs(
             .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(driver("creating an event"))?;
         let before = exe.graph_stats().graph_launches;
+        if let Some(buf) = scratch.as_mut() {
+            stream
+                .memset_zeros(buf)
+                .map_err(driver("clearing the L2 through the scratch buffer"))?;
+        }
         start.record(stream).map_err(driver("recording an event"))?;
         let host = std::time::Instant::now();
         let out = exe.run(inp, opts)?;

@@ -5,8 +5,9 @@
 //! kernel ([`mlpc_codegen::tile_candidates`], the heuristic's first) is compiled into the whole
 //! plan, the other kernels keeping their best tile so far; its outputs are checked against the
 //! reference interpreter ([`Compiled::check`]) and, when they pass, the plan is timed
-//! ([`Compiled::bench`]: CUDA events, warm-up, median). The fastest passing candidate stays. A
-//! candidate that fails to compile, to run or to match the reference is dropped and reported.
+//! ([`Compiled::bench`]: a second of heat, warm-up, CUDA events, median). The fastest passing
+//! candidate stays. A candidate that fails to compile, to run or to match the reference is
+//! dropped and reported.
 //! Nothing here writes kernels or decides validity: codegen does both.
 
 use crate::backend::Backend;

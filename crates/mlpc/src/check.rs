@@ -58,21 +58,29 @@ impl CheckReport {
 /// Options of [`Compiled::bench`].
 #[derive(Clone, Copy, Debug)]
 pub struct BenchOptions {
+    /// Milliseconds of untimed runs, back to back, before the warm-up: the timed runs then see
+    /// the clocks of sustained load (see [`mlpc_runtime::time_runs`]).
+    pub heat_ms: u64,
     pub warmup: usize,
     pub iters: usize,
     /// Weight sets to rotate through; `None` picks enough to exceed the GPU's L2 (2 to 8).
     pub weight_sets: Option<usize>,
     /// Input sets to rotate through.
     pub input_sets: usize,
+    /// Zero a 256 MB scratch buffer before every timed run, outside its events, as triton's
+    /// `do_bench` does (see [`mlpc_runtime::TimingOptions::flush_bytes`]).
+    pub flush_l2: bool,
 }
 
 impl Default for BenchOptions {
     fn default() -> BenchOptions {
         BenchOptions {
+            heat_ms: 1000,
             warmup: 20,
             iters: 200,
             weight_sets: None,
             input_sets: 4,
+            flush_l2: false,
         }
     }
 }
@@ -175,9 +183,10 @@ impl Compiled {
         Ok(CheckReport { backend, outputs })
     }
 
-    /// Times the CUDA backend: warm-up runs, then `iters` runs bracketed by CUDA events, rotating
-    /// through weight sets (other random weights of the same shapes, so that weights do not stay
-    /// in L2) and input sets. Random data, never zeros. With CUDA graphs on
+    /// Times the CUDA backend: `heat_ms` of untimed runs back to back, warm-up runs, then `iters`
+    /// runs bracketed by CUDA events, rotating through weight sets (other random weights of the
+    /// same shapes, so that weights do not stay in L2) and input sets. Random data, never zeros.
+    /// With CUDA graphs on
     /// ([`crate::Compiler::cuda_graphs`]), every weight set's graph is built during the warm-up
     /// once the warm-up gives each set two runs.
     pub fn bench(
@@ -232,7 +241,13 @@ impl Compiled {
             .check(&inputs[0])
             .map_err(mlpc_runtime::RuntimeError::from)?;
         let run = self.run_options(false);
-        let timings = mlpc_runtime::time_runs(&exes, &inputs, opts.warmup, opts.iters.max(1), run)?;
+        let timing = mlpc_runtime::TimingOptions {
+            heat: std::time::Duration::from_millis(opts.heat_ms),
+            warmup: opts.warmup,
+            iters: opts.iters.max(1),
+            flush_bytes: if opts.flush_l2 { 256 << 20 } else { 0 },
+        };
+        let timings = mlpc_runtime::time_runs(&exes, &inputs, timing, run)?;
         let mut times = timings.gpu_ms;
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
