@@ -452,6 +452,61 @@ __device__ __forceinline__ void tma_prefetch_map(const TensorMap& map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(&map)) : "memory");
 }
 
+/// `tma_load_2d` into the shared memory of every CTA of the cluster whose bit is set in
+/// `cta_mask`: the box lands at offset `dst` of each, and its bytes complete on the barrier at
+/// offset `bar` of each.
+__device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TensorMap& map, int x, int y,
+                                                      u32 bar, u16 cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(bar), "h"(cta_mask)
+        : "memory");
+}
+
+/// This CTA's rank in its cluster.
+__device__ __forceinline__ u32 cluster_ctarank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+/// A barrier over every thread of every CTA of the cluster (each warp converged): what each
+/// wrote to shared memory, or initialised, before it is visible to all after it.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile(
+        "barrier.cluster.arrive.release.aligned;\n"
+        "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+/// One arrival on the barrier at shared address `bar` of the cluster's CTA `cta` (the same offset
+/// in its shared memory), releasing this thread's prior accesses at cluster scope.
+__device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(bar), "r"(cta)
+        : "memory");
+}
+
+/// `mbar_wait` whose acquire reaches arrivals released by other CTAs of the cluster.
+__device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity) {
+    u32 done = 0;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
 /// Register budget handover between warpgroups (sm_90a): the producer gives registers up, the
 /// consumers take them.
 template <int N>
@@ -781,11 +836,15 @@ struct GemmWgmma {
 ///   (no register handover: `__launch_bounds__(kThreads, 2)` leaves each thread 200 registers),
 ///   half the shared memory each: one CTA's epilogue runs while the other's wgmmas keep the
 ///   tensor cores busy.
-template <int BM_, int BN_, int STAGES_, int GROUP_M_, int CTAS_ = 1, bool PINGPONG_ = false>
+template <int BM_, int BN_, int STAGES_, int GROUP_M_, int CTAS_ = 1, bool PINGPONG_ = false,
+          int CLUSTER_ = 1>
 struct WgmmaTmaConfig {
     static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_, GROUP_M = GROUP_M_;
     static constexpr int CTAS = CTAS_;
     static constexpr bool kPingpong = PINGPONG_;
+    /// CTAs of a cluster: 2 takes neighbouring column tiles of one row tile, each CTA copying
+    /// half of the A tile into both (TMA multicast).
+    static constexpr int CLUSTER = CLUSTER_;
     static constexpr int kConsumers = kPingpong ? 2 : (CTAS == 1 ? BM / 64 : 1);
     /// 64-row bands per consumer warpgroup.
     static constexpr int kBands = kPingpong ? BM / 64 : BM / 64 / kConsumers;
@@ -796,6 +855,8 @@ struct WgmmaTmaConfig {
     static constexpr int kConsumerRegs = 232;
     static_assert(CTAS == 1 || CTAS == 2, "one or two CTAs per SM");
     static_assert(!kPingpong || CTAS == 1, "the ping-pong schedule runs one CTA per SM");
+    static_assert(CLUSTER == 1 || (CLUSTER == 2 && CTAS == 1 && BM == 128),
+                  "clusters of two CTAs, one per SM, each copying 64 of the 128 A rows");
     static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
     static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
                   "BN must be 64, 128, 192 or 256 (a TMA box has at most 256 rows)");
@@ -836,9 +897,20 @@ struct WgmmaTmaConfig {
 ///   in a grouped order (GROUP_M row tiles, then the next column; see `tile_of`), so that the
 ///   CTAs running at the same time share A and B tiles in L2. While the consumers run one tile's
 ///   epilogue, the producer already fills the ring with the next tile's slices.
+/// - Clusters (`Cfg::CLUSTER` = 2, an autotune candidate): the two CTAs of a cluster take the
+///   neighbouring column tiles 2c and 2c + 1 of one row tile (a phantom column tile past N when
+///   the count is odd: zero-filled loads, no stores) and walk the same slices in the same order.
+///   Each producer copies its half of the A tile (64 rows) into both CTAs (multicast, mask 0b11)
+///   and its own B tile; a stage's `full` barrier still expects the whole stage. A stage may be
+///   refilled only when both CTAs' consumers are done with it: each consumer thread arrives on
+///   its own `empty` barrier and one lane per consumer warp on the peer's (cluster-scope
+///   release), so `empty` counts the local threads plus the peer's warps, and the producer waits
+///   on it with cluster-scope acquire. Cluster barriers after the set-up (before any copy) and
+///   before exit (no CTA leaves while its peer can still arrive on its barriers).
 /// - Epilogue: `store_tile` from the accumulators (the same as `GemmWgmma`).
 /// Launch with `kThreads` threads, `kSmemBytes` of dynamic shared memory, a 1-D grid of
-/// min(tiles, CTAS x SMs) CTAs; compile for sm_90a.
+/// min(tiles, CTAS x SMs) CTAs (with clusters: CLUSTER x min(cluster tiles, SMs / CLUSTER));
+/// compile for sm_90a.
 template <class T, class Cfg, class Epi>
 struct GemmWgmmaTma {
     static constexpr bool kDual = Epi::kDual;
@@ -874,6 +946,12 @@ struct GemmWgmmaTma {
     __device__ __forceinline__ static void run(const P& p, const TensorMap& map_a,
                                                const TensorMap& map_b, const TensorMap& map_bu) {
         using namespace wgmma_detail;
+        constexpr int CLUSTER = Cfg::CLUSTER;
+        // A rows each CTA of a cluster copies (into every CTA of the cluster).
+        constexpr int kARows = BM / CLUSTER;
+        // Consumer threads of one CTA that read a stage, and the peer's warps that release it.
+        constexpr int kReaders = Cfg::kPingpong ? 128 : kConsumers * 128;
+        constexpr int kPeerWarps = CLUSTER > 1 ? kReaders / 32 : 0;
         extern __shared__ __align__(1024) unsigned char mlpc_smem[];
         const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;
         const u32 full = ring + STAGES * kStageBytes;
@@ -882,20 +960,31 @@ struct GemmWgmmaTma {
         const int tid = (int)threadIdx.x;
         const int wg = tid >> 7;
         constexpr int kProducer = kConsumers * 128;
+        const u32 rank = CLUSTER > 1 ? cluster_ctarank() : 0u;
         if (tid == kProducer) {
 #pragma unroll
             for (int s = 0; s < STAGES; ++s) {
                 mbar_init(full + 8 * s, 1);
-                mbar_init(empty + 8 * s, Cfg::kPingpong ? 128 : kConsumers * 128);
+                mbar_init(empty + 8 * s, kReaders + kPeerWarps);
             }
             mbar_fence_init();
         }
-        __syncthreads();
+        if constexpr (CLUSTER > 1) {
+            cluster_sync();
+        } else {
+            __syncthreads();
+        }
 
         const i64 tiles_m = ceil_div(p.m, (i64)BM);
         const i64 tiles_n = ceil_div(p.n, (i64)BN);
-        const i64 tiles = tiles_m * tiles_n;
+        // Cluster tiles: a row tile and CLUSTER neighbouring column tiles.
+        const i64 tiles_nc = ceil_div(tiles_n, (i64)CLUSTER);
+        const i64 tiles = tiles_m * tiles_nc;
         const i64 ktiles = ceil_div(p.k, (i64)BK);
+        // This CTA's cluster and the cluster count (blockIdx.x and gridDim.x without clusters)
+        // are read where they are used, as the kernel without clusters always did.
+#define MLPC_CID ((i64)blockIdx.x / CLUSTER)
+#define MLPC_CLUSTERS ((i64)gridDim.x / CLUSTER)
 
         if (tid >= kProducer) {
             if constexpr (Cfg::kHandover) setmaxnreg_dec<Cfg::kProducerRegs>();
@@ -905,18 +994,28 @@ struct GemmWgmmaTma {
                 if constexpr (kDual) tma_prefetch_map(map_bu);
                 int stage = 0;
                 u32 phase = 0;
-                for (i64 t = blockIdx.x; t < tiles; t += gridDim.x) {
+                for (i64 t = MLPC_CID; t < tiles; t += MLPC_CLUSTERS) {
                     i64 tm, tn;
-                    tile_of(t, tiles_m, tiles_n, tm, tn);
+                    tile_of(t, tiles_m, tiles_nc, tm, tn);
                     const int m0 = (int)(tm * BM);
-                    const int n0 = (int)(tn * BN);
+                    const int n0 = (int)((tn * CLUSTER + rank) * BN);
                     for (i64 kt = 0; kt < ktiles; ++kt) {
-                        mbar_wait(empty + 8 * stage, phase ^ 1);
+                        if constexpr (CLUSTER > 1) {
+                            mbar_wait_cluster(empty + 8 * stage, phase ^ 1);
+                        } else {
+                            mbar_wait(empty + 8 * stage, phase ^ 1);
+                        }
                         const u32 bar = full + 8 * stage;
                         const u32 sa = ring + stage * kStageBytes;
                         mbar_arrive_expect_tx(bar, kStageBytes);
                         const int k0 = (int)(kt * BK);
-                        tma_load_2d(sa, map_a, k0, m0, bar);
+                        if constexpr (CLUSTER > 1) {
+                            tma_load_2d_multicast(sa + rank * (kARows * 128), map_a, k0,
+                                                  m0 + (int)rank * kARows, bar,
+                                                  (u16)((1u << CLUSTER) - 1));
+                        } else {
+                            tma_load_2d(sa, map_a, k0, m0, bar);
+                        }
                         tma_load_2d(sa + kTileABytes, map_b, k0, n0, bar);
                         if constexpr (kDual) {
                             tma_load_2d(sa + kTileABytes + kTileBBytes, map_bu, k0, n0, bar);
@@ -928,15 +1027,29 @@ struct GemmWgmmaTma {
                     }
                 }
             }
+            if constexpr (CLUSTER > 1) {
+                // Every thread of the cluster meets at the end (see below).
+                __syncwarp();
+                cluster_sync();
+            }
             return;
         }
 
         if constexpr (Cfg::kHandover) setmaxnreg_inc<Cfg::kConsumerRegs>();
+        const int lane = tid & 31;
+        // Done with stage `s`: this thread's arrival, and with a cluster one per warp on the
+        // peer's barrier (its producer multicasts into this CTA's stage too).
+        auto release = [&](int s) {
+            mbar_arrive(empty + 8 * s);
+            if constexpr (CLUSTER > 1) {
+                if (lane == 0) mbar_arrive_cluster(empty + 8 * s, rank ^ 1u);
+            }
+        };
         // Consumer warpgroup `wg` owns the bands band0 .. band0 + kBands of 64 rows: its share
         // of each tile, or (ping-pong) every band of its own tiles.
         const int band0 = Cfg::kPingpong ? 0 : wg * kBands;
-        const i64 first = blockIdx.x + (Cfg::kPingpong ? (i64)wg * gridDim.x : 0);
-        const i64 step = (i64)gridDim.x * (Cfg::kPingpong ? 2 : 1);
+        const i64 first = MLPC_CID + (Cfg::kPingpong ? (i64)wg * MLPC_CLUSTERS : 0);
+        const i64 step = MLPC_CLUSTERS * (Cfg::kPingpong ? 2 : 1);
         float acc[kBands][kAcc];
         float acc_up[kBands][kDual ? kAcc : 1];
         // The ring position of this warpgroup's next slice: the producer's sequence is every
@@ -944,7 +1057,8 @@ struct GemmWgmmaTma {
         i64 slice = Cfg::kPingpong ? (i64)wg * ktiles : 0;
         for (i64 t = first; t < tiles; t += step) {
             i64 tm, tn;
-            tile_of(t, tiles_m, tiles_n, tm, tn);
+            tile_of(t, tiles_m, tiles_nc, tm, tn);
+            tn = tn * CLUSTER + rank;
 #pragma unroll
             for (int i = 0; i < kAcc; ++i) {
 #pragma unroll
@@ -957,7 +1071,7 @@ struct GemmWgmmaTma {
             u32 phase = (u32)((slice / STAGES) & 1);
             int prev = -1;
             // Ping-pong: the other warpgroup's previous tile has left its main loop.
-            if (Cfg::kPingpong && t != blockIdx.x) named_sync<256>(1 + wg);
+            if (Cfg::kPingpong && t != MLPC_CID) named_sync<256>(1 + wg);
             for (i64 kt = 0; kt < ktiles; ++kt) {
                 mbar_wait(full + 8 * stage, phase);
                 const u32 sa = ring + stage * kStageBytes;
@@ -996,7 +1110,7 @@ struct GemmWgmmaTma {
                     fence_regs(acc[b]);
                     if constexpr (kDual) fence_regs(acc_up[b]);
                 }
-                if (prev >= 0) mbar_arrive(empty + 8 * prev);
+                if (prev >= 0) release(prev);
                 prev = stage;
                 if (++stage == STAGES) {
                     stage = 0;
@@ -1005,21 +1119,29 @@ struct GemmWgmmaTma {
             }
             // Ping-pong: every wgmma of this tile is issued; hand the tensor cores to the other
             // warpgroup, if it has a next tile.
-            if (Cfg::kPingpong && t + gridDim.x < tiles) named_arrive<256>(2 - wg);
+            if (Cfg::kPingpong && t + MLPC_CLUSTERS < tiles) named_arrive<256>(2 - wg);
             wait<0>();
 #pragma unroll
             for (int b = 0; b < kBands; ++b) {
                 fence_regs(acc[b]);
                 if constexpr (kDual) fence_regs(acc_up[b]);
             }
-            if (prev >= 0) mbar_arrive(empty + 8 * prev);
+            if (prev >= 0) release(prev);
             slice += ktiles * (Cfg::kPingpong ? 2 : 1);
+            // A phantom column tile (past N, with an odd column-tile count) stores nothing.
+            if (CLUSTER > 1 && tn * BN >= p.n) continue;
 #pragma unroll
             for (int b = 0; b < kBands; ++b) {
                 store_tile<T, BN, kDual, Epi>(acc[b], acc_up[b], tm * BM + (band0 + b) * 64, tn * BN,
                                               tid & 127, p);
             }
         }
+        if constexpr (CLUSTER > 1) {
+            // No CTA leaves while its peer can still arrive on its `empty` barriers.
+            cluster_sync();
+        }
+#undef MLPC_CID
+#undef MLPC_CLUSTERS
     }
 };
 

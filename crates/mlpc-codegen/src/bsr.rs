@@ -678,6 +678,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
                     tile_m: bm,
                     tile_n: 1,
                     per_sm: 1,
+                    cluster: 1,
                 },
                 None => Grid::Tiles {
                     m: m.clone(),

@@ -421,7 +421,8 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             box_rows,
             box_cols: crate::wgmma::BK,
         };
-        maps.push(("tm_a", map(0, m, &lda, h.bm)));
+        // With clusters each CTA copies its share of the A tile's rows (into every CTA).
+        maps.push(("tm_a", map(0, m, &lda, h.bm / h.cluster.max(1))));
         maps.push(("tm_b", map(1, n, &ldb, h.bn)));
         if let Some(ldbu) = &up {
             maps.push(("tm_bu", map(2, n, ldbu, h.bn)));
@@ -452,8 +453,14 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         "static_assert(Kernel::kSmemBytes == {smem}, \"shared memory of the launch description\");\n"
     ));
     src.push_str("}  // namespace\n\n");
+    // A cluster shape compiled into the entry: `cuLaunchKernel` and graph kernel nodes then
+    // launch clusters with no launch attribute (the grid's x is a multiple of it).
+    let cluster_dims = match hopper.filter(|h| tma && h.cluster > 1) {
+        Some(h) => format!("__cluster_dims__({}, 1, 1) ", h.cluster),
+        None => String::new(),
+    };
     src.push_str(&format!(
-        "extern \"C\" __global__ void __launch_bounds__({threads}, {}) {entry}(\n{}) {{\n",
+        "extern \"C\" __global__ void {cluster_dims}__launch_bounds__({threads}, {}) {entry}(\n{}) {{\n",
         hopper.map_or(cfg.min_blocks, |h| h.ctas),
         sig
     ));
@@ -488,6 +495,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             tile_m: bm,
             tile_n: bn,
             per_sm: h.ctas,
+            cluster: h.cluster,
         }
     } else {
         Grid::Tiles {

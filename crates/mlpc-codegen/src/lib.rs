@@ -321,14 +321,27 @@ pub enum Grid {
     Elements { numel: Extent, per_block: u32 },
     /// A persistent kernel over the `tile_m x tile_n` tiles of an `[m, n]` output: `per_sm`
     /// blocks per multiprocessor, at most one per tile: `[min(tiles, per_sm x SMs), 1, 1]`. Each
-    /// block loops over tiles itself.
+    /// block loops over tiles itself. With `cluster` > 1 (compiled into the entry) a cluster
+    /// takes `cluster` neighbouring column tiles at a time: `[cluster x min(ceil(m / tile_m) x
+    /// ceil(tiles_n / cluster), per_sm x SMs / cluster), 1, 1]`.
     Persistent {
         m: Extent,
         n: Extent,
         tile_m: u32,
         tile_n: u32,
         per_sm: u32,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        cluster: u32,
     },
+}
+
+/// The default of optional counts in serialised plans and tile choices (absent: 1).
+pub(crate) fn one() -> u32 {
+    1
+}
+
+pub(crate) fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 impl Launch {
@@ -376,12 +389,15 @@ impl Launch {
                 tile_m,
                 tile_n,
                 per_sm,
+                cluster,
             } => {
+                let c = u64::from((*cluster).max(1));
+                let tiles_n = resolve(n)?.div_ceil(u64::from((*tile_n).max(1)));
                 let tiles = resolve(m)?
                     .div_ceil(u64::from((*tile_m).max(1)))
-                    .saturating_mul(resolve(n)?.div_ceil(u64::from((*tile_n).max(1))));
-                let most = u64::from(sms.max(1)) * u64::from((*per_sm).max(1));
-                Ok([tiles.min(most) as u32, 1, 1])
+                    .saturating_mul(tiles_n.div_ceil(c));
+                let most = (u64::from(sms.max(1)) * u64::from((*per_sm).max(1)) / c).max(1);
+                Ok([(tiles.min(most) * c) as u32, 1, 1])
             }
         }
     }
@@ -651,19 +667,46 @@ mod tests {
                 tile_m: 128,
                 tile_n: 192,
                 per_sm: 2,
+                cluster: 1,
             },
         };
-        let at = |t: u64, sms: u32| {
+        let at = |launch: &Launch, t: u64, sms: u32| {
             let mut b = Bindings::new();
             b.bind(&"T".into(), t).unwrap();
             launch.grid(&b, sms)
         };
         // 64 x 4 tiles on 132 SMs; 1 x 4 tiles; nothing to do.
-        assert_eq!(at(8192, 132), Ok([256, 1, 1]));
-        assert_eq!(at(8192, 100), Ok([200, 1, 1]));
-        assert_eq!(at(100, 132), Ok([4, 1, 1]));
-        assert_eq!(at(0, 132), Ok([0, 1, 1]));
-        assert_eq!(at(8192, 16), Ok([32, 1, 1]));
+        assert_eq!(at(&launch, 8192, 132), Ok([256, 1, 1]));
+        assert_eq!(at(&launch, 8192, 100), Ok([200, 1, 1]));
+        assert_eq!(at(&launch, 100, 132), Ok([4, 1, 1]));
+        assert_eq!(at(&launch, 0, 132), Ok([0, 1, 1]));
+        assert_eq!(at(&launch, 8192, 16), Ok([32, 1, 1]));
+        // Clusters of two over 5 column tiles (3 cluster tiles a row tile, the last with a
+        // phantom), one CTA per SM: whole clusters only, at most SMs / 2 of them.
+        let clustered = Launch {
+            grid: Grid::Persistent {
+                m: Extent::of_dim(&Dim::sym("T")),
+                n: Extent::constant(640),
+                tile_m: 128,
+                tile_n: 128,
+                per_sm: 1,
+                cluster: 2,
+            },
+            ..launch.clone()
+        };
+        assert_eq!(at(&clustered, 8192, 132), Ok([132, 1, 1]));
+        assert_eq!(at(&clustered, 8192, 131), Ok([130, 1, 1]));
+        assert_eq!(at(&clustered, 200, 132), Ok([12, 1, 1]));
+        assert_eq!(at(&clustered, 100, 132), Ok([6, 1, 1]));
+        assert_eq!(at(&clustered, 0, 132), Ok([0, 1, 1]));
+        // The field is left out of plans when it is 1, and read back as 1 when absent.
+        let json = serde_json::to_string(&launch.grid).unwrap();
+        assert!(!json.contains("cluster"), "{json}");
+        let back: Grid = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, launch.grid);
+        assert!(serde_json::to_string(&clustered.grid)
+            .unwrap()
+            .contains("\"cluster\":2"));
     }
 
     #[test]

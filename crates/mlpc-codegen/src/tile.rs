@@ -54,15 +54,21 @@ pub struct TileChoice {
     /// Absent in caches written before the schedule existed: `false`.
     #[serde(default)]
     pub pingpong: bool,
+    /// CTAs per cluster: 1, or 2 sharing the A tile's loads (TMA multicast). Absent in caches
+    /// written before clusters existed: 1.
+    #[serde(default = "crate::one", skip_serializing_if = "crate::is_one")]
+    pub cluster: u32,
 }
 
 impl TileChoice {
-    /// A choice with the cooperative schedule (every consumer warpgroup on the same tile).
+    /// A choice with the cooperative schedule (every consumer warpgroup on the same tile), no
+    /// cluster.
     pub fn new(bn: u32, ctas: u32) -> TileChoice {
         TileChoice {
             bn,
             ctas,
             pingpong: false,
+            cluster: 1,
         }
     }
 }
@@ -72,6 +78,9 @@ impl fmt::Display for TileChoice {
         write!(f, "128x{} x{} CTA", self.bn, self.ctas)?;
         if self.pingpong {
             write!(f, " ping-pong")?;
+        }
+        if self.cluster > 1 {
+            write!(f, ", clusters of {}", self.cluster)?;
         }
         Ok(())
     }

@@ -49,6 +49,8 @@ pub(crate) struct WgmmaConfig {
     pub ctas: u32,
     /// TMA kernel, one CTA per SM: two consumer warpgroups taking whole tiles in turn.
     pub pingpong: bool,
+    /// TMA kernel: CTAs per cluster (2: neighbouring column tiles sharing the A tile's loads).
+    pub cluster: u32,
 }
 
 /// Row tiles per group of the persistent kernel's tile order.
@@ -79,14 +81,17 @@ impl WgmmaConfig {
 
     pub fn template(&self) -> String {
         match self.family {
-            Family::Tma => format!(
-                "mlpc::WgmmaTmaConfig<{}, {}, {}, {GROUP_M}, {}{}>",
-                self.bm,
-                self.bn,
-                self.stages,
-                self.ctas,
-                if self.pingpong { ", true" } else { "" }
-            ),
+            Family::Tma => {
+                let tail = match (self.pingpong, self.cluster) {
+                    (false, 1) => String::new(),
+                    (true, 1) => ", true".to_string(),
+                    (pp, c) => format!(", {pp}, {c}"),
+                };
+                format!(
+                    "mlpc::WgmmaTmaConfig<{}, {}, {}, {GROUP_M}, {}{tail}>",
+                    self.bm, self.bn, self.stages, self.ctas,
+                )
+            }
             Family::CpAsync => format!(
                 "mlpc::WgmmaConfig<{}, {}, {}>",
                 self.bm, self.bn, self.stages
@@ -101,7 +106,12 @@ impl WgmmaConfig {
             Family::CpAsync => "wgmma",
         };
         let schedule = if self.pingpong { "_pp" } else { "" };
-        format!("{family}_{}x{}x{}{schedule}", self.bm, self.bn, BK)
+        let cluster = if self.cluster > 1 {
+            format!("_c{}", self.cluster)
+        } else {
+            String::new()
+        };
+        format!("{family}_{}x{}x{}{schedule}{cluster}", self.bm, self.bn, BK)
     }
 }
 
@@ -187,6 +197,7 @@ pub(crate) fn select(
         stages,
         ctas: 1,
         pingpong,
+        cluster: 1,
     })
 }
 
@@ -200,6 +211,7 @@ fn deepest(family: Family, bm: u32, bn: u32, ctas: u32, dual: bool) -> Option<u3
             stages,
             ctas,
             pingpong: false,
+            cluster: 1,
         }
         .smem_bytes(dual)
             <= SMEM_LIMIT / ctas.max(1)
@@ -224,7 +236,12 @@ pub(crate) fn with_choice(
     n: u64,
     choice: TileChoice,
 ) -> Result<WgmmaConfig, String> {
-    let TileChoice { bn, ctas, pingpong } = choice;
+    let TileChoice {
+        bn,
+        ctas,
+        pingpong,
+        cluster,
+    } = choice;
     if heuristic.family != Family::Tma {
         return Err(
             "only GEMMs on the TMA kernel (constant row strides) take a tile choice".into(),
@@ -264,6 +281,12 @@ pub(crate) fn with_choice(
                 .into(),
         );
     }
+    if !(1..=2).contains(&cluster) {
+        return Err("clusters are of 1 or 2 CTAs".into());
+    }
+    if cluster == 2 && (ctas != 1 || heuristic.bm != 128) {
+        return Err("clusters of 2 run one CTA per SM with 128-row tiles".into());
+    }
     let stages = deepest(Family::Tma, heuristic.bm, bn, ctas, dual)
         .ok_or_else(|| "two stages do not fit in shared memory".to_string())?;
     Ok(WgmmaConfig {
@@ -271,6 +294,7 @@ pub(crate) fn with_choice(
         ctas,
         stages,
         pingpong,
+        cluster,
         ..heuristic
     })
 }
@@ -285,13 +309,21 @@ pub(crate) fn candidates(heuristic: WgmmaConfig, dual: bool, n: u64) -> Vec<Tile
         bn: heuristic.bn,
         ctas: heuristic.ctas,
         pingpong: heuristic.pingpong,
+        cluster: heuristic.cluster,
     };
     let mut out = vec![first];
-    for bn in WIDTHS {
-        for (ctas, pingpong) in [(1, false), (1, true), (2, false)] {
-            let c = TileChoice { bn, ctas, pingpong };
-            if c != first && with_choice(heuristic, dual, n, c).is_ok() {
-                out.push(c);
+    for cluster in [1, 2] {
+        for bn in WIDTHS {
+            for (ctas, pingpong) in [(1, false), (1, true), (2, false)] {
+                let c = TileChoice {
+                    bn,
+                    ctas,
+                    pingpong,
+                    cluster,
+                };
+                if c != first && with_choice(heuristic, dual, n, c).is_ok() {
+                    out.push(c);
+                }
             }
         }
     }
@@ -474,6 +506,7 @@ mod tests {
             stages: 5,
             ctas: 1,
             pingpong: false,
+            cluster: 1,
         };
         let top = cfg.smem_bytes(false);
         assert!(top <= SMEM_LIMIT);
@@ -497,6 +530,7 @@ mod tests {
             stages: 4,
             ctas: 1,
             pingpong: false,
+            cluster: 1,
         });
         assert_eq!(
             pick(Arch::Sm90a, DType::Bf16, false, nt, &[&s, &s], &n),

@@ -57,6 +57,14 @@ fn pp(bn: u32) -> TileChoice {
     }
 }
 
+/// `choice` in clusters of two CTAs.
+fn cl(choice: TileChoice) -> TileChoice {
+    TileChoice {
+        cluster: 2,
+        ..choice
+    }
+}
+
 #[test]
 fn candidates_follow_the_heuristics_rules() {
     let p = plan("768", "768");
@@ -74,16 +82,29 @@ fn candidates_follow_the_heuristics_rules() {
         }
     );
     // The heuristic (128 x 128 ping-pong for a shallow plain GEMM) first.
+    // Then every one-CTA choice again in clusters of two.
     assert_eq!(
         plain.choices,
-        [pp(128), c(128, 1), c(128, 2), c(192, 1), pp(192), c(256, 1)]
+        [
+            pp(128),
+            c(128, 1),
+            c(128, 2),
+            c(192, 1),
+            pp(192),
+            c(256, 1),
+            cl(c(128, 1)),
+            cl(pp(128)),
+            cl(c(192, 1)),
+            cl(pp(192)),
+            cl(c(256, 1))
+        ]
     );
     let dual = &all[1];
     assert_eq!(dual.kernel, "dual");
     assert!(dual.key.dual);
     // A dual GEMM: the ping-pong schedule at 64 wide first (each warpgroup holds gate and up
     // of both bands), and the cooperative 128-wide tile.
-    assert_eq!(dual.choices, [pp(64), c(128, 1)]);
+    assert_eq!(dual.choices, [pp(64), c(128, 1), cl(pp(64)), cl(c(128, 1))]);
     assert_eq!(
         tile_candidates(&p, &p.kernels[2], &opts(Arch::Sm90a)).unwrap(),
         None
@@ -94,7 +115,18 @@ fn candidates_follow_the_heuristics_rules() {
     let plain = tile_candidates(&p, &p.kernels[0], &opts(Arch::Sm90a))
         .unwrap()
         .unwrap();
-    assert_eq!(plain.choices, [c(256, 1), c(128, 1), pp(128), c(128, 2)]);
+    assert_eq!(
+        plain.choices,
+        [
+            c(256, 1),
+            c(128, 1),
+            pp(128),
+            c(128, 2),
+            cl(c(128, 1)),
+            cl(pp(128)),
+            cl(c(256, 1))
+        ]
+    );
 
     // Narrow outputs: 64 only for N <= 64, nothing above 128 for N <= 128.
     let p = plan("768", "64");
@@ -103,7 +135,17 @@ fn candidates_follow_the_heuristics_rules() {
         .unwrap();
     assert_eq!(
         plain.choices,
-        [c(64, 1), pp(64), c(128, 1), pp(128), c(128, 2)]
+        [
+            c(64, 1),
+            pp(64),
+            c(128, 1),
+            pp(128),
+            c(128, 2),
+            cl(c(64, 1)),
+            cl(pp(64)),
+            cl(c(128, 1)),
+            cl(pp(128))
+        ]
     );
 
     // Other targets have no Hopper tiles to choose.
@@ -277,7 +319,8 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             }
         }
     }
-    assert_eq!(kernels.len(), (6 + 2) + (4 + 2) + (5 + 3));
+    // Each list: the one-CTA choices again in clusters of two.
+    assert_eq!(kernels.len(), (11 + 4) + (7 + 4) + (9 + 6));
     let jit = JitOptions {
         arch: Arch::Sm90a,
         no_cache: true,
@@ -286,6 +329,20 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
     let compiled = compile_all(&kernels, &jit).unwrap_or_else(|e| panic!("{e}"));
     for (k, c) in kernels.iter().zip(&compiled) {
         assert!(c.ptx.contains("wgmma.mma_async"), "{}", k.entry);
+        // Clusters: the shape compiled into the entry, A copied by multicast.
+        let clustered = k.entry.ends_with("_c2");
+        assert_eq!(
+            c.ptx.contains(".reqnctapercluster 2, 1, 1"),
+            clustered,
+            "{}",
+            k.entry
+        );
+        assert_eq!(
+            c.ptx.contains(".multicast::cluster"),
+            clustered,
+            "{}",
+            k.entry
+        );
         assert!(
             !c.log.contains("serialized"),
             "{}: ptxas serialised the wgmmas:\n{}",

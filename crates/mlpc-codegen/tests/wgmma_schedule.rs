@@ -1,15 +1,17 @@
 //! A model of `GemmWgmmaTma`'s synchronisation, run on the CPU under many random interleavings:
-//! the producer, the copy engine completing copies in any order, and the consumer warpgroups of
-//! the cooperative and the ping-pong schedules, with the PTX semantics of what they wait on
-//! (an mbarrier wait names a phase by its parity only; a named barrier completes when its thread
+//! the producers, the copy engine completing copies in any order, and the consumer warpgroups of
+//! the cooperative and the ping-pong schedules, alone or in clusters of two CTAs (each producer
+//! copying half of the A tile into both CTAs), with the PTX semantics of what they wait on (an
+//! mbarrier wait names a phase by its parity only; a named barrier completes when its thread
 //! count has arrived, whoever arrived). Each step of the model is a line of the template,
 //! checked to still be there, so a change to the protocol must change both.
 //!
-//! Checked for every interleaving: each consumer reads exactly the slice it expects, the copy
-//! engine never overwrites a stage a consumer still reads, a named barrier never gets two
-//! arrivals of the same warpgroup in one generation, and every actor finishes (no deadlock).
-//! The model without the ping-pong ordering (the first version of the schedule, which failed on
-//! the GPU) must be caught by these checks.
+//! Checked for every interleaving: each consumer reads exactly the slice it expects in every
+//! piece of its stage, the copy engine never overwrites a stage a consumer of the destination
+//! CTA still reads, a named barrier never gets two arrivals of the same warpgroup in one
+//! generation, and every actor finishes (no deadlock). The model without the ping-pong ordering
+//! (the first version of the schedule, which failed on the GPU), and clusters whose `empty`
+//! barriers count only their own consumers, must be caught by these checks.
 
 mod schedule_model;
 
@@ -20,28 +22,38 @@ const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_wgmma.cuh")
 
 /// The template lines the model transcribes.
 const TRANSCRIBED: &[&str] = &[
-    // Producer: every slice of the CTA's tiles in order; wait for the stage to be released,
-    // then the copies, counted on the stage's `full` barrier.
-    "for (i64 t = blockIdx.x; t < tiles; t += gridDim.x) {",
+    // Producer: every slice of the cluster's tiles in order; wait for the stage to be released
+    // (by both CTAs' consumers in a cluster), then the copies, counted on the stage's `full`
+    // barrier: its half of A into every CTA of the cluster, its B into its own.
+    "for (i64 t = MLPC_CID; t < tiles; t += MLPC_CLUSTERS) {",
     "mbar_wait(empty + 8 * stage, phase ^ 1);",
+    "mbar_wait_cluster(empty + 8 * stage, phase ^ 1);",
     "mbar_arrive_expect_tx(bar, kStageBytes);",
+    "tma_load_2d_multicast(sa + rank * (kARows * 128), map_a, k0,",
+    "tma_load_2d(sa + kTileABytes, map_b, k0, n0, bar);",
     // Barrier counts: one arrival (with the bytes) on `full`; on `empty`, every consumer thread
-    // that reads the stage.
+    // that reads the stage and, in a cluster, the peer's consumer warps.
     "mbar_init(full + 8 * s, 1);",
-    "mbar_init(empty + 8 * s, Cfg::kPingpong ? 128 : kConsumers * 128);",
+    "mbar_init(empty + 8 * s, kReaders + kPeerWarps);",
+    "constexpr int kReaders = Cfg::kPingpong ? 128 : kConsumers * 128;",
+    "constexpr int kPeerWarps = CLUSTER > 1 ? kReaders / 32 : 0;",
+    "mbar_arrive(empty + 8 * s);",
+    "if (lane == 0) mbar_arrive_cluster(empty + 8 * s, rank ^ 1u);",
     // Consumers: their tiles and where their slices start in the ring.
-    "const i64 first = blockIdx.x + (Cfg::kPingpong ? (i64)wg * gridDim.x : 0);",
-    "const i64 step = (i64)gridDim.x * (Cfg::kPingpong ? 2 : 1);",
+    "const i64 first = MLPC_CID + (Cfg::kPingpong ? (i64)wg * MLPC_CLUSTERS : 0);",
+    "const i64 step = MLPC_CLUSTERS * (Cfg::kPingpong ? 2 : 1);",
     "i64 slice = Cfg::kPingpong ? (i64)wg * ktiles : 0;",
     "int stage = (int)(slice % STAGES);",
     "u32 phase = (u32)((slice / STAGES) & 1);",
-    "if (Cfg::kPingpong && t != blockIdx.x) named_sync<256>(1 + wg);",
+    "if (Cfg::kPingpong && t != MLPC_CID) named_sync<256>(1 + wg);",
     "mbar_wait(full + 8 * stage, phase);",
     "wait<1>();",
-    "if (prev >= 0) mbar_arrive(empty + 8 * prev);",
-    "if (Cfg::kPingpong && t + gridDim.x < tiles) named_arrive<256>(2 - wg);",
+    "if (prev >= 0) release(prev);",
+    "if (Cfg::kPingpong && t + MLPC_CLUSTERS < tiles) named_arrive<256>(2 - wg);",
     "wait<0>();",
     "slice += ktiles * (Cfg::kPingpong ? 2 : 1);",
+    // No CTA leaves while its peer can still arrive on its barriers.
+    "cluster_sync();",
 ];
 
 #[test]
@@ -124,12 +136,20 @@ fn consumer_program(
 struct Shape {
     stages: u64,
     ktiles: u64,
-    /// Tiles of this CTA.
+    /// Tiles of this CTA (of each CTA of a cluster).
     tiles: u64,
     pingpong: bool,
     /// The ping-pong main loops take turns (the named barriers).
     ordered: bool,
+    /// CTAs per cluster (1 or 2).
+    cluster: usize,
+    /// In a cluster, each consumer also releases the stage on the peer's `empty` barrier.
+    peer_release: bool,
 }
+
+/// A copy in flight: destination CTA, stage, slice, piece (the A part of source CTA `piece`,
+/// or, at index `cluster`, the destination's own B tile).
+type Copy = (usize, usize, u64, usize);
 
 /// Runs one interleaving chosen by `seed`; `Err` says what went wrong.
 fn simulate(shape: Shape, seed: u64) -> Result<(), String> {
@@ -139,59 +159,72 @@ fn simulate(shape: Shape, seed: u64) -> Result<(), String> {
         tiles,
         pingpong,
         ordered,
+        cluster,
+        peer_release,
     } = shape;
     let consumers: u64 = 2;
     let s = stages as usize;
-    let mut full = vec![MBarrier::new(1); s];
-    let empty_count = if pingpong { 1 } else { consumers as u32 };
-    let mut empty = vec![MBarrier::new(empty_count); s];
-    // What each stage holds (the slice last copied there) and how many warpgroups read it.
-    let mut data: Vec<Option<u64>> = vec![None; s];
-    let mut readers = vec![0u32; s];
-    // Named barriers 1 and 2: a pending arrival.
-    let mut named = [false; 3];
+    let pieces = cluster + 1;
+    // `full`: the producer's arrival with the byte count, then every piece landing (a landing
+    // before the count is a negative transaction count in PTX, the same completion).
+    let mut full = vec![vec![MBarrier::new(1 + pieces as u32); s]; cluster];
+    let readers_per_cta = if pingpong { 1 } else { consumers as u32 };
+    let peers = if peer_release { cluster as u32 - 1 } else { 0 };
+    let mut empty = vec![vec![MBarrier::new(readers_per_cta * (1 + peers)); s]; cluster];
+    // What each piece of each stage holds (the slice last copied there) and how many
+    // warpgroups of that CTA read the stage.
+    let mut data: Vec<Vec<Vec<Option<u64>>>> = vec![vec![vec![None; pieces]; s]; cluster];
+    let mut readers = vec![vec![0u32; s]; cluster];
+    // Named barriers 1 and 2 of each CTA: a pending arrival.
+    let mut named = vec![[false; 3]; cluster];
 
-    // Producer position (next slice to issue) and the copies in flight (stage, slice).
+    // Producer positions (next slice to issue) and the copies in flight.
     let total = tiles * ktiles;
-    let mut next = 0u64;
-    let mut in_flight: Vec<(usize, u64)> = Vec::new();
-    let mut programs: Vec<VecDeque<Op>> = (0..consumers)
-        .map(|wg| consumer_program(wg, pingpong, ordered, tiles, ktiles, stages).into())
+    let mut next = vec![0u64; cluster];
+    let mut in_flight: Vec<Copy> = Vec::new();
+    // Consumer warpgroup `i` is warpgroup i % consumers of CTA i / consumers.
+    let mut programs: Vec<VecDeque<Op>> = (0..cluster as u64 * consumers)
+        .map(|i| consumer_program(i % consumers, pingpong, ordered, tiles, ktiles, stages).into())
         .collect();
 
     let mut rng = XorShift::new(seed);
+    // Actors: 0 .. cluster = producers, cluster = a copy landing, cluster + 1 .. = consumers.
+    let landing = cluster;
     loop {
-        // Every actor that can take a step now: 0 = producer, 1 = a copy landing, 2.. = consumers.
         let mut ready = Vec::new();
-        if next < total {
-            let stage = (next % stages) as usize;
-            let parity = (next / stages) & 1;
-            if empty[stage].passed(parity ^ 1) {
-                ready.push(0);
+        for (c, &n) in next.iter().enumerate() {
+            if n < total {
+                let stage = (n % stages) as usize;
+                let parity = (n / stages) & 1;
+                if empty[c][stage].passed(parity ^ 1) {
+                    ready.push(c);
+                }
             }
         }
         if !in_flight.is_empty() {
-            ready.push(1);
+            ready.push(landing);
         }
-        for (wg, prog) in programs.iter().enumerate() {
+        for (i, prog) in programs.iter().enumerate() {
+            let c = i / consumers as usize;
             let can = match prog.front() {
                 None => false,
-                Some(Op::Sync(id)) => named[*id],
+                Some(Op::Sync(id)) => named[c][*id],
                 Some(Op::Arrive(_)) | Some(Op::Release { .. }) => true,
-                Some(Op::WaitFull { stage, parity, .. }) => full[*stage].passed(*parity),
+                Some(Op::WaitFull { stage, parity, .. }) => full[c][*stage].passed(*parity),
             };
             if can {
-                ready.push(2 + wg);
+                ready.push(landing + 1 + i);
             }
         }
         if ready.is_empty() {
-            let done =
-                next == total && in_flight.is_empty() && programs.iter().all(|p| p.is_empty());
+            let done = next.iter().all(|&n| n == total)
+                && in_flight.is_empty()
+                && programs.iter().all(|p| p.is_empty());
             return if done {
                 Ok(())
             } else {
                 Err(format!(
-                    "deadlock: producer at slice {next} of {total}, consumers waiting on {:?}",
+                    "deadlock: producers at slices {next:?} of {total}, consumers waiting on {:?}",
                     programs
                         .iter()
                         .map(|p| p.front().copied())
@@ -200,49 +233,63 @@ fn simulate(shape: Shape, seed: u64) -> Result<(), String> {
             };
         }
         match ready[rng.below(ready.len())] {
-            0 => {
-                // `mbar_arrive_expect_tx` and the copies: the phase completes when they land.
-                in_flight.push(((next % stages) as usize, next));
-                next += 1;
+            c if c < landing => {
+                // `mbar_arrive_expect_tx`, then the copies: A's part of this CTA into every CTA
+                // of the cluster, B into this one.
+                let stage = (next[c] % stages) as usize;
+                full[c][stage].arrive();
+                for d in 0..cluster {
+                    in_flight.push((d, stage, next[c], c));
+                }
+                in_flight.push((c, stage, next[c], cluster));
+                next[c] += 1;
             }
-            1 => {
-                let (stage, slice) = in_flight.remove(rng.below(in_flight.len()));
-                if readers[stage] > 0 {
+            a if a == landing => {
+                let (d, stage, slice, piece) = in_flight.remove(rng.below(in_flight.len()));
+                if readers[d][stage] > 0 {
                     return Err(format!(
-                        "slice {slice} overwrote stage {stage} while a consumer still reads slice {:?}",
-                        data[stage]
+                        "slice {slice} (piece {piece}) overwrote stage {stage} of CTA {d} while a \
+                         consumer still reads slice {:?}",
+                        data[d][stage]
                     ));
                 }
-                data[stage] = Some(slice);
-                full[stage].arrive();
+                data[d][stage][piece] = Some(slice);
+                full[d][stage].arrive();
             }
             actor => {
-                let wg = actor - 2;
-                let op = programs[wg]
+                let i = actor - landing - 1;
+                let c = i / consumers as usize;
+                let op = programs[i]
                     .pop_front()
                     .expect("a ready consumer has a step");
                 match op {
-                    Op::Sync(id) => named[id] = false,
+                    Op::Sync(id) => named[c][id] = false,
                     Op::Arrive(id) => {
-                        if named[id] {
+                        if named[c][id] {
                             return Err(format!(
-                                "warpgroup {wg} arrived on named barrier {id} twice in one generation"
+                                "warpgroup {i} arrived on named barrier {id} twice in one generation"
                             ));
                         }
-                        named[id] = true;
+                        named[c][id] = true;
                     }
                     Op::WaitFull { stage, slice, .. } => {
-                        if data[stage] != Some(slice) {
+                        if data[c][stage].iter().any(|&d| d != Some(slice)) {
                             return Err(format!(
-                                "warpgroup {wg} expected slice {slice} in stage {stage}, read {:?}",
-                                data[stage]
+                                "warpgroup {i} expected slice {slice} in stage {stage} of CTA {c}, \
+                                 read {:?}",
+                                data[c][stage]
                             ));
                         }
-                        readers[stage] += 1;
+                        readers[c][stage] += 1;
                     }
                     Op::Release { stage } => {
-                        readers[stage] -= 1;
-                        empty[stage].arrive();
+                        readers[c][stage] -= 1;
+                        empty[c][stage].arrive();
+                        if peer_release {
+                            for d in (0..cluster).filter(|&d| d != c) {
+                                empty[d][stage].arrive();
+                            }
+                        }
                     }
                 }
             }
@@ -250,7 +297,7 @@ fn simulate(shape: Shape, seed: u64) -> Result<(), String> {
     }
 }
 
-fn shapes(pingpong: bool, ordered: bool) -> Vec<Shape> {
+fn shapes(pingpong: bool, ordered: bool, cluster: usize, peer_release: bool) -> Vec<Shape> {
     let mut out = Vec::new();
     for stages in 2..=5 {
         for ktiles in [1, 2, 3, 5, 12] {
@@ -261,6 +308,8 @@ fn shapes(pingpong: bool, ordered: bool) -> Vec<Shape> {
                     tiles,
                     pingpong,
                     ordered,
+                    cluster,
+                    peer_release,
                 });
             }
         }
@@ -270,11 +319,13 @@ fn shapes(pingpong: bool, ordered: bool) -> Vec<Shape> {
 
 #[test]
 fn both_schedules_are_race_free_under_random_interleavings() {
-    for pingpong in [false, true] {
-        for shape in shapes(pingpong, true) {
-            for seed in 0..200 {
-                if let Err(e) = simulate(shape, seed) {
-                    panic!("{shape:?}, seed {seed}: {e}");
+    for cluster in [1, 2] {
+        for pingpong in [false, true] {
+            for shape in shapes(pingpong, true, cluster, true) {
+                for seed in 0..200 {
+                    if let Err(e) = simulate(shape, seed) {
+                        panic!("{shape:?}, seed {seed}: {e}");
+                    }
                 }
             }
         }
@@ -285,9 +336,26 @@ fn both_schedules_are_race_free_under_random_interleavings() {
 fn the_model_catches_ping_pong_without_the_ordering() {
     // Without the named barriers, the second warpgroup waits on a stage's `full` barrier one
     // lap early and passes on the older phase: some interleaving must expose it.
-    let caught = shapes(true, false)
+    let caught = shapes(true, false, 1, true)
         .into_iter()
         .filter(|s| s.tiles >= 2 && s.ktiles > s.stages)
         .any(|shape| (0..200).any(|seed| simulate(shape, seed).is_err()));
     assert!(caught, "the model accepts the unordered ping-pong schedule");
+}
+
+#[test]
+fn the_model_catches_clusters_without_the_peers_releases() {
+    // With `empty` counting only its own consumers, a producer multicasts its half of A into
+    // the peer's stage while the peer's consumers still read it: some interleaving must expose
+    // it, in both schedules.
+    for pingpong in [false, true] {
+        let caught = shapes(pingpong, true, 2, false)
+            .into_iter()
+            .filter(|s| s.ktiles * s.tiles > s.stages)
+            .any(|shape| (0..200).any(|seed| simulate(shape, seed).is_err()));
+        assert!(
+            caught,
+            "the model accepts clusters without the peers' releases (ping-pong: {pingpong})"
+        );
+    }
 }
