@@ -3,7 +3,7 @@
 # eat the session), then the full validation, then the benchmark. Run from the repository root
 # after `scripts/gpu/build.sh` (binaries carried over); results go to $OUT (default /tmp/mlpc-gpu).
 #
-#   scripts/gpu/run_all.sh [validate|bench|all|tune|micro] [extra bench.py arguments...]
+#   scripts/gpu/run_all.sh [validate|bench|all|tune|micro|power] [extra bench.py arguments...]
 #
 # Wall times on the H200 (2026-11-29, warm machine): smoke 15 s, validate 120 s (228 outputs,
 # guards, sanitizer), bench 120 s, `bench_goals.py` 70 s, `tune` about 45 s per model.
@@ -15,6 +15,9 @@
 # peer for those rows (each compiles for tens of seconds: mind the 500 s limit of the bench step;
 # the five bf16 models took the whole call to 210 s on 2026-11-30, `--max-autotune all` would also
 # compile every GEMM and decode row).
+#
+# `power` times mlpc's GEMMs and cuBLAS's on a few shapes, each heated, with the SM clock and
+# board power sampled (`scripts/gpu/power.py`; about 10 s per shape), table in $OUT/power.md.
 #
 # `micro` builds and runs the wgmma issue-rate microbenchmark (`scripts/gpu/wgmma_issue.cu`, nvcc
 # of the machine's toolkit; a few seconds) instead, its table in $OUT/wgmma_issue.txt.
@@ -33,6 +36,12 @@ OUT=${OUT:-/tmp/mlpc-gpu}
 mkdir -p "$OUT"
 MLPC=target/release/mlpc
 export MLPC_CACHE_DIR=${MLPC_CACHE_DIR:-/tmp/mlpc-cache}
+
+if [ "$what" = power ]; then
+    echo "== clock and power of mlpc's GEMMs and cuBLAS's, heated"
+    timeout 300 python3 scripts/gpu/power.py --mlpc "$MLPC" --out "$OUT/power.md" "${bench_args[@]}"
+    exit $?
+fi
 
 if [ "$what" = micro ]; then
     echo "== wgmma issue-rate microbenchmark"

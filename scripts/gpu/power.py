@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Clock and power of mlpc's GEMMs and cuBLAS's on the same shapes, under sustained load.
+
+Heated, mlpc's GEMMs run slower relative to cuBLAS than from an idle GPU (docs/perf-notes.md,
+"Measuring"): the board holds its power limit by lowering the SM clock, so a kernel that draws
+more power for the same work runs at a lower clock. This script measures that directly. For each
+shape, each side runs back to back for a few seconds (mlpc: `mlpc bench --heat-ms`, then timed
+runs; cuBLAS: `torch.mm` the same way, rotating as many weight and input sets), while
+`nvidia-smi` samples the SM clock and the board power every 50 ms. It prints, per side, the median
+time per GEMM, the median clock and power over the timed part, and the energy per GEMM (power x
+time): at equal work, the side with more joules per GEMM is the one the limit slows down more.
+
+usage: power.py --mlpc BIN [--out FILE.md] [--shapes 8192x768x3072,8192x4096x4096]
+(shapes M x K x N, bf16; run from the repository root on a CUDA machine)
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import model_file  # noqa: E402
+
+HEAT_S = 2.0
+TIMED_S = 2.0
+
+
+def sampler(path):
+    """`nvidia-smi` writing (time, SM MHz, W) every 50 ms to `path` until killed."""
+    return subprocess.Popen(
+        ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw", "--format=csv,noheader,nounits",
+         "-lms", "50"], stdout=open(path, "w"), stderr=subprocess.DEVNULL)
+
+
+def samples(path, start, end):
+    """(MHz, W) samples taken between the wall times `start` and `end` (seconds since epoch)."""
+    out = []
+    for line in open(path):
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 3:
+            continue
+        try:
+            stamp = time.mktime(time.strptime(parts[0].split(".")[0], "%Y/%m/%d %H:%M:%S"))
+            stamp += float("0." + parts[0].split(".")[1]) if "." in parts[0] else 0.0
+            mhz, watts = float(parts[1]), float(parts[2])
+        except ValueError:
+            continue
+        if start <= stamp <= end:
+            out.append((mhz, watts))
+    return out
+
+
+def mlpc_side(mlpc, path, m, ms_estimate):
+    """Runs `mlpc bench` heated for HEAT_S, then about TIMED_S of timed runs; returns (median ms,
+    wall start and end of the timed part)."""
+    iters = max(200, int(TIMED_S * 1000 / max(ms_estimate, 1e-3)))
+    # The timed part ends with the process (teardown is quick) and lasts about median x iters.
+    start = time.time() + HEAT_S
+    p = subprocess.run([mlpc, "bench", path, "--bind", f"T={m}", "--heat-ms", str(int(HEAT_S * 1000)),
+                        "--iters", str(iters), "--json", "/dev/stdout"], capture_output=True, text=True)
+    end = time.time()
+    if p.returncode != 0:
+        raise SystemExit(f"mlpc bench {path} failed: {(p.stderr or p.stdout)[-300:]}")
+    res = json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
+    return res["median_ms"], max(start, end - res["median_ms"] * iters / 1000), end
+
+
+def torch_side(m, k, n):
+    """torch.mm heated for HEAT_S, then TIMED_S of runs timed with CUDA events; returns (median ms,
+    wall start and end of the timed part)."""
+    import torch
+    sets = max(2, min(8, int(4e8 // (k * n * 2))))
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(sets)]
+    i = 0
+    t0 = time.time()
+    while time.time() - t0 < HEAT_S:
+        for _ in range(8):
+            torch.mm(xs[i % 4], ws[i % sets].t())
+            i += 1
+        torch.cuda.synchronize()
+    start = time.time()
+    times = []
+    while time.time() - start < TIMED_S:
+        evs = []
+        for _ in range(16):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.mm(xs[i % 4], ws[i % sets].t())
+            b.record()
+            evs.append((a, b))
+            i += 1
+        torch.cuda.synchronize()
+        times.extend(a.elapsed_time(b) for a, b in evs)
+    return statistics.median(times), start, time.time()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mlpc", required=True)
+    ap.add_argument("--out", default="/tmp/mlpc-gpu/power.md")
+    ap.add_argument("--shapes", default="8192x768x3072,8192x3072x768,8192x4096x4096")
+    a = ap.parse_args()
+    os.environ.setdefault("MLPC_CACHE_DIR", "/tmp/mlpc-cache")
+    tmp = tempfile.mkdtemp()
+    log = os.path.join(tmp, "smi.csv")
+    smi = sampler(log)
+    rows = []
+    try:
+        for shape in a.shapes.split(","):
+            m, k, n = (int(x) for x in shape.split("x"))
+            flop = 2 * m * k * n
+            path = model_file(None, [k, n], "bf16", tmp, f"gemm {shape}")
+            t_ms, s0, s1 = torch_side(m, k, n)
+            rows.append((shape, "cuBLAS (torch.mm)", t_ms, s0, s1, flop))
+            time.sleep(1.0)
+            ms, s0, s1 = mlpc_side(a.mlpc, path, m, t_ms)
+            rows.append((shape, "mlpc", ms, s0, s1, flop))
+            time.sleep(1.0)
+            print(shape, rows[-2][2], rows[-1][2], flush=True)
+    finally:
+        smi.terminate()
+        smi.wait()
+    import torch
+    out = [f"Generated by `scripts/gpu/power.py` on {time.strftime('%Y-%m-%d')}, device: "
+           f"{torch.cuda.get_device_name()}. Each side heated {HEAT_S:g} s, then about {TIMED_S:g} s of "
+           "timed runs back to back; clock and power: medians of `nvidia-smi` samples (every 50 ms) "
+           "over the timed part. Energy per GEMM = power x time.\n",
+           "| shape (M x K x N) | side | ms | TFLOP/s | SM MHz | W | mJ per GEMM | samples |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for shape, side, ms, s0, s1, flop in rows:
+        got = samples(log, s0, s1)
+        mhz = statistics.median(x for x, _ in got) if got else float("nan")
+        watts = statistics.median(w for _, w in got) if got else float("nan")
+        out.append(f"| {shape} | {side} | {ms:.4f} | {flop / (ms * 1e-3) / 1e12:.0f} | {mhz:.0f} | {watts:.0f} | "
+                   f"{watts * ms:.2f} | {len(got)} |")
+    text = "\n".join(out) + "\n"
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    open(a.out, "w").write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
