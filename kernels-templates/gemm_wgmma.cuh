@@ -420,22 +420,34 @@ __device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
     return v;
 }
 
+/// `mbarrier.try_wait.parity` with the semantics qualifier `SEM` ("" for the default acquire at
+/// CTA scope), its result into `done`.
+#define MLPC_MBAR_TRY_WAIT(SEM)                                                       \
+    asm volatile(                                                                     \
+        "{\n"                                                                         \
+        ".reg .pred p;\n"                                                             \
+        "mbarrier.try_wait.parity" SEM ".shared::cta.b64 p, [%1], %2;\n"              \
+        "selp.u32 %0, 1, 0, p;\n"                                                     \
+        "}\n"                                                                         \
+        : "=r"(done)                                                                  \
+        : "r"(bar), "r"(parity)                                                       \
+        : "memory")
+
 /// Waits until the phase of parity `parity` of the barrier has completed (a fresh barrier is in
 /// phase 0: waiting for parity 1 returns at once, for parity 0 blocks until phase 0 completes).
+/// `kCluster`: the wait's acquire reaches arrivals released by other CTAs of the cluster.
+template <bool kCluster = false>
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     u32 done = 0;
     do {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n"
-            "}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
+        if constexpr (kCluster) {
+            MLPC_MBAR_TRY_WAIT(".acquire.cluster");
+        } else {
+            MLPC_MBAR_TRY_WAIT("");
+        }
     } while (!done);
 }
+#undef MLPC_MBAR_TRY_WAIT
 
 /// Copy engine: the box of `map` at element coordinates (x = k, y = row) into shared memory at
 /// `dst`, completing `box bytes` of transactions on the barrier `bar`. Elements outside the
@@ -489,22 +501,6 @@ __device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta) {
         "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
         "}\n" ::"r"(bar), "r"(cta)
         : "memory");
-}
-
-/// `mbar_wait` whose acquire reaches arrivals released by other CTAs of the cluster.
-__device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity) {
-    u32 done = 0;
-    do {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n"
-            "}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
 }
 
 /// Register budget handover between warpgroups (sm_90a): the producer gives registers up, the
@@ -1000,11 +996,7 @@ struct GemmWgmmaTma {
                     const int m0 = (int)(tm * BM);
                     const int n0 = (int)((tn * CLUSTER + rank) * BN);
                     for (i64 kt = 0; kt < ktiles; ++kt) {
-                        if constexpr (CLUSTER > 1) {
-                            mbar_wait_cluster(empty + 8 * stage, phase ^ 1);
-                        } else {
-                            mbar_wait(empty + 8 * stage, phase ^ 1);
-                        }
+                        mbar_wait<(CLUSTER > 1)>(empty + 8 * stage, phase ^ 1);
                         const u32 bar = full + 8 * stage;
                         const u32 sa = ring + stage * kStageBytes;
                         mbar_arrive_expect_tx(bar, kStageBytes);
