@@ -345,8 +345,9 @@ pub(crate) fn is_one(v: &u32) -> bool {
 }
 
 impl Launch {
-    /// The grid for the symbol values in `bindings` on a device with `sms` multiprocessors. A zero
-    /// dimension means an empty problem: the launch must be skipped.
+    /// The grid for the symbol values in `bindings` on a device with `sms` multiprocessors (for a
+    /// persistent grid of clusters, the runtime passes the CTAs of the clusters the device holds
+    /// at once instead). A zero dimension means an empty problem: the launch must be skipped.
     pub fn grid(&self, bindings: &Bindings, sms: u32) -> Result<[u32; 3], LaunchError> {
         let resolve = |e: &Extent| {
             e.syms

@@ -15,7 +15,7 @@ use crate::tensor_map::TensorMapError;
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr};
 use cudarc::nvrtc::Ptx;
-use mlpc_codegen::{CudaKernel, Launch, LaunchError, Param, Relayout};
+use mlpc_codegen::{CudaKernel, Grid, Launch, LaunchError, Param, Relayout};
 use mlpc_ir::{Bindings, BufferKind, HostTensor, Plan};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -63,6 +63,10 @@ struct Loaded {
     function: CudaFunction,
     /// The entries of `kernel.small_m`'s variants, in order.
     small_m: Vec<CudaFunction>,
+    /// For a persistent grid of clusters: the CTAs of the clusters the device holds at once
+    /// (`cuOccupancyMaxActiveClusters` x cluster size), which sizes the grid instead of the SM
+    /// count (a GPC with an odd number of free SMs leaves one out).
+    resident_ctas: Option<u32>,
 }
 
 impl Loaded {
@@ -357,6 +361,31 @@ impl Executable {
                 Ok::<_, DeviceError>(f)
             };
             let function = entry(&img.kernel.entry, &img.kernel.launch)?;
+            let resident_ctas = match img.kernel.launch.grid {
+                Grid::Persistent { cluster, .. } if cluster > 1 => {
+                    let launch = &img.kernel.launch;
+                    let config = cudarc::driver::LaunchConfig {
+                        grid_dim: (cluster, 1, 1),
+                        block_dim: (launch.block[0], launch.block[1], launch.block[2]),
+                        shared_mem_bytes: launch.smem_bytes,
+                    };
+                    let clusters = function
+                        .occupancy_max_active_clusters(config, device.stream())
+                        .map_err(driver(format!(
+                            "asking how many clusters of kernel `{}` fit on the device",
+                            k.name
+                        )))?;
+                    if clusters == 0 {
+                        return Err(RuntimeError::Mismatch(format!(
+                            "kernel `{}`: not one cluster of {cluster} of its CTAs ({} threads, \
+                             {} bytes of shared memory each) fits on this device",
+                            k.name, launch.block[0], launch.smem_bytes
+                        )));
+                    }
+                    Some(clusters * cluster)
+                }
+                _ => None,
+            };
             let small_m = img
                 .kernel
                 .small_m
@@ -368,6 +397,7 @@ impl Executable {
                 kernel: img.kernel.clone(),
                 function,
                 small_m,
+                resident_ctas,
             });
         }
         // Weights some kernels read rearranged: their copies get ids after the plan's buffers.
@@ -491,7 +521,11 @@ impl Executable {
                     k.name
                 )));
             };
-            let grid = launch.grid(bindings, self.device.sm_count()).map_err(at)?;
+            let slots = match (entry, loaded.resident_ctas) {
+                (Entry::Tiled, Some(ctas)) => ctas,
+                _ => self.device.sm_count(),
+            };
+            let grid = launch.grid(bindings, slots).map_err(at)?;
             if grid.contains(&0) {
                 continue;
             }
