@@ -22,8 +22,9 @@
 # CHECKS=0 skips them all (timing-only probes whose results are wrong by design).
 #
 # Prints, per round, a header naming the sides and one line per row: `ROW | MEDIAN | MEDIAN ...`
-# (ms, `mlpc bench` medians of 200 runs after warm-up, in the order of the sides). About 3 s per
-# row and side on an H200, plus the checks (about 40 s for the block-sparse ones).
+# (ms, `mlpc bench` medians of 200 runs after its second of heat and the warm-up, so that every
+# side runs at the clocks of sustained load; in the order of the sides). About 4 s per row and
+# side on an H200, plus the checks (about 40 s for the block-sparse ones).
 set -uo pipefail
 sides=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do

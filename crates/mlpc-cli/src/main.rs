@@ -431,7 +431,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             )?;
             let binds: Vec<String> = bindings.iter().map(|(s, v)| format!("{s}={v}")).collect();
             println!(
-                "{} [{}] {} kernels: median {:.4} ms (min {:.4}, mean {:.4}, {} runs, {} weight sets), {:.1} TFLOP/s, host {:.1} us per run, {}",
+                "{} [{}] {} kernels: median {:.4} ms (min {:.4}, mean {:.4}, {} runs, {} weight sets), {:.1} TFLOP/s, host {:.1} us per run, {}; after {} ms of heat{}",
                 compiled.name(),
                 binds.join(","),
                 compiled.plan().kernels.len(),
@@ -443,6 +443,8 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 r.tflops(),
                 r.host_us,
                 render::graph_use(r.graphs, r.graph_runs, r.iters),
+                heat_ms,
+                if flush_l2 { ", L2 flushed before each run" } else { "" },
             );
             let tiles = compiled.tile_notes();
             if tiles
