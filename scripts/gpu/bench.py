@@ -90,22 +90,27 @@ def flops(T, dims, gated):
 HEAT_S = 1.0
 
 
-def heated_bench(fn, warmup=25, rep=200):
-    """triton's do_bench median of `fn` after HEAT_S seconds of `fn` back to back (in batches,
-    each waited for, that double while they take under 10 ms)."""
+def heat(fn, seconds=HEAT_S):
+    """Runs `fn` back to back for `seconds` (in batches, each waited for, that double while they
+    take under 10 ms)."""
     import time
     import torch
-    from triton.testing import do_bench
     torch.cuda.synchronize()
     start = time.perf_counter()
     batch = 1
-    while time.perf_counter() - start < HEAT_S:
+    while time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
         for _ in range(batch):
             fn()
         torch.cuda.synchronize()
         if time.perf_counter() - t0 < 0.01:
             batch *= 2
+
+
+def heated_bench(fn, warmup=25, rep=200):
+    """triton's do_bench median of `fn` after HEAT_S seconds of `fn` back to back."""
+    from triton.testing import do_bench
+    heat(fn)
     return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 

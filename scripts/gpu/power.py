@@ -23,7 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import model_file  # noqa: E402
+from bench import heat, model_file  # noqa: E402
 
 HEAT_S = 2.0
 TIMED_S = 2.0
@@ -77,12 +77,12 @@ def torch_side(m, k, n):
     xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
     ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(sets)]
     i = 0
-    t0 = time.time()
-    while time.time() - t0 < HEAT_S:
-        for _ in range(8):
-            torch.mm(xs[i % 4], ws[i % sets].t())
-            i += 1
-        torch.cuda.synchronize()
+
+    def step():
+        nonlocal i
+        torch.mm(xs[i % 4], ws[i % sets].t())
+        i += 1
+    heat(step, HEAT_S)
     start = time.time()
     times = []
     while time.time() - start < TIMED_S:
@@ -90,10 +90,9 @@ def torch_side(m, k, n):
         for _ in range(16):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            torch.mm(xs[i % 4], ws[i % sets].t())
+            step()
             b.record()
             evs.append((a, b))
-            i += 1
         torch.cuda.synchronize()
         times.extend(a.elapsed_time(b) for a, b in evs)
     return statistics.median(times), start, time.time()
