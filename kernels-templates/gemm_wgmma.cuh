@@ -954,7 +954,11 @@ struct GemmWgmmaTma {
         const u32 empty = full + STAGES * 8;
 
         const int tid = (int)threadIdx.x;
-        const int wg = tid >> 7;
+        // The warpgroup index through a shuffle from lane 0: the compiler then knows it is the
+        // same in every lane, so the stage, ring addresses and matrix descriptors derived from it
+        // live in uniform registers (no per-lane address arithmetic and no R2UR moves before
+        // each wgmma).
+        const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
         constexpr int kProducer = kConsumers * 128;
         const u32 rank = CLUSTER > 1 ? cluster_ctarank() : 0u;
         if (tid == kProducer) {
