@@ -420,34 +420,25 @@ __device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
     return v;
 }
 
-/// `mbarrier.try_wait.parity` with the semantics qualifier `SEM` ("" for the default acquire at
-/// CTA scope), its result into `done`.
-#define MLPC_MBAR_TRY_WAIT(SEM)                                                       \
-    asm volatile(                                                                     \
-        "{\n"                                                                         \
-        ".reg .pred p;\n"                                                             \
-        "mbarrier.try_wait.parity" SEM ".shared::cta.b64 p, [%1], %2;\n"              \
-        "selp.u32 %0, 1, 0, p;\n"                                                     \
-        "}\n"                                                                         \
-        : "=r"(done)                                                                  \
-        : "r"(bar), "r"(parity)                                                       \
-        : "memory")
-
 /// Waits until the phase of parity `parity` of the barrier has completed (a fresh barrier is in
 /// phase 0: waiting for parity 1 returns at once, for parity 0 blocks until phase 0 completes).
-/// `kCluster`: the wait's acquire reaches arrivals released by other CTAs of the cluster.
-template <bool kCluster = false>
+/// Default semantics, acquire at CTA scope, also for the empty barriers the peer CTA of a cluster
+/// arrives on: the producer that waits there reads nothing the peer wrote, it only issues a copy
+/// over a stage whose readers have finished (see `mbar_arrive_cluster`).
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     u32 done = 0;
     do {
-        if constexpr (kCluster) {
-            MLPC_MBAR_TRY_WAIT(".acquire.cluster");
-        } else {
-            MLPC_MBAR_TRY_WAIT("");
-        }
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
     } while (!done);
 }
-#undef MLPC_MBAR_TRY_WAIT
 
 /// Copy engine: the box of `map` at element coordinates (x = k, y = row) into shared memory at
 /// `dst`, completing `box bytes` of transactions on the barrier `bar`. Elements outside the
@@ -492,13 +483,17 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 /// One arrival on the barrier at shared address `bar` of the cluster's CTA `cta` (the same offset
-/// in its shared memory), releasing this thread's prior accesses at cluster scope.
+/// in its shared memory), with the default semantics (release at CTA scope). What it announces
+/// is that this CTA's wgmmas have finished reading a stage (`wgmma.wait_group` returned before
+/// it), not data for the peer to read: a release at cluster scope would add a memory barrier
+/// (MEMBAR) before every arrival, which ncu showed stalling the consumer warps (2026-11-30:
+/// 44 % of their stalls, the 4096^2 GEMM 0.43 -> 0.51 ms with clusters).
 __device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta) {
     asm volatile(
         "{\n"
         ".reg .b32 remote;\n"
         "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
         "}\n" ::"r"(bar), "r"(cta)
         : "memory");
 }
@@ -1000,7 +995,7 @@ struct GemmWgmmaTma {
                     const int m0 = (int)(tm * BM);
                     const int n0 = (int)((tn * CLUSTER + rank) * BN);
                     for (i64 kt = 0; kt < ktiles; ++kt) {
-                        mbar_wait<(CLUSTER > 1)>(empty + 8 * stage, phase ^ 1);
+                        mbar_wait(empty + 8 * stage, phase ^ 1);
                         const u32 bar = full + 8 * stage;
                         const u32 sa = ring + stage * kStageBytes;
                         mbar_arrive_expect_tx(bar, kStageBytes);

@@ -343,6 +343,19 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             "{}",
             k.entry
         );
+        // The peer's releases carry no cluster-scope release semantics: ptxas puts a GPU-wide
+        // memory barrier before each such arrival, and it stalled the consumers.
+        assert_eq!(
+            c.ptx.contains("mbarrier.arrive.shared::cluster.b64"),
+            clustered,
+            "{}",
+            k.entry
+        );
+        assert!(
+            !c.ptx.contains("mbarrier.arrive.release.cluster"),
+            "{}",
+            k.entry
+        );
         assert!(
             !c.log.contains("serialized"),
             "{}: ptxas serialised the wgmmas:\n{}",

@@ -26,7 +26,7 @@ const TRANSCRIBED: &[&str] = &[
     // (by both CTAs' consumers in a cluster), then the copies, counted on the stage's `full`
     // barrier: its half of A into every CTA of the cluster, its B into its own.
     "for (i64 t = MLPC_CID; t < tiles; t += MLPC_CLUSTERS) {",
-    "mbar_wait<(CLUSTER > 1)>(empty + 8 * stage, phase ^ 1);",
+    "mbar_wait(empty + 8 * stage, phase ^ 1);",
     "mbar_arrive_expect_tx(bar, kStageBytes);",
     "tma_load_2d_multicast(sa + rank * (kARows * 128), map_a, k0,",
     "tma_load_2d(sa + kTileABytes, map_b, k0, n0, bar);",
