@@ -17,7 +17,10 @@
 # compile every GEMM and decode row).
 #
 # `power` times mlpc's GEMMs and cuBLAS's on a few shapes, each heated, with the SM clock and
-# board power sampled (`scripts/gpu/power.py`; about 10 s per shape), table in $OUT/power.md.
+# board power sampled (`scripts/gpu/power.py`; about 10 s per shape and side), table in
+# $OUT/power.md. Extra arguments go to power.py, e.g. `run_all.sh power --mlpc target/ab/mlpc`
+# to add a second build or `--mlpc "MLPC_CACHE_DIR=/tmp/tiles target/release/mlpc"` a forced
+# tile (2026-11-30: about 60 s for three shapes and two mlpc sides).
 #
 # `micro` builds and runs the wgmma issue-rate microbenchmark (`scripts/gpu/wgmma_issue.cu`, nvcc
 # of the machine's toolkit; a few seconds) instead, its table in $OUT/wgmma_issue.txt.
