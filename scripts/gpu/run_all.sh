@@ -3,7 +3,7 @@
 # eat the session), then the full validation, then the benchmark. Run from the repository root
 # after `scripts/gpu/build.sh` (binaries carried over); results go to $OUT (default /tmp/mlpc-gpu).
 #
-#   scripts/gpu/run_all.sh [validate|bench|all|tune|micro|power] [extra bench.py arguments...]
+#   scripts/gpu/run_all.sh [validate|bench|all|tune|micro|power|counters] [extra arguments...]
 #
 # Wall times on the H200 (2026-11-29, warm machine): smoke 15 s, validate 120 s (228 outputs,
 # guards, sanitizer), bench 120 s, `bench_goals.py` 70 s, `tune` about 45 s per model.
@@ -21,6 +21,11 @@
 # $OUT/power.md. Extra arguments go to power.py, e.g. `run_all.sh power --mlpc target/ab/mlpc`
 # to add a second build or `--mlpc "MLPC_CACHE_DIR=/tmp/tiles target/release/mlpc"` a forced
 # tile (2026-11-30: about 60 s for three shapes and two mlpc sides).
+#
+# `counters` profiles one launch of mlpc's GEMMs and cuBLAS's on the same shapes under `ncu`
+# (`scripts/gpu/counters.py`: time, cycles, L2 and DRAM bytes, warp instructions, shared-memory
+# wavefronts; about 10 s per shape and side; extra arguments as for `power`), table in
+# $OUT/counters.md.
 #
 # `micro` builds and runs the wgmma issue-rate microbenchmark (`scripts/gpu/wgmma_issue.cu`, nvcc
 # of the machine's toolkit; a few seconds) instead, its table in $OUT/wgmma_issue.txt.
@@ -43,6 +48,12 @@ export MLPC_CACHE_DIR=${MLPC_CACHE_DIR:-/tmp/mlpc-cache}
 if [ "$what" = power ]; then
     echo "== clock and power of mlpc's GEMMs and cuBLAS's, heated"
     timeout 300 python3 scripts/gpu/power.py --mlpc "$MLPC" --out "$OUT/power.md" "${bench_args[@]}"
+    exit $?
+fi
+
+if [ "$what" = counters ]; then
+    echo "== ncu counters of mlpc's GEMMs and cuBLAS's"
+    timeout 400 python3 scripts/gpu/counters.py --mlpc "$MLPC" --out "$OUT/counters.md" "${bench_args[@]}"
     exit $?
 fi
 
