@@ -894,9 +894,9 @@ struct WgmmaTmaConfig {
 ///   Each producer copies its half of the A tile (64 rows) into both CTAs (multicast, mask 0b11)
 ///   and its own B tile; a stage's `full` barrier still expects the whole stage. A stage may be
 ///   refilled only when both CTAs' consumers are done with it: each consumer thread arrives on
-///   its own `empty` barrier and one lane per consumer warp on the peer's (cluster-scope
-///   release), so `empty` counts the local threads plus the peer's warps, and the producer waits
-///   on it with cluster-scope acquire. Cluster barriers after the set-up (before any copy) and
+///   its own `empty` barrier and one lane per consumer warp on the peer's (`mbar_arrive_cluster`:
+///   CTA-scope semantics, as the arrival hands over no data), so `empty` counts the local
+///   threads plus the peer's warps. Cluster barriers after the set-up (before any copy) and
 ///   before exit (no CTA leaves while its peer can still arrive on its barriers).
 /// - Epilogue: `store_tile` from the accumulators (the same as `GemmWgmma`).
 /// Launch with `kThreads` threads, `kSmemBytes` of dynamic shared memory, a 1-D grid of
