@@ -828,14 +828,16 @@ struct GemmWgmma {
 ///   half the shared memory each: one CTA's epilogue runs while the other's wgmmas keep the
 ///   tensor cores busy.
 template <int BM_, int BN_, int STAGES_, int GROUP_M_, int CTAS_ = 1, bool PINGPONG_ = false,
-          int CLUSTER_ = 1>
+          int CLUSTER_ = 1, bool SHARE_B_ = false>
 struct WgmmaTmaConfig {
     static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_, GROUP_M = GROUP_M_;
     static constexpr int CTAS = CTAS_;
     static constexpr bool kPingpong = PINGPONG_;
     /// CTAs of a cluster: 2 takes neighbouring column tiles of one row tile, each CTA copying
-    /// half of the A tile into both (TMA multicast).
+    /// half of the A tile into both (TMA multicast); with SHARE_B, neighbouring row tiles of one
+    /// column tile, each CTA copying half of the B tile (and Bu) into both.
     static constexpr int CLUSTER = CLUSTER_;
+    static constexpr bool kShareB = SHARE_B_;
     static constexpr int kConsumers = kPingpong ? 2 : (CTAS == 1 ? BM / 64 : 1);
     /// 64-row bands per consumer warpgroup.
     static constexpr int kBands = kPingpong ? BM / 64 : BM / 64 / kConsumers;
@@ -848,6 +850,7 @@ struct WgmmaTmaConfig {
     static_assert(!kPingpong || CTAS == 1, "the ping-pong schedule runs one CTA per SM");
     static_assert(CLUSTER == 1 || (CLUSTER == 2 && CTAS == 1 && BM == 128),
                   "clusters of two CTAs, one per SM, each copying 64 of the 128 A rows");
+    static_assert(!kShareB || CLUSTER == 2, "sharing B takes clusters of two");
     static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
     static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
                   "BN must be 64, 128, 192 or 256 (a TMA box has at most 256 rows)");
@@ -892,7 +895,10 @@ struct WgmmaTmaConfig {
 ///   neighbouring column tiles 2c and 2c + 1 of one row tile (a phantom column tile past N when
 ///   the count is odd: zero-filled loads, no stores) and walk the same slices in the same order.
 ///   Each producer copies its half of the A tile (64 rows) into both CTAs (multicast, mask 0b11)
-///   and its own B tile; a stage's `full` barrier still expects the whole stage. A stage may be
+///   and its own B tile; a stage's `full` barrier still expects the whole stage. With
+///   `Cfg::kShareB` the roles swap: the two CTAs take neighbouring row tiles 2r and 2r + 1 of one
+///   column tile (a phantom row tile past M when the count is odd), each copies its half of the
+///   B tile (and Bu) into both and its own A tile. A stage may be
 ///   refilled only when both CTAs' consumers are done with it: each consumer thread arrives on
 ///   its own `empty` barrier and one lane per consumer warp on the peer's (`mbar_arrive_cluster`:
 ///   CTA-scope semantics, as the arrival hands over no data), so `empty` counts the local
@@ -938,8 +944,13 @@ struct GemmWgmmaTma {
                                                const TensorMap& map_b, const TensorMap& map_bu) {
         using namespace wgmma_detail;
         constexpr int CLUSTER = Cfg::CLUSTER;
-        // A rows each CTA of a cluster copies (into every CTA of the cluster).
-        constexpr int kARows = BM / CLUSTER;
+        // Which operand a cluster's CTAs share, and the rows of it each copies (into every CTA
+        // of the cluster): A with neighbouring column tiles, B (and Bu) with neighbouring row
+        // tiles.
+        constexpr bool kShareB = Cfg::kShareB;
+        constexpr bool kShareA = CLUSTER > 1 && !kShareB;
+        constexpr int kARows = kShareA ? BM / CLUSTER : BM;
+        constexpr int kBRows = kShareB ? BN / CLUSTER : BN;
         // Consumer threads of one CTA that read a stage, and the peer's warps that release it.
         constexpr int kReaders = Cfg::kPingpong ? 128 : kConsumers * 128;
         constexpr int kPeerWarps = CLUSTER > 1 ? kReaders / 32 : 0;
@@ -972,9 +983,11 @@ struct GemmWgmmaTma {
 
         const i64 tiles_m = ceil_div(p.m, (i64)BM);
         const i64 tiles_n = ceil_div(p.n, (i64)BN);
-        // Cluster tiles: a row tile and CLUSTER neighbouring column tiles.
-        const i64 tiles_nc = ceil_div(tiles_n, (i64)CLUSTER);
-        const i64 tiles = tiles_m * tiles_nc;
+        // Cluster tiles: a row tile and CLUSTER neighbouring column tiles (sharing B: a column
+        // tile and CLUSTER neighbouring row tiles).
+        const i64 tiles_mc = kShareB ? ceil_div(tiles_m, (i64)CLUSTER) : tiles_m;
+        const i64 tiles_nc = kShareA ? ceil_div(tiles_n, (i64)CLUSTER) : tiles_n;
+        const i64 tiles = tiles_mc * tiles_nc;
         const i64 ktiles = ceil_div(p.k, (i64)BK);
         // This CTA's cluster and the cluster count (blockIdx.x and gridDim.x without clusters)
         // are read where they are used, as the kernel without clusters always did.
@@ -991,25 +1004,34 @@ struct GemmWgmmaTma {
                 u32 phase = 0;
                 for (i64 t = MLPC_CID; t < tiles; t += MLPC_CLUSTERS) {
                     i64 tm, tn;
-                    tile_of(t, tiles_m, tiles_nc, tm, tn);
-                    const int m0 = (int)(tm * BM);
-                    const int n0 = (int)((tn * CLUSTER + rank) * BN);
+                    tile_of(t, tiles_mc, tiles_nc, tm, tn);
+                    const int m0 = (int)((kShareB ? tm * CLUSTER + rank : tm) * BM);
+                    const int n0 = (int)((kShareA ? tn * CLUSTER + rank : tn) * BN);
                     for (i64 kt = 0; kt < ktiles; ++kt) {
                         mbar_wait(empty + 8 * stage, phase ^ 1);
                         const u32 bar = full + 8 * stage;
                         const u32 sa = ring + stage * kStageBytes;
                         mbar_arrive_expect_tx(bar, kStageBytes);
                         const int k0 = (int)(kt * BK);
-                        if constexpr (CLUSTER > 1) {
+                        constexpr u16 kAll = (u16)((1u << CLUSTER) - 1);
+                        if constexpr (kShareA) {
                             tma_load_2d_multicast(sa + rank * (kARows * 128), map_a, k0,
-                                                  m0 + (int)rank * kARows, bar,
-                                                  (u16)((1u << CLUSTER) - 1));
+                                                  m0 + (int)rank * kARows, bar, kAll);
                         } else {
                             tma_load_2d(sa, map_a, k0, m0, bar);
                         }
-                        tma_load_2d(sa + kTileABytes, map_b, k0, n0, bar);
-                        if constexpr (kDual) {
-                            tma_load_2d(sa + kTileABytes + kTileBBytes, map_bu, k0, n0, bar);
+                        if constexpr (kShareB) {
+                            const u32 sb = sa + kTileABytes + rank * (kBRows * 128);
+                            const int n1 = n0 + (int)rank * kBRows;
+                            tma_load_2d_multicast(sb, map_b, k0, n1, bar, kAll);
+                            if constexpr (kDual) {
+                                tma_load_2d_multicast(sb + kTileBBytes, map_bu, k0, n1, bar, kAll);
+                            }
+                        } else {
+                            tma_load_2d(sa + kTileABytes, map_b, k0, n0, bar);
+                            if constexpr (kDual) {
+                                tma_load_2d(sa + kTileABytes + kTileBBytes, map_bu, k0, n0, bar);
+                            }
                         }
                         if (++stage == STAGES) {
                             stage = 0;
@@ -1048,8 +1070,9 @@ struct GemmWgmmaTma {
         i64 slice = Cfg::kPingpong ? (i64)wg * ktiles : 0;
         for (i64 t = first; t < tiles; t += step) {
             i64 tm, tn;
-            tile_of(t, tiles_m, tiles_nc, tm, tn);
-            tn = tn * CLUSTER + rank;
+            tile_of(t, tiles_mc, tiles_nc, tm, tn);
+            if constexpr (kShareB) tm = tm * CLUSTER + rank;
+            if constexpr (kShareA) tn = tn * CLUSTER + rank;
 #pragma unroll
             for (int i = 0; i < kAcc; ++i) {
 #pragma unroll
@@ -1119,8 +1142,9 @@ struct GemmWgmmaTma {
             }
             if (prev >= 0) release(prev);
             slice += ktiles * (Cfg::kPingpong ? 2 : 1);
-            // A phantom column tile (past N, with an odd column-tile count) stores nothing.
-            if (CLUSTER > 1 && tn * BN >= p.n) continue;
+            // A phantom tile (past N with an odd column-tile count, or sharing B past M with an
+            // odd row-tile count) stores nothing.
+            if (CLUSTER > 1 && (tn * BN >= p.n || tm * BM >= p.m)) continue;
 #pragma unroll
             for (int b = 0; b < kBands; ++b) {
                 store_tile<T, BN, kDual, Epi>(acc[b], acc_up[b], tm * BM + (band0 + b) * 64, tn * BN,

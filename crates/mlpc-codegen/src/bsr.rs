@@ -679,6 +679,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
                     tile_n: 1,
                     per_sm: 1,
                     cluster: 1,
+                    cluster_rows: false,
                 },
                 None => Grid::Tiles {
                     m: m.clone(),

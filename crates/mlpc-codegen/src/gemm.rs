@@ -421,11 +421,15 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             box_rows,
             box_cols: crate::wgmma::BK,
         };
-        // With clusters each CTA copies its share of the A tile's rows (into every CTA).
-        maps.push(("tm_a", map(0, m, &lda, h.bm / h.cluster.max(1))));
-        maps.push(("tm_b", map(1, n, &ldb, h.bn)));
+        // With clusters each CTA copies its share of the shared tile's rows (into every CTA).
+        let (share_a, share_b) = match (h.cluster.max(1), h.share_b) {
+            (c, true) => (1, c),
+            (c, false) => (c, 1),
+        };
+        maps.push(("tm_a", map(0, m, &lda, h.bm / share_a)));
+        maps.push(("tm_b", map(1, n, &ldb, h.bn / share_b)));
         if let Some(ldbu) = &up {
-            maps.push(("tm_bu", map(2, n, ldbu, h.bn)));
+            maps.push(("tm_bu", map(2, n, ldbu, h.bn / share_b)));
         }
     }
     let map_names: Vec<&str> = maps.iter().map(|(name, _)| *name).collect();
@@ -496,6 +500,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             tile_n: bn,
             per_sm: h.ctas,
             cluster: h.cluster,
+            cluster_rows: h.share_b,
         }
     } else {
         Grid::Tiles {

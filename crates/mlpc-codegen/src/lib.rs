@@ -323,7 +323,8 @@ pub enum Grid {
     /// blocks per multiprocessor, at most one per tile: `[min(tiles, per_sm x SMs), 1, 1]`. Each
     /// block loops over tiles itself. With `cluster` > 1 (compiled into the entry) a cluster
     /// takes `cluster` neighbouring column tiles at a time: `[cluster x min(ceil(m / tile_m) x
-    /// ceil(tiles_n / cluster), per_sm x SMs / cluster), 1, 1]`.
+    /// ceil(tiles_n / cluster), per_sm x SMs / cluster), 1, 1]`; with `cluster_rows`,
+    /// neighbouring row tiles (`ceil(tiles_m / cluster) x ceil(n / tile_n)` cluster tiles).
     Persistent {
         m: Extent,
         n: Extent,
@@ -332,6 +333,8 @@ pub enum Grid {
         per_sm: u32,
         #[serde(default = "one", skip_serializing_if = "is_one")]
         cluster: u32,
+        #[serde(default, skip_serializing_if = "is_false")]
+        cluster_rows: bool,
     },
 }
 
@@ -342,6 +345,10 @@ pub(crate) fn one() -> u32 {
 
 pub(crate) fn is_one(v: &u32) -> bool {
     *v == 1
+}
+
+pub(crate) fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 impl Launch {
@@ -391,12 +398,16 @@ impl Launch {
                 tile_n,
                 per_sm,
                 cluster,
+                cluster_rows,
             } => {
                 let c = u64::from((*cluster).max(1));
                 let tiles_n = resolve(n)?.div_ceil(u64::from((*tile_n).max(1)));
-                let tiles = resolve(m)?
-                    .div_ceil(u64::from((*tile_m).max(1)))
-                    .saturating_mul(tiles_n.div_ceil(c));
+                let tiles_m = resolve(m)?.div_ceil(u64::from((*tile_m).max(1)));
+                let tiles = if *cluster_rows {
+                    tiles_m.div_ceil(c).saturating_mul(tiles_n)
+                } else {
+                    tiles_m.saturating_mul(tiles_n.div_ceil(c))
+                };
                 let most = (u64::from(sms.max(1)) * u64::from((*per_sm).max(1)) / c).max(1);
                 Ok([(tiles.min(most) * c) as u32, 1, 1])
             }
@@ -669,6 +680,7 @@ mod tests {
                 tile_n: 192,
                 per_sm: 2,
                 cluster: 1,
+                cluster_rows: false,
             },
         };
         let at = |launch: &Launch, t: u64, sms: u32| {
@@ -692,6 +704,7 @@ mod tests {
                 tile_n: 128,
                 per_sm: 1,
                 cluster: 2,
+                cluster_rows: false,
             },
             ..launch.clone()
         };
@@ -700,6 +713,29 @@ mod tests {
         assert_eq!(at(&clustered, 200, 132), Ok([12, 1, 1]));
         assert_eq!(at(&clustered, 100, 132), Ok([6, 1, 1]));
         assert_eq!(at(&clustered, 0, 132), Ok([0, 1, 1]));
+        // Clusters along the rows (sharing B): 3 row tiles make 2 cluster tiles a column, the
+        // last with a phantom; 5 column tiles.
+        let rows = Launch {
+            grid: Grid::Persistent {
+                m: Extent::of_dim(&Dim::sym("T")),
+                n: Extent::constant(640),
+                tile_m: 128,
+                tile_n: 128,
+                per_sm: 1,
+                cluster: 2,
+                cluster_rows: true,
+            },
+            ..launch.clone()
+        };
+        assert_eq!(at(&rows, 300, 132), Ok([20, 1, 1]));
+        assert_eq!(at(&rows, 100, 132), Ok([10, 1, 1]));
+        assert_eq!(at(&rows, 8192, 132), Ok([132, 1, 1]));
+        assert!(serde_json::to_string(&rows.grid)
+            .unwrap()
+            .contains("\"cluster_rows\":true"));
+        assert!(!serde_json::to_string(&clustered.grid)
+            .unwrap()
+            .contains("cluster_rows"));
         // The field is left out of plans when it is 1, and read back as 1 when absent.
         let json = serde_json::to_string(&launch.grid).unwrap();
         assert!(!json.contains("cluster"), "{json}");

@@ -58,6 +58,10 @@ pub struct TileChoice {
     /// written before clusters existed: 1.
     #[serde(default = "crate::one", skip_serializing_if = "crate::is_one")]
     pub cluster: u32,
+    /// With clusters of 2: the CTAs take neighbouring row tiles of one column tile and share the
+    /// B tile's loads instead. Absent in caches written before it existed: `false`.
+    #[serde(default, skip_serializing_if = "crate::is_false")]
+    pub share_b: bool,
 }
 
 impl TileChoice {
@@ -69,6 +73,7 @@ impl TileChoice {
             ctas,
             pingpong: false,
             cluster: 1,
+            share_b: false,
         }
     }
 }
@@ -81,6 +86,9 @@ impl fmt::Display for TileChoice {
         }
         if self.cluster > 1 {
             write!(f, ", clusters of {}", self.cluster)?;
+            if self.share_b {
+                write!(f, " sharing B")?;
+            }
         }
         Ok(())
     }

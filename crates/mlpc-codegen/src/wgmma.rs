@@ -51,6 +51,8 @@ pub(crate) struct WgmmaConfig {
     pub pingpong: bool,
     /// TMA kernel: CTAs per cluster (2: neighbouring column tiles sharing the A tile's loads).
     pub cluster: u32,
+    /// With clusters: neighbouring row tiles sharing the B tile's loads instead.
+    pub share_b: bool,
 }
 
 /// Row tiles per group of the persistent kernel's tile order.
@@ -82,10 +84,11 @@ impl WgmmaConfig {
     pub fn template(&self) -> String {
         match self.family {
             Family::Tma => {
-                let tail = match (self.pingpong, self.cluster) {
-                    (false, 1) => String::new(),
-                    (true, 1) => ", true".to_string(),
-                    (pp, c) => format!(", {pp}, {c}"),
+                let tail = match (self.pingpong, self.cluster, self.share_b) {
+                    (false, 1, _) => String::new(),
+                    (true, 1, _) => ", true".to_string(),
+                    (pp, c, false) => format!(", {pp}, {c}"),
+                    (pp, c, true) => format!(", {pp}, {c}, true"),
                 };
                 format!(
                     "mlpc::WgmmaTmaConfig<{}, {}, {}, {GROUP_M}, {}{tail}>",
@@ -107,7 +110,8 @@ impl WgmmaConfig {
         };
         let schedule = if self.pingpong { "_pp" } else { "" };
         let cluster = if self.cluster > 1 {
-            format!("_c{}", self.cluster)
+            let shared = if self.share_b { "b" } else { "" };
+            format!("_c{}{shared}", self.cluster)
         } else {
             String::new()
         };
@@ -198,6 +202,7 @@ pub(crate) fn select(
         ctas: 1,
         pingpong,
         cluster: 1,
+        share_b: false,
     })
 }
 
@@ -212,6 +217,7 @@ fn deepest(family: Family, bm: u32, bn: u32, ctas: u32, dual: bool) -> Option<u3
             ctas,
             pingpong: false,
             cluster: 1,
+            share_b: false,
         }
         .smem_bytes(dual)
             <= SMEM_LIMIT / ctas.max(1)
@@ -241,6 +247,7 @@ pub(crate) fn with_choice(
         ctas,
         pingpong,
         cluster,
+        share_b,
     } = choice;
     if heuristic.family != Family::Tma {
         return Err(
@@ -287,6 +294,9 @@ pub(crate) fn with_choice(
     if cluster == 2 && (ctas != 1 || heuristic.bm != 128) {
         return Err("clusters of 2 run one CTA per SM with 128-row tiles".into());
     }
+    if share_b && cluster != 2 {
+        return Err("sharing B takes clusters of 2".into());
+    }
     let stages = deepest(Family::Tma, heuristic.bm, bn, ctas, dual)
         .ok_or_else(|| "two stages do not fit in shared memory".to_string())?;
     Ok(WgmmaConfig {
@@ -295,6 +305,7 @@ pub(crate) fn with_choice(
         stages,
         pingpong,
         cluster,
+        share_b,
         ..heuristic
     })
 }
@@ -310,9 +321,10 @@ pub(crate) fn candidates(heuristic: WgmmaConfig, dual: bool, n: u64) -> Vec<Tile
         ctas: heuristic.ctas,
         pingpong: heuristic.pingpong,
         cluster: heuristic.cluster,
+        share_b: heuristic.share_b,
     };
     let mut out = vec![first];
-    for cluster in [1, 2] {
+    for (cluster, share_b) in [(1, false), (2, false), (2, true)] {
         for bn in WIDTHS {
             for (ctas, pingpong) in [(1, false), (1, true), (2, false)] {
                 let c = TileChoice {
@@ -320,6 +332,7 @@ pub(crate) fn candidates(heuristic: WgmmaConfig, dual: bool, n: u64) -> Vec<Tile
                     ctas,
                     pingpong,
                     cluster,
+                    share_b,
                 };
                 if c != first && with_choice(heuristic, dual, n, c).is_ok() {
                     out.push(c);
@@ -507,6 +520,7 @@ mod tests {
             ctas: 1,
             pingpong: false,
             cluster: 1,
+            share_b: false,
         };
         let top = cfg.smem_bytes(false);
         assert!(top <= SMEM_LIMIT);
@@ -531,6 +545,7 @@ mod tests {
             ctas: 1,
             pingpong: false,
             cluster: 1,
+            share_b: false,
         });
         assert_eq!(
             pick(Arch::Sm90a, DType::Bf16, false, nt, &[&s, &s], &n),

@@ -57,11 +57,20 @@ fn pp(bn: u32) -> TileChoice {
     }
 }
 
-/// `choice` in clusters of two CTAs.
+/// `choice` in clusters of two CTAs sharing A.
 fn cl(choice: TileChoice) -> TileChoice {
     TileChoice {
         cluster: 2,
+        share_b: false,
         ..choice
+    }
+}
+
+/// `choice` in clusters of two CTAs sharing B.
+fn clb(choice: TileChoice) -> TileChoice {
+    TileChoice {
+        share_b: true,
+        ..cl(choice)
     }
 }
 
@@ -82,7 +91,7 @@ fn candidates_follow_the_heuristics_rules() {
         }
     );
     // The heuristic (128 x 128 ping-pong for a shallow plain GEMM) first.
-    // Then every one-CTA choice again in clusters of two.
+    // Then every one-CTA choice again in clusters of two sharing A, and sharing B.
     assert_eq!(
         plain.choices,
         [
@@ -96,7 +105,12 @@ fn candidates_follow_the_heuristics_rules() {
             cl(pp(128)),
             cl(c(192, 1)),
             cl(pp(192)),
-            cl(c(256, 1))
+            cl(c(256, 1)),
+            clb(c(128, 1)),
+            clb(pp(128)),
+            clb(c(192, 1)),
+            clb(pp(192)),
+            clb(c(256, 1))
         ]
     );
     let dual = &all[1];
@@ -104,7 +118,17 @@ fn candidates_follow_the_heuristics_rules() {
     assert!(dual.key.dual);
     // A dual GEMM: the ping-pong schedule at 64 wide first (each warpgroup holds gate and up
     // of both bands), and the cooperative 128-wide tile.
-    assert_eq!(dual.choices, [pp(64), c(128, 1), cl(pp(64)), cl(c(128, 1))]);
+    assert_eq!(
+        dual.choices,
+        [
+            pp(64),
+            c(128, 1),
+            cl(pp(64)),
+            cl(c(128, 1)),
+            clb(pp(64)),
+            clb(c(128, 1))
+        ]
+    );
     assert_eq!(
         tile_candidates(&p, &p.kernels[2], &opts(Arch::Sm90a)).unwrap(),
         None
@@ -124,7 +148,10 @@ fn candidates_follow_the_heuristics_rules() {
             c(128, 2),
             cl(c(128, 1)),
             cl(pp(128)),
-            cl(c(256, 1))
+            cl(c(256, 1)),
+            clb(c(128, 1)),
+            clb(pp(128)),
+            clb(c(256, 1))
         ]
     );
 
@@ -144,7 +171,11 @@ fn candidates_follow_the_heuristics_rules() {
             cl(c(64, 1)),
             cl(pp(64)),
             cl(c(128, 1)),
-            cl(pp(128))
+            cl(pp(128)),
+            clb(c(64, 1)),
+            clb(pp(64)),
+            clb(c(128, 1)),
+            clb(pp(128))
         ]
     );
 
@@ -319,8 +350,8 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             }
         }
     }
-    // Each list: the one-CTA choices again in clusters of two.
-    assert_eq!(kernels.len(), (11 + 4) + (7 + 4) + (9 + 6));
+    // Each list: the one-CTA choices again in clusters of two, sharing A and sharing B.
+    assert_eq!(kernels.len(), (16 + 6) + (10 + 6) + (13 + 9));
     let jit = JitOptions {
         arch: Arch::Sm90a,
         no_cache: true,
@@ -330,7 +361,7 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
     for (k, c) in kernels.iter().zip(&compiled) {
         assert!(c.ptx.contains("wgmma.mma_async"), "{}", k.entry);
         // Clusters: the shape compiled into the entry, A copied by multicast.
-        let clustered = k.entry.ends_with("_c2");
+        let clustered = k.entry.ends_with("_c2") || k.entry.ends_with("_c2b");
         assert_eq!(
             c.ptx.contains(".reqnctapercluster 2, 1, 1"),
             clustered,

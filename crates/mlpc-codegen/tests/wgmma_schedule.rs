@@ -1,7 +1,8 @@
 //! A model of `GemmWgmmaTma`'s synchronisation, run on the CPU under many random interleavings:
 //! the producers, the copy engine completing copies in any order, and the consumer warpgroups of
 //! the cooperative and the ping-pong schedules, alone or in clusters of two CTAs (each producer
-//! copying half of the A tile into both CTAs), with the PTX semantics of what they wait on (an
+//! copying half of the shared tile into both CTAs: A, or B and Bu with `SHARE_B`; the protocol is
+//! the same, the model names the shared piece A), with the PTX semantics of what they wait on (an
 //! mbarrier wait names a phase by its parity only; a named barrier completes when its thread
 //! count has arrived, whoever arrived). Each step of the model is a line of the template,
 //! checked to still be there, so a change to the protocol must change both.
@@ -29,6 +30,7 @@ const TRANSCRIBED: &[&str] = &[
     "mbar_wait(empty + 8 * stage, phase ^ 1);",
     "mbar_arrive_expect_tx(bar, kStageBytes);",
     "tma_load_2d_multicast(sa + rank * (kARows * 128), map_a, k0,",
+    "tma_load_2d_multicast(sb, map_b, k0, n1, bar, kAll);",
     "tma_load_2d(sa + kTileABytes, map_b, k0, n0, bar);",
     // Barrier counts: one arrival (with the bytes) on `full`; on `empty`, every consumer thread
     // that reads the stage and, in a cluster, the peer's consumer warps.
