@@ -694,9 +694,9 @@ mod tests {
         assert_eq!(at(&launch, 100, 132), Ok([4, 1, 1]));
         assert_eq!(at(&launch, 0, 132), Ok([0, 1, 1]));
         assert_eq!(at(&launch, 8192, 16), Ok([32, 1, 1]));
-        // Clusters of two over 5 column tiles (3 cluster tiles a row tile, the last with a
-        // phantom), one CTA per SM: whole clusters only, at most SMs / 2 of them.
-        let clustered = Launch {
+        // Clusters of two over 5 column tiles of 128 x 128, one CTA per SM, along the columns
+        // (sharing A) or the rows (sharing B).
+        let pairs = |cluster_rows: bool| Launch {
             grid: Grid::Persistent {
                 m: Extent::of_dim(&Dim::sym("T")),
                 n: Extent::constant(640),
@@ -704,29 +704,20 @@ mod tests {
                 tile_n: 128,
                 per_sm: 1,
                 cluster: 2,
-                cluster_rows: false,
+                cluster_rows,
             },
             ..launch.clone()
         };
+        // Along the columns: 3 cluster tiles a row tile, the last with a phantom; whole
+        // clusters only, at most SMs / 2 of them.
+        let clustered = pairs(false);
         assert_eq!(at(&clustered, 8192, 132), Ok([132, 1, 1]));
         assert_eq!(at(&clustered, 8192, 131), Ok([130, 1, 1]));
         assert_eq!(at(&clustered, 200, 132), Ok([12, 1, 1]));
         assert_eq!(at(&clustered, 100, 132), Ok([6, 1, 1]));
         assert_eq!(at(&clustered, 0, 132), Ok([0, 1, 1]));
-        // Clusters along the rows (sharing B): 3 row tiles make 2 cluster tiles a column, the
-        // last with a phantom; 5 column tiles.
-        let rows = Launch {
-            grid: Grid::Persistent {
-                m: Extent::of_dim(&Dim::sym("T")),
-                n: Extent::constant(640),
-                tile_m: 128,
-                tile_n: 128,
-                per_sm: 1,
-                cluster: 2,
-                cluster_rows: true,
-            },
-            ..launch.clone()
-        };
+        // Along the rows: 3 row tiles make 2 cluster tiles a column, the last with a phantom.
+        let rows = pairs(true);
         assert_eq!(at(&rows, 300, 132), Ok([20, 1, 1]));
         assert_eq!(at(&rows, 100, 132), Ok([10, 1, 1]));
         assert_eq!(at(&rows, 8192, 132), Ok([132, 1, 1]));
