@@ -7,8 +7,9 @@ by side. For each shape it profiles one launch of cuBLAS's GEMM (`torch.mm`, bf1
 after one warm-up call) and of each mlpc side's (`mlpc bench`, the wgmma kernel after one
 warm-up launch), with `ncu --clock-control none` (the card's clocks are never changed) and its
 default cache control (caches flushed before the launch, so both sides start cold), and prints
-one table: time, SM cycles, L2 bytes, DRAM bytes read and written, warp instructions, shared
-memory wavefronts, grid and cluster size.
+one table: time, SM cycles, L2 bytes (all, and those requested by the SMs and by the other L2
+partition), DRAM bytes read and written, warp instructions, shared memory wavefronts, grid and
+cluster size.
 
 usage: counters.py --mlpc SIDE [--mlpc SIDE ...] [--out FILE.md] [--shapes 8192x768x3072,...]
 (shapes M x K x N, bf16; run from the repository root on a CUDA machine with Nsight Compute)
@@ -34,6 +35,10 @@ METRICS = [
     ("gpu__time_duration.sum", "us", 1e-3),
     ("sm__cycles_elapsed.avg", "k cycles", 1e-3),
     ("lts__t_bytes.sum", "L2 MB", 1e-6),
+    # L2 sectors (32 bytes) by who asked: the SMs, or the other L2 partition through the fabric
+    # between the two halves of the L2 (a line homed in the far half is fetched across it).
+    ("lts__t_sectors_srcunit_tex.sum", "L2 MB from SMs", 32e-6),
+    ("lts__t_sectors_srcunit_ltcfabric.sum", "L2 MB from the fabric", 32e-6),
     ("dram__bytes_read.sum", "DRAM read MB", 1e-6),
     ("dram__bytes_write.sum", "DRAM write MB", 1e-6),
     ("smsp__inst_executed.sum", "M warp inst", 1e-6),
