@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import model_file  # noqa: E402
-from power import split_side  # noqa: E402
+from power import split_side, write_report  # noqa: E402
 
 METRICS = [
     ("gpu__time_duration.sum", "us", 1e-3),
@@ -126,10 +126,7 @@ def main():
             x = v.get(metric)
             cells.append("-" if x is None else f"{x * scale:.4g}")
         out.append(f"| {shape} | {side} | {name} | " + " | ".join(cells) + " |")
-    text = "\n".join(out) + "\n"
-    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    open(a.out, "w").write(text)
-    print(text)
+    write_report(a.out, "\n".join(out) + "\n")
 
 
 if __name__ == "__main__":

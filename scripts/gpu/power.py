@@ -59,6 +59,13 @@ def samples(path, start, end):
     return out
 
 
+def write_report(path, text):
+    """Writes a report's markdown to `path` (creating its folder) and prints it."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    open(path, "w").write(text)
+    print(text)
+
+
 def split_side(side):
     """("VAR=VAL ..." settings as a dict, binary) of a SIDE argument."""
     words = side.split()
@@ -187,10 +194,7 @@ def main():
         watts = statistics.median(w for _, w in got) if got else float("nan")
         out.append(f"| {shape} | {side} | {ms:.4f} | {flop / (ms * 1e-3) / 1e12:.0f} | {mhz:.0f} | {watts:.0f} | "
                    f"{watts * ms:.2f} | {len(got)} | {what} |")
-    text = "\n".join(out) + "\n"
-    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    open(a.out, "w").write(text)
-    print(text)
+    write_report(a.out, "\n".join(out) + "\n")
 
 
 if __name__ == "__main__":
