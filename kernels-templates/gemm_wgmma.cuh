@@ -498,6 +498,42 @@ __device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta) {
         : "memory");
 }
 
+/// Copy engine, the other way: the box of `map` at element coordinates (x = column, y = row)
+/// from shared memory at `src`, in this thread's bulk group (`bulk_commit`). Elements outside the
+/// tensor are not written.
+__device__ __forceinline__ void tma_store_2d(const TensorMap& map, int x, int y, u32 src) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+            reinterpret_cast<u64>(&map)),
+        "r"(x), "r"(y), "r"(src)
+        : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+/// Waits until at most N of this thread's bulk groups have not finished reading their shared
+/// memory (the buffers of the others may be written again).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+/// Waits until every bulk group of this thread is complete (its writes done).
+__device__ __forceinline__ void bulk_wait_all() {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+/// Four 8 x 8 matrices of 16-bit values from the warp's registers into shared memory: lane l
+/// gives the address of row l % 8 of matrix l / 8 and holds, in `r[j]`, its two values of row
+/// l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix j (the accumulator fragment's layout).
+__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+
 /// Register budget handover between warpgroups (sm_90a): the producer gives registers up, the
 /// consumers take them.
 template <int N>
@@ -693,6 +729,63 @@ __device__ __forceinline__ void store_tile(float (&acc)[NACC], const float (&acc
     }
 }
 
+/// Bytes of one staging buffer of `store_tile_tma`: 64 rows x 64 columns of 16-bit values.
+constexpr int kStagingBytes = 64 * 64 * 2;
+
+/// The epilogue of `store_tile` with the stores by the copy engine: the epilogue chain in place
+/// in `acc` (`epilogue_pass`), then, per 64-column chunk of the 64 x BN band, the warpgroup's
+/// values into one of its two staging buffers at `staging` (`stmatrix`, rows of 128 bytes with
+/// the 128-byte swizzle: 16-byte chunk c of row r at position c ^ (r % 8), the layout of `map_c`'s
+/// box, 64 x 64) and one `tma_store_2d` of the chunk issued by the warpgroup's first thread. The
+/// copy engine clips rows past M and columns past N. `chunk` counts the warpgroup's chunks over
+/// the whole kernel and picks the buffer: before a buffer is written again, the store that read it
+/// two chunks before has finished reading (`bulk_wait_read<1>`, then the warpgroup's named
+/// barrier `bar`); the other buffer's store may still run under the next chunk's writes. The
+/// warpgroup's first thread must `bulk_wait_all` before the kernel ends.
+template <class T, int BN, bool kDual, class Epi, class P, int NACC, int NUP>
+__device__ __forceinline__ void store_tile_tma(float (&acc)[NACC], const float (&acc_up)[NUP],
+                                               i64 row0, i64 n0, int wtid, const P& p,
+                                               const TensorMap& map_c, u32 staging, int bar,
+                                               u32& chunk) {
+    static_assert(BN % 64 == 0, "whole 64-column chunks");
+    const int lane = wtid & 31;
+    const int q = wtid >> 5;
+    const i64 rbase = row0 + q * 16 + (lane >> 2);
+    const i64 cbase = n0 + (lane & 3) * 2;
+    if (row0 + 64 <= p.m && n0 + BN <= p.n) {
+        epilogue_pass<false, T, BN, kDual, Epi>(acc, acc_up, rbase, cbase, p);
+    } else {
+        epilogue_pass<true, T, BN, kDual, Epi>(acc, acc_up, rbase, cbase, p);
+    }
+    // Lane l addresses row r = 16 q + 8 h + l % 8 of matrix j = l / 8 (h = j % 2; column group
+    // i + j / 2): every row of a lane has r % 8 = l % 8.
+    const int j = lane >> 3;
+    const u32 row_addr = (u32)((16 * q + 8 * (j & 1) + (lane & 7)) * 128);
+    const int swz = lane & 7;
+#pragma unroll
+    for (int c = 0; c < BN / 64; ++c) {
+        if (n0 + 64 * c >= p.n) break;
+        const u32 buf = staging + (chunk & 1u) * kStagingBytes;
+        if (wtid == 0) bulk_wait_read<1>();
+        named_sync<128>(bar);
+#pragma unroll
+        for (int i = 0; i < 8; i += 2) {
+            const int g = 8 * c + i;  // the column group of matrices 0 and 1
+            const int r = 4 * g;
+            const u32 addr = buf + row_addr + (u32)((((i + (j >> 1)) ^ swz)) << 4);
+            stmatrix_x4(addr, pack2<T>(acc[r], acc[r + 1]), pack2<T>(acc[r + 2], acc[r + 3]),
+                        pack2<T>(acc[r + 4], acc[r + 5]), pack2<T>(acc[r + 6], acc[r + 7]));
+        }
+        fence_proxy_async();
+        named_sync<128>(bar);
+        if (wtid == 0) {
+            tma_store_2d(map_c, (int)(n0 + 64 * c), (int)row0, buf);
+            bulk_commit();
+        }
+        ++chunk;
+    }
+}
+
 }  // namespace wgmma_detail
 
 /// The Hopper GEMM. `T` is `bf16` or `f16`; `LA` must be `Layout::N` and `LB` `Layout::T`; `Cfg` a
@@ -816,7 +909,8 @@ struct GemmWgmma {
 /// A `GemmWgmmaTma` configuration: BM x BN tiles, STAGES shared-memory stages of 64-deep k
 /// slices, tiles visited in groups of GROUP_M row tiles, CTAS CTAs per SM.
 ///
-/// - CTAS = 1: BM / 64 consumer warpgroups (one 64-row band of the tile each) and a producer
+/// - CTAS = 1: BM / 64 consumer warpgroups (one 64-row band of the tile each; with BM = 256 two,
+///   each computing two bands: two m64nBNk16 per k16 step on one B slice) and a producer
 ///   warpgroup; `setmaxnreg` moves registers from the producer (40) to the consumers (232).
 /// - CTAS = 1, PINGPONG: two consumer warpgroups, each computing whole tiles (every 64-row band)
 ///   and taking the CTA's tiles in turn, and a producer warpgroup with the register handover:
@@ -828,7 +922,7 @@ struct GemmWgmma {
 ///   half the shared memory each: one CTA's epilogue runs while the other's wgmmas keep the
 ///   tensor cores busy.
 template <int BM_, int BN_, int STAGES_, int GROUP_M_, int CTAS_ = 1, bool PINGPONG_ = false,
-          int CLUSTER_ = 1, bool SHARE_B_ = false>
+          int CLUSTER_ = 1, bool SHARE_B_ = false, bool TMA_STORE_ = false>
 struct WgmmaTmaConfig {
     static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_, GROUP_M = GROUP_M_;
     static constexpr int CTAS = CTAS_;
@@ -838,7 +932,12 @@ struct WgmmaTmaConfig {
     /// column tile, each CTA copying half of the B tile (and Bu) into both.
     static constexpr int CLUSTER = CLUSTER_;
     static constexpr bool kShareB = SHARE_B_;
-    static constexpr int kConsumers = kPingpong ? 2 : (CTAS == 1 ? BM / 64 : 1);
+    /// The epilogue stores through shared memory and the copy engine (`store_tile_tma`; the
+    /// output's tensor map `map_c`) instead of from registers (`store_tile`).
+    static constexpr bool kTmaStore = TMA_STORE_;
+    /// Consumer warpgroups: two with one CTA per SM (a 256-row tile gives each two 64-row
+    /// bands), one for a CTA's whole tile with two CTAs per SM.
+    static constexpr int kConsumers = kPingpong ? 2 : (CTAS == 1 ? (BM >= 128 ? 2 : 1) : 1);
     /// 64-row bands per consumer warpgroup.
     static constexpr int kBands = kPingpong ? BM / 64 : BM / 64 / kConsumers;
     static constexpr int kProducerThreads = CTAS == 1 ? 128 : 32;
@@ -848,13 +947,16 @@ struct WgmmaTmaConfig {
     static constexpr int kConsumerRegs = 232;
     static_assert(CTAS == 1 || CTAS == 2, "one or two CTAs per SM");
     static_assert(!kPingpong || CTAS == 1, "the ping-pong schedule runs one CTA per SM");
-    static_assert(CLUSTER == 1 || (CLUSTER == 2 && CTAS == 1 && BM == 128),
-                  "clusters of two CTAs, one per SM, each copying 64 of the 128 A rows");
+    static_assert(CLUSTER == 1 || (CLUSTER == 2 && CTAS == 1 && BM >= 128),
+                  "clusters of two CTAs, one per SM, each copying half of the A rows");
     static_assert(!kShareB || CLUSTER == 2, "sharing B takes clusters of two");
-    static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
+    static_assert(BM == 64 || BM == 128 || BM == 256, "BM must be 64, 128 or 256");
+    static_assert(BM != 256 || (CTAS == 1 && !kPingpong),
+                  "256-row tiles: two consumer warpgroups of 128 rows on one tile, one CTA per SM");
     static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
                   "BN must be 64, 128, 192 or 256 (a TMA box has at most 256 rows)");
     static_assert(STAGES >= 2, "the ring needs a stage loading while one computes");
+    static_assert(!kTmaStore || BN % 64 == 0, "TMA stores take whole 64-column chunks");
     static_assert(GROUP_M >= 1, "tile groups hold at least one row of tiles");
     static_assert(!kHandover || kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
                   "the register handover must fit the register file");
@@ -904,7 +1006,10 @@ struct WgmmaTmaConfig {
 ///   CTA-scope semantics, as the arrival hands over no data), so `empty` counts the local
 ///   threads plus the peer's warps. Cluster barriers after the set-up (before any copy) and
 ///   before exit (no CTA leaves while its peer can still arrive on its barriers).
-/// - Epilogue: `store_tile` from the accumulators (the same as `GemmWgmma`).
+/// - Epilogue: `store_tile` from the accumulators (the same as `GemmWgmma`), or with
+///   `Cfg::kTmaStore` `store_tile_tma`: through two staging buffers per consumer warpgroup (after
+///   the ring) and the copy engine (the output's tensor map `map_c`, box 64 x 64), so that the
+///   global writes run while the warpgroup goes on to its next tile.
 /// Launch with `kThreads` threads, `kSmemBytes` of dynamic shared memory, a 1-D grid of
 /// min(tiles, CTAS x SMs) CTAs (with clusters: CLUSTER x min(cluster tiles, SMs / CLUSTER));
 /// compile for sm_90a.
@@ -918,8 +1023,12 @@ struct GemmWgmmaTma {
     static constexpr int kTileABytes = BM * BK * 2;
     static constexpr int kTileBBytes = BN * BK * 2;
     static constexpr int kStageBytes = kTileABytes + kTileBBytes * (kDual ? 2 : 1);
-    /// The ring, 1024 bytes to align its base to the swizzle pattern, and the barriers.
-    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024 + 2 * STAGES * 8;
+    /// With TMA stores, two staging buffers per consumer warpgroup after the ring.
+    static constexpr int kStagingBytes =
+        Cfg::kTmaStore ? kConsumers * 2 * wgmma_detail::kStagingBytes : 0;
+    /// The ring, the staging buffers, 1024 bytes to align the ring's base to the swizzle pattern,
+    /// and the barriers.
+    static constexpr int kSmemBytes = STAGES * kStageBytes + kStagingBytes + 1024 + 2 * STAGES * 8;
     static constexpr int kAcc = BN / 2;
     static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
                   "every tile must start on a 1024-byte swizzle boundary");
@@ -941,7 +1050,8 @@ struct GemmWgmmaTma {
 
     template <class P>
     __device__ __forceinline__ static void run(const P& p, const TensorMap& map_a,
-                                               const TensorMap& map_b, const TensorMap& map_bu) {
+                                               const TensorMap& map_b, const TensorMap& map_bu,
+                                               const TensorMap& map_c) {
         using namespace wgmma_detail;
         constexpr int CLUSTER = Cfg::CLUSTER;
         // Which operand a cluster's CTAs share, and the rows of it each copies (into every CTA
@@ -956,7 +1066,8 @@ struct GemmWgmmaTma {
         constexpr int kPeerWarps = CLUSTER > 1 ? kReaders / 32 : 0;
         extern __shared__ __align__(1024) unsigned char mlpc_smem[];
         const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;
-        const u32 full = ring + STAGES * kStageBytes;
+        const u32 staging = ring + STAGES * kStageBytes;
+        const u32 full = staging + kStagingBytes;
         const u32 empty = full + STAGES * 8;
 
         const int tid = (int)threadIdx.x;
@@ -1065,6 +1176,9 @@ struct GemmWgmmaTma {
         const i64 step = MLPC_CLUSTERS * (Cfg::kPingpong ? 2 : 1);
         float acc[kBands][kAcc];
         float acc_up[kBands][kDual ? kAcc : 1];
+        // TMA stores: this warpgroup's staging buffers and chunk count (`store_tile_tma`).
+        const u32 my_staging = staging + (u32)wg * (2 * wgmma_detail::kStagingBytes);
+        u32 chunk = 0;
         // The ring position of this warpgroup's next slice: the producer's sequence is every
         // slice of the CTA's tiles in order, so a ping-pong warpgroup starts wg tiles in.
         i64 slice = Cfg::kPingpong ? (i64)wg * ktiles : 0;
@@ -1147,9 +1261,19 @@ struct GemmWgmmaTma {
             if (CLUSTER > 1 && (tn * BN >= p.n || tm * BM >= p.m)) continue;
 #pragma unroll
             for (int b = 0; b < kBands; ++b) {
-                store_tile<T, BN, kDual, Epi>(acc[b], acc_up[b], tm * BM + (band0 + b) * 64, tn * BN,
-                                              tid & 127, p);
+                if constexpr (Cfg::kTmaStore) {
+                    store_tile_tma<T, BN, kDual, Epi>(acc[b], acc_up[b], tm * BM + (band0 + b) * 64,
+                                                      tn * BN, tid & 127, p, map_c, my_staging,
+                                                      3 + wg, chunk);
+                } else {
+                    store_tile<T, BN, kDual, Epi>(acc[b], acc_up[b], tm * BM + (band0 + b) * 64,
+                                                  tn * BN, tid & 127, p);
+                }
             }
+        }
+        // The copy engine may still read the staging buffers and write the output.
+        if constexpr (Cfg::kTmaStore) {
+            if ((tid & 127) == 0) bulk_wait_all();
         }
         if constexpr (CLUSTER > 1) {
             // No CTA leaves while its peer can still arrive on its `empty` barriers.

@@ -272,6 +272,10 @@ impl Operands {
             .into_iter()
             .chain(self.up.as_ref())
             .collect();
+        // The copy engine stores the output where a tensor map can describe it: contiguous
+        // columns, rows a constant multiple of 16 bytes apart (8 16-bit elements).
+        let tma_store = is_one(&self.c.col_stride)
+            && self.c.row_stride.as_constant().is_some_and(|s| s % 8 == 0);
         crate::wgmma::select(
             ctx.opts.arch,
             ctx.out.ty.dtype,
@@ -281,6 +285,7 @@ impl Operands {
             &self.a.cols,
             &self.c.cols,
         )
+        .map(|h| h.with_tma_store(dual, tma_store))
     }
 
     /// The tuning key of the GEMM and its heuristic configuration, when it is tunable.
@@ -391,8 +396,14 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let fill = body.clone();
     let tma = hopper.is_some_and(|h| h.family == Family::Tma);
     if tma {
+        // Unused maps are passed as another map of the kernel.
         let bu = if dual { "tm_bu" } else { "tm_b" };
-        body.push(format!("    Kernel::run(p, tm_a, tm_b, {bu});"));
+        let tc = if hopper.is_some_and(|h| h.tma_store) {
+            "tm_c"
+        } else {
+            "tm_a"
+        };
+        body.push(format!("    Kernel::run(p, tm_a, tm_b, {bu}, {tc});"));
     } else {
         body.push("    Kernel::run(p);".to_string());
     }
@@ -430,6 +441,20 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         maps.push(("tm_b", map(1, n, &ldb, h.bn / share_b)));
         if let Some(ldbu) = &up {
             maps.push(("tm_bu", map(2, n, ldbu, h.bn / share_b)));
+        }
+        if h.tma_store {
+            // The epilogue's stores: 64 x 64 boxes (`wgmma_detail::store_tile_tma`).
+            maps.push((
+                "tm_c",
+                Param::TensorMap {
+                    buffer: ctx.kernel.out,
+                    rows: m.clone(),
+                    cols: n.clone(),
+                    row_stride: c.row_stride.clone(),
+                    box_rows: 64,
+                    box_cols: 64,
+                },
+            ));
         }
     }
     let map_names: Vec<&str> = maps.iter().map(|(name, _)| *name).collect();

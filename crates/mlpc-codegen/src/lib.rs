@@ -347,6 +347,14 @@ pub(crate) fn is_one(v: &u32) -> bool {
     *v == 1
 }
 
+pub(crate) fn rows_128() -> u32 {
+    128
+}
+
+pub(crate) fn is_128(v: &u32) -> bool {
+    *v == 128
+}
+
 pub(crate) fn is_false(v: &bool) -> bool {
     !*v
 }

@@ -43,10 +43,11 @@ impl fmt::Display for TileKey {
     }
 }
 
-/// A Hopper GEMM tile: 128 rows by `bn` columns, `ctas` CTAs per SM (1 or 2), and with
-/// `pingpong` the schedule in which two consumer warpgroups take whole tiles in turn (one's
-/// epilogue under the other's wgmmas). The pipeline depth follows: as many stages (2 to 5) as
-/// the shared memory of one CTA's share holds.
+/// A Hopper GEMM tile: `bm` rows (128, or 256 with two consumer warpgroups of 128 rows each) by
+/// `bn` columns, `ctas` CTAs per SM (1 or 2), and with `pingpong` the schedule in which two
+/// consumer warpgroups take whole tiles in turn (one's epilogue under the other's wgmmas). The
+/// pipeline depth follows: as many stages (2 to 5) as the shared memory of one CTA's share
+/// holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TileChoice {
     pub bn: u32,
@@ -62,6 +63,9 @@ pub struct TileChoice {
     /// B tile's loads instead. Absent in caches written before it existed: `false`.
     #[serde(default, skip_serializing_if = "crate::is_false")]
     pub share_b: bool,
+    /// Rows of the tile. Absent in caches written before 256-row tiles existed: 128.
+    #[serde(default = "crate::rows_128", skip_serializing_if = "crate::is_128")]
+    pub bm: u32,
 }
 
 impl TileChoice {
@@ -74,13 +78,14 @@ impl TileChoice {
             pingpong: false,
             cluster: 1,
             share_b: false,
+            bm: 128,
         }
     }
 }
 
 impl fmt::Display for TileChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "128x{} x{} CTA", self.bn, self.ctas)?;
+        write!(f, "{}x{} x{} CTA", self.bm, self.bn, self.ctas)?;
         if self.pingpong {
             write!(f, " ping-pong")?;
         }

@@ -53,43 +53,68 @@ pub(crate) struct WgmmaConfig {
     pub cluster: u32,
     /// With clusters: neighbouring row tiles sharing the B tile's loads instead.
     pub share_b: bool,
+    /// TMA kernel: the epilogue stores through shared memory and the copy engine (two 8 KB
+    /// staging buffers per consumer warpgroup), where the output's row stride allows.
+    pub tma_store: bool,
 }
 
 /// Row tiles per group of the persistent kernel's tile order.
 const GROUP_M: u32 = 8;
 
 impl WgmmaConfig {
-    /// Mirrors `kThreads`: one consumer warpgroup (128 threads) per 64 rows and, for the TMA
-    /// kernel, a producer warpgroup; with ping-pong, two consumer warpgroups and the producer;
-    /// with two CTAs per SM, one consumer warpgroup for the whole tile and a producer warp.
+    /// Mirrors `kThreads`: one consumer warpgroup (128 threads) per 64 rows (two for 256-row
+    /// tiles, of two bands each) and, for the TMA kernel, a producer warpgroup; with ping-pong,
+    /// two consumer warpgroups and the producer; with two CTAs per SM, one consumer warpgroup for
+    /// the whole tile and a producer warp.
     pub fn threads(&self) -> u32 {
         match (self.family, self.ctas) {
             (Family::Tma, 1) if self.pingpong => 2 * 128 + 128,
-            (Family::Tma, 1) => self.bm / 64 * 128 + 128,
+            (Family::Tma, 1) => (self.bm / 64).min(2) * 128 + 128,
             (Family::Tma, _) => 128 + 32,
             (Family::CpAsync, _) => self.bm / 64 * 128,
         }
     }
 
     /// Mirrors `kSmemBytes`: the stage ring, 1024 bytes of alignment slack and, for the TMA
-    /// kernel, a full and an empty barrier (8 bytes each) per stage.
+    /// kernel, the staging buffers of TMA stores and a full and an empty barrier (8 bytes each)
+    /// per stage.
     pub fn smem_bytes(&self, dual: bool) -> u32 {
         let ring = self.stages * stage_bytes(self.bm, self.bn, dual) + 1024;
         match self.family {
-            Family::Tma => ring + 2 * 8 * self.stages,
+            Family::Tma => ring + self.staging_bytes() + 2 * 8 * self.stages,
             Family::CpAsync => ring,
+        }
+    }
+
+    /// Mirrors `kStagingBytes`: with TMA stores, two 64 x 64 buffers of 16-bit values per
+    /// consumer warpgroup.
+    fn staging_bytes(&self) -> u32 {
+        if self.family == Family::Tma && self.tma_store {
+            let consumers = self.threads() / 128 - u32::from(self.ctas == 1);
+            consumers * 2 * STAGING_BYTES
+        } else {
+            0
         }
     }
 
     pub fn template(&self) -> String {
         match self.family {
             Family::Tma => {
-                let tail = match (self.pingpong, self.cluster, self.share_b) {
-                    (false, 1, _) => String::new(),
-                    (true, 1, _) => ", true".to_string(),
-                    (pp, c, false) => format!(", {pp}, {c}"),
-                    (pp, c, true) => format!(", {pp}, {c}, true"),
-                };
+                // The optional parameters, up to the last that differs from its default.
+                let optional = [
+                    (self.pingpong.to_string(), "false"),
+                    (self.cluster.to_string(), "1"),
+                    (self.share_b.to_string(), "false"),
+                    (self.tma_store.to_string(), "false"),
+                ];
+                let used = optional
+                    .iter()
+                    .rposition(|(v, default)| v != default)
+                    .map_or(0, |i| i + 1);
+                let tail: String = optional[..used]
+                    .iter()
+                    .map(|(v, _)| format!(", {v}"))
+                    .collect();
                 format!(
                     "mlpc::WgmmaTmaConfig<{}, {}, {}, {GROUP_M}, {}{tail}>",
                     self.bm, self.bn, self.stages, self.ctas,
@@ -118,6 +143,9 @@ impl WgmmaConfig {
         format!("{family}_{}x{}x{}{schedule}{cluster}", self.bm, self.bn, BK)
     }
 }
+
+/// Bytes of one staging buffer of a TMA store (`wgmma_detail::kStagingBytes`).
+const STAGING_BYTES: u32 = 64 * 64 * 2;
 
 fn stage_bytes(bm: u32, bn: u32, dual: bool) -> u32 {
     let nb = if dual { 2 } else { 1 };
@@ -193,39 +221,52 @@ pub(crate) fn select(
     }
     .min(widest);
     let pingpong = (shallow && bn == 128) || dual_pingpong;
-    let stages = deepest(family, 128, bn, 1, dual).unwrap_or(2);
-    Some(WgmmaConfig {
+    let mut cfg = WgmmaConfig {
         family,
         bm: 128,
         bn,
-        stages,
+        stages: 2,
         ctas: 1,
         pingpong,
         cluster: 1,
         share_b: false,
-    })
+        tma_store: false,
+    };
+    cfg.stages = cfg.deepest(dual).unwrap_or(2);
+    Some(cfg)
 }
 
-/// The most stages (2 to 5) whose ring fits one CTA's share of the shared memory.
-fn deepest(family: Family, bm: u32, bn: u32, ctas: u32, dual: bool) -> Option<u32> {
-    (2..=5).rev().find(|&stages| {
-        WgmmaConfig {
-            family,
-            bm,
-            bn,
-            stages,
-            ctas,
-            pingpong: false,
-            cluster: 1,
-            share_b: false,
+impl WgmmaConfig {
+    /// The most stages (2 to 5) whose ring (and staging buffers) fit one CTA's share of the
+    /// shared memory.
+    fn deepest(&self, dual: bool) -> Option<u32> {
+        (2..=5).rev().find(|&stages| {
+            WgmmaConfig { stages, ..*self }.smem_bytes(dual) <= SMEM_LIMIT / self.ctas.max(1)
+        })
+    }
+
+    /// This configuration with the epilogue's stores by the copy engine when `ok` (the output's
+    /// rows are 16-byte multiples apart, its columns contiguous) and the kernel is the TMA one;
+    /// the stages are recounted around the staging buffers.
+    pub fn with_tma_store(self, dual: bool, ok: bool) -> WgmmaConfig {
+        if self.family != Family::Tma || !ok {
+            return self;
         }
-        .smem_bytes(dual)
-            <= SMEM_LIMIT / ctas.max(1)
-    })
+        let cfg = WgmmaConfig {
+            tma_store: true,
+            ..self
+        };
+        match cfg.deepest(dual) {
+            Some(stages) => WgmmaConfig { stages, ..cfg },
+            None => self,
+        }
+    }
 }
 
 /// The tile widths a choice may name.
 const WIDTHS: [u32; 4] = [64, 128, 192, 256];
+/// The tile heights a choice may name.
+const HEIGHTS: [u32; 2] = [128, 256];
 
 /// `heuristic` (what [`select`] chose for a GEMM with `n` output columns) with its tile replaced
 /// by `choice`, or why `choice` is not valid for it. The rules are the heuristic's: only the TMA
@@ -234,8 +275,10 @@ const WIDTHS: [u32; 4] = [64, 128, 192, 256];
 /// a dual GEMM; two CTAs per SM only with 128-wide plain tiles; the ping-pong schedule only with
 /// one CTA per SM and tiles whose accumulators one warpgroup holds (both 64-row bands, and for a
 /// dual GEMM gate and up: 192 registers per thread at most, so at most 192 wide for a plain GEMM
-/// and 64 for a dual one, the one case where a 64-wide tile serves a wider output); at least two
-/// stages in shared memory.
+/// and 64 for a dual one, the one case where a 64-wide tile serves a wider output); 256 rows
+/// only with the cooperative schedule on one CTA per SM, under the same register bound (each
+/// consumer warpgroup holds two bands: at most 192 wide, 64 for a dual GEMM, which may then
+/// serve a wider output too); at least two stages in shared memory.
 pub(crate) fn with_choice(
     heuristic: WgmmaConfig,
     dual: bool,
@@ -248,6 +291,7 @@ pub(crate) fn with_choice(
         pingpong,
         cluster,
         share_b,
+        bm,
     } = choice;
     if heuristic.family != Family::Tma {
         return Err(
@@ -260,9 +304,13 @@ pub(crate) fn with_choice(
     if !(1..=2).contains(&ctas) {
         return Err("the kernel runs 1 or 2 CTAs per SM".into());
     }
-    // A warpgroup's accumulators in the ping-pong schedule: both bands, twice for a dual GEMM.
-    let pingpong_regs = 2 * (bn / 2) * if dual { 2 } else { 1 };
-    if bn == 64 && n > 64 && !(dual && pingpong) {
+    if !HEIGHTS.contains(&bm) {
+        return Err(format!("the tile height must be one of {HEIGHTS:?}"));
+    }
+    // A warpgroup's accumulators in the ping-pong schedule and with 256-row tiles: two bands,
+    // twice for a dual GEMM.
+    let two_band_regs = 2 * (bn / 2) * if dual { 2 } else { 1 };
+    if bn == 64 && n > 64 && !(dual && (pingpong || bm == 256)) {
         return Err(format!(
             "64-wide tiles are for outputs of at most 64 columns (N = {n})"
         ));
@@ -281,33 +329,42 @@ pub(crate) fn with_choice(
     if ctas == 2 && (dual || bn != 128) {
         return Err("two CTAs per SM take 128-wide tiles of a plain GEMM".into());
     }
-    if pingpong && (ctas != 1 || pingpong_regs > 192) {
+    if pingpong && (ctas != 1 || two_band_regs > 192) {
         return Err(
             "the ping-pong schedule runs one CTA per SM with tiles at most 192 wide (64 for a \
              dual GEMM)"
                 .into(),
         );
     }
+    if bm == 256 && (ctas != 1 || pingpong || two_band_regs > 192) {
+        return Err(
+            "256-row tiles run the cooperative schedule on one CTA per SM, at most 192 wide (64 \
+             for a dual GEMM)"
+                .into(),
+        );
+    }
     if !(1..=2).contains(&cluster) {
         return Err("clusters are of 1 or 2 CTAs".into());
     }
-    if cluster == 2 && (ctas != 1 || heuristic.bm != 128) {
-        return Err("clusters of 2 run one CTA per SM with 128-row tiles".into());
+    if cluster == 2 && ctas != 1 {
+        return Err("clusters of 2 run one CTA per SM".into());
     }
     if share_b && cluster != 2 {
         return Err("sharing B takes clusters of 2".into());
     }
-    let stages = deepest(Family::Tma, heuristic.bm, bn, ctas, dual)
-        .ok_or_else(|| "two stages do not fit in shared memory".to_string())?;
-    Ok(WgmmaConfig {
+    let cfg = WgmmaConfig {
+        bm,
         bn,
         ctas,
-        stages,
         pingpong,
         cluster,
         share_b,
         ..heuristic
-    })
+    };
+    let stages = cfg
+        .deepest(dual)
+        .ok_or_else(|| "two stages do not fit in shared memory".to_string())?;
+    Ok(WgmmaConfig { stages, ..cfg })
 }
 
 /// Every valid choice for a GEMM on which [`select`] chose `heuristic` (see [`with_choice`]),
@@ -322,20 +379,24 @@ pub(crate) fn candidates(heuristic: WgmmaConfig, dual: bool, n: u64) -> Vec<Tile
         pingpong: heuristic.pingpong,
         cluster: heuristic.cluster,
         share_b: heuristic.share_b,
+        bm: heuristic.bm,
     };
     let mut out = vec![first];
-    for (cluster, share_b) in [(1, false), (2, false), (2, true)] {
-        for bn in WIDTHS {
-            for (ctas, pingpong) in [(1, false), (1, true), (2, false)] {
-                let c = TileChoice {
-                    bn,
-                    ctas,
-                    pingpong,
-                    cluster,
-                    share_b,
-                };
-                if c != first && with_choice(heuristic, dual, n, c).is_ok() {
-                    out.push(c);
+    for bm in HEIGHTS {
+        for (cluster, share_b) in [(1, false), (2, false), (2, true)] {
+            for bn in WIDTHS {
+                for (ctas, pingpong) in [(1, false), (1, true), (2, false)] {
+                    let c = TileChoice {
+                        bn,
+                        ctas,
+                        pingpong,
+                        cluster,
+                        share_b,
+                        bm,
+                    };
+                    if c != first && with_choice(heuristic, dual, n, c).is_ok() {
+                        out.push(c);
+                    }
                 }
             }
         }
@@ -405,7 +466,8 @@ mod tests {
     #[test]
     fn every_element_wgmma_reads_is_the_one_the_loads_wrote() {
         // A stage as the template lays it out: A (BM rows), B (BN rows), at a 1024-aligned base.
-        for (bm, bn) in [(128, 256), (128, 128), (64, 64)] {
+        // `wg` is the 64-row band (a warpgroup's own, or one of two with 256-row tiles).
+        for (bm, bn) in [(128, 256), (128, 128), (64, 64), (256, 128), (256, 192)] {
             let base = 3 * 1024;
             let a = base;
             let b = base + bm * ROW_BYTES;
@@ -521,6 +583,7 @@ mod tests {
             pingpong: false,
             cluster: 1,
             share_b: false,
+            tma_store: false,
         };
         let top = cfg.smem_bytes(false);
         assert!(top <= SMEM_LIMIT);
@@ -546,6 +609,7 @@ mod tests {
             pingpong: false,
             cluster: 1,
             share_b: false,
+            tma_store: false,
         });
         assert_eq!(
             pick(Arch::Sm90a, DType::Bf16, false, nt, &[&s, &s], &n),
@@ -599,6 +663,34 @@ mod tests {
         // The cooperative 128 x 128 tile stays a tuning candidate.
         let coop = with_choice(dual, true, 4096, TileChoice::new(128, 1)).unwrap();
         assert_eq!((coop.bn, coop.stages, coop.pingpong), (128, 4, false));
+        // TMA stores: two 8 KB staging buffers per consumer warpgroup after the ring; the stages
+        // are recounted around them (128 x 192: 5 -> 4) and the flag is the template's last
+        // parameter.
+        let stored = |c: WgmmaConfig, dual: bool| {
+            let t = c.with_tma_store(dual, true);
+            assert!(t.tma_store && t.smem_bytes(dual) <= SMEM_LIMIT);
+            assert_eq!(
+                t.smem_bytes(dual),
+                t.stages * stage_bytes(t.bm, t.bn, dual) + 1024 + 2 * 2 * 8192 + 16 * t.stages
+            );
+            assert!(t.template().ends_with(", true>"), "{}", t.template());
+            (t.bn, t.stages)
+        };
+        let wide = pick(Arch::Sm90a, DType::Bf16, false, nt, &[&s, &s], &n).unwrap();
+        assert_eq!(stored(wide, false), (256, 4));
+        assert_eq!(stored(dual, true), (64, 5));
+        let n768 = pick(Arch::Sm90a, DType::Bf16, false, nt, &[&s, &s], &s).unwrap();
+        assert_eq!(stored(n768, false), (192, 4));
+        assert_eq!(n768.with_tma_store(false, false), n768);
+        assert!(dual
+            .with_tma_store(true, true)
+            .template()
+            .ends_with(", true, 1, false, true>"));
+        assert_eq!(
+            cp.with_tma_store(false, true),
+            cp,
+            "the cp.async kernel stores from registers"
+        );
         // N = 768: four 192-wide column tiles instead of three 256-wide ones; N = 1536 too
         // (six of 256 would be few); N = 6144 keeps 256 (24 column tiles).
         for (cols, bn, stages) in [(768, 192, 5), (1536, 192, 5), (6144, 256, 4)] {
@@ -641,6 +733,47 @@ mod tests {
             (384, 5, false)
         );
         assert!(coop.template().ends_with(", 8, 1>"));
+        // 256-row tiles: two consumer warpgroups of two bands each, four stages of 48 KB.
+        let tall = with_choice(
+            pp,
+            false,
+            3072,
+            TileChoice {
+                bm: 256,
+                ..TileChoice::new(128, 1)
+            },
+        )
+        .unwrap();
+        assert_eq!((tall.threads(), tall.stages), (384, 4));
+        assert_eq!(
+            tall.smem_bytes(false),
+            4 * (256 + 128) * 128 + 1024 + 4 * 16
+        );
+        assert!(tall
+            .template()
+            .starts_with("mlpc::WgmmaTmaConfig<256, 128, 4, 8, 1>"));
+        assert!(tall.tag().ends_with("_256x128x64"));
+        for bad in [
+            TileChoice {
+                bm: 256,
+                ..TileChoice::new(256, 1)
+            },
+            TileChoice {
+                bm: 256,
+                ..TileChoice::new(128, 2)
+            },
+            TileChoice {
+                bm: 256,
+                pingpong: true,
+                ..TileChoice::new(128, 1)
+            },
+            TileChoice {
+                bm: 64,
+                ..TileChoice::new(128, 1)
+            },
+        ] {
+            assert!(with_choice(pp, false, 3072, bad).is_err(), "{bad}");
+        }
         let dual_shallow = shallow(true, &[&s, &s, &s]);
         assert_eq!(
             (dual_shallow.bn, dual_shallow.ctas, dual_shallow.pingpong),

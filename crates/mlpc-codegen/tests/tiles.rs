@@ -74,6 +74,11 @@ fn clb(choice: TileChoice) -> TileChoice {
     }
 }
 
+/// `choice` with 256-row tiles (two consumer warpgroups of two bands each).
+fn tall(choice: TileChoice) -> TileChoice {
+    TileChoice { bm: 256, ..choice }
+}
+
 #[test]
 fn candidates_follow_the_heuristics_rules() {
     let p = plan("768", "768");
@@ -91,7 +96,8 @@ fn candidates_follow_the_heuristics_rules() {
         }
     );
     // The heuristic (128 x 128 ping-pong for a shallow plain GEMM) first.
-    // Then every one-CTA choice again in clusters of two sharing A, and sharing B.
+    // Then every one-CTA choice again in clusters of two sharing A, and sharing B; then the
+    // 256-row tiles (cooperative, at most 192 wide) alone and in both kinds of cluster.
     assert_eq!(
         plain.choices,
         [
@@ -110,14 +116,20 @@ fn candidates_follow_the_heuristics_rules() {
             clb(pp(128)),
             clb(c(192, 1)),
             clb(pp(192)),
-            clb(c(256, 1))
+            clb(c(256, 1)),
+            tall(c(128, 1)),
+            tall(c(192, 1)),
+            tall(cl(c(128, 1))),
+            tall(cl(c(192, 1))),
+            tall(clb(c(128, 1))),
+            tall(clb(c(192, 1)))
         ]
     );
     let dual = &all[1];
     assert_eq!(dual.kernel, "dual");
     assert!(dual.key.dual);
     // A dual GEMM: the ping-pong schedule at 64 wide first (each warpgroup holds gate and up
-    // of both bands), and the cooperative 128-wide tile.
+    // of both bands), and the cooperative 128-wide tile; 256-row tiles 64 wide.
     assert_eq!(
         dual.choices,
         [
@@ -126,7 +138,10 @@ fn candidates_follow_the_heuristics_rules() {
             cl(pp(64)),
             cl(c(128, 1)),
             clb(pp(64)),
-            clb(c(128, 1))
+            clb(c(128, 1)),
+            tall(c(64, 1)),
+            tall(cl(c(64, 1))),
+            tall(clb(c(64, 1)))
         ]
     );
     assert_eq!(
@@ -151,7 +166,10 @@ fn candidates_follow_the_heuristics_rules() {
             cl(c(256, 1)),
             clb(c(128, 1)),
             clb(pp(128)),
-            clb(c(256, 1))
+            clb(c(256, 1)),
+            tall(c(128, 1)),
+            tall(cl(c(128, 1))),
+            tall(clb(c(128, 1)))
         ]
     );
 
@@ -175,7 +193,13 @@ fn candidates_follow_the_heuristics_rules() {
             clb(c(64, 1)),
             clb(pp(64)),
             clb(c(128, 1)),
-            clb(pp(128))
+            clb(pp(128)),
+            tall(c(64, 1)),
+            tall(c(128, 1)),
+            tall(cl(c(64, 1))),
+            tall(cl(c(128, 1))),
+            tall(clb(c(64, 1))),
+            tall(clb(c(128, 1)))
         ]
     );
 
@@ -229,7 +253,8 @@ fn an_override_changes_exactly_the_targeted_kernels() {
         assert!(
             k.source
                 .contains(&format!("mlpc::WgmmaTmaConfig<128, {}, ", choice.bn))
-                && k.source.contains(&format!(", 8, {}>;", choice.ctas)),
+                && k.source
+                    .contains(&format!(", 8, {}, false, 1, false, true>;", choice.ctas)),
             "{choice}:\n{}",
             k.source
         );
@@ -253,7 +278,7 @@ fn an_override_changes_exactly_the_targeted_kernels() {
     let k = &base[0];
     assert!(
         k.source
-            .contains("mlpc::WgmmaTmaConfig<128, 128, 5, 8, 1, true>;"),
+            .contains("mlpc::WgmmaTmaConfig<128, 128, 5, 8, 1, true, 1, false, true>;"),
         "{}",
         k.source
     );
@@ -350,8 +375,9 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             }
         }
     }
-    // Each list: the one-CTA choices again in clusters of two, sharing A and sharing B.
-    assert_eq!(kernels.len(), (16 + 6) + (10 + 6) + (13 + 9));
+    // Each list: the one-CTA choices again in clusters of two, sharing A and sharing B, and
+    // the 256-row tiles in the same three forms.
+    assert_eq!(kernels.len(), (22 + 9) + (13 + 9) + (19 + 12));
     let jit = JitOptions {
         arch: Arch::Sm90a,
         no_cache: true,

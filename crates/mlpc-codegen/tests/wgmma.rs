@@ -109,6 +109,9 @@ fn nt_half_gemms_take_wgmma_and_the_rest_keep_their_family() {
                 if g.dual.is_some() {
                     want.push((pk.args[2], tile_n, 64));
                 }
+                // Every sample output has contiguous rows of a 16-byte multiple: the epilogue
+                // stores by the copy engine, in 64 x 64 boxes.
+                want.push((pk.out, 64, 64));
                 assert_eq!(maps, want, "{}", k.name);
                 assert_eq!(
                     k.source
