@@ -272,10 +272,6 @@ impl Operands {
             .into_iter()
             .chain(self.up.as_ref())
             .collect();
-        // The copy engine stores the output where a tensor map can describe it: contiguous
-        // columns, rows a constant multiple of 16 bytes apart (8 16-bit elements).
-        let tma_store = is_one(&self.c.col_stride)
-            && self.c.row_stride.as_constant().is_some_and(|s| s % 8 == 0);
         crate::wgmma::select(
             ctx.opts.arch,
             ctx.out.ty.dtype,
@@ -285,7 +281,12 @@ impl Operands {
             &self.a.cols,
             &self.c.cols,
         )
-        .map(|h| h.with_tma_store(dual, tma_store))
+    }
+
+    /// Whether the copy engine can store the output: a tensor map describes it when its columns
+    /// are contiguous and its rows a constant multiple of 16 bytes (8 16-bit elements) apart.
+    fn tma_storable(&self) -> bool {
+        is_one(&self.c.col_stride) && self.c.row_stride.as_constant().is_some_and(|s| s % 8 == 0)
     }
 
     /// The tuning key of the GEMM and its heuristic configuration, when it is tunable.
@@ -332,7 +333,10 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             None => Some(h),
         },
         None => ops.hopper(ctx, dual),
-    };
+    }
+    // The epilogue's stores by the copy engine, where the output and the tile's shared memory
+    // allow (decided after the tile, whose ring it shares).
+    .map(|h| h.with_tma_store(dual, ops.tma_storable()));
     let Operands {
         a,
         c,

@@ -26,6 +26,15 @@ pub(crate) const ROW_BYTES: u32 = 128;
 pub(crate) const BK: u32 = 64;
 /// The dynamic shared memory a block may use on sm_90 (227 KiB).
 const SMEM_LIMIT: u32 = 227 * 1024;
+/// Shared memory per SM on sm_90 (228 KiB), of which the system reserves 1 KiB per resident CTA.
+const SMEM_PER_SM: u32 = 228 * 1024;
+const SMEM_RESERVED_PER_CTA: u32 = 1024;
+
+/// The dynamic shared memory each of `ctas` CTAs may use for that many to fit on one SM: 227 KiB
+/// for one, 113 KiB for two (half of 228 KiB less the 1 KiB reserved for each).
+fn smem_per_cta(ctas: u32) -> u32 {
+    (SMEM_PER_SM / ctas.max(1) - SMEM_RESERVED_PER_CTA).min(SMEM_LIMIT)
+}
 
 /// Which Hopper kernel a configuration instantiates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,15 +247,17 @@ pub(crate) fn select(
 
 impl WgmmaConfig {
     /// The most stages (2 to 5) whose ring (and staging buffers) fit one CTA's share of the
-    /// shared memory.
+    /// shared memory (`smem_per_cta`: with two CTAs per SM, both must fit).
     fn deepest(&self, dual: bool) -> Option<u32> {
         (2..=5).rev().find(|&stages| {
-            WgmmaConfig { stages, ..*self }.smem_bytes(dual) <= SMEM_LIMIT / self.ctas.max(1)
+            WgmmaConfig { stages, ..*self }.smem_bytes(dual) <= smem_per_cta(self.ctas)
         })
     }
 
     /// This configuration with the epilogue's stores by the copy engine when `ok` (the output's
-    /// rows are 16-byte multiples apart, its columns contiguous) and the kernel is the TMA one;
+    /// rows are 16-byte multiples apart, its columns contiguous), the kernel is the TMA one and
+    /// the staging buffers cost the ring at most one stage and leave it three (128 x 192 tiles:
+    /// 5 -> 4, measured faster; two CTAs per SM of 128 x 128: 3 -> 2, kept on register stores);
     /// the stages are recounted around the staging buffers.
     pub fn with_tma_store(self, dual: bool, ok: bool) -> WgmmaConfig {
         if self.family != Family::Tma || !ok {
@@ -257,8 +268,10 @@ impl WgmmaConfig {
             ..self
         };
         match cfg.deepest(dual) {
-            Some(stages) => WgmmaConfig { stages, ..cfg },
-            None => self,
+            Some(stages) if stages >= 3 && stages + 1 >= self.stages => {
+                WgmmaConfig { stages, ..cfg }
+            }
+            _ => self,
         }
     }
 }
@@ -686,6 +699,13 @@ mod tests {
             .with_tma_store(true, true)
             .template()
             .ends_with(", true, 1, false, true>"));
+        // Two CTAs per SM of 128 x 128: both must fit in 228 KiB with 1 KiB reserved for each;
+        // the staging buffers would leave two stages, so they keep the register stores.
+        assert_eq!((smem_per_cta(1), smem_per_cta(2)), (SMEM_LIMIT, 113 * 1024));
+        let two = with_choice(wide, false, 4096, TileChoice::new(128, 2)).unwrap();
+        assert_eq!(two.stages, 3);
+        assert!(two.smem_bytes(false) <= smem_per_cta(2));
+        assert_eq!(two.with_tma_store(false, true), two);
         assert_eq!(
             cp.with_tma_store(false, true),
             cp,

@@ -84,7 +84,9 @@ fn nt_half_gemms_take_wgmma_and_the_rest_keep_their_family() {
                     k.name
                 );
                 assert!(
-                    k.launch.smem_bytes > 48 * 1024 && k.launch.smem_bytes * per_sm <= 227 * 1024,
+                    // Every CTA of an SM fits, with the 1 KiB the system reserves for each.
+                    k.launch.smem_bytes > 48 * 1024
+                        && (k.launch.smem_bytes + 1024) * per_sm <= 228 * 1024,
                     "{}",
                     k.name
                 );
