@@ -476,6 +476,68 @@ mod tests {
         linear ^ (((linear >> 7) & 7) << 4)
     }
 
+    /// `store_tile_tma`'s staging, transcribed: lane `lane` of warp `q` (in its warpgroup) hands
+    /// `stmatrix` the address of one row of one of four 8 x 8 matrices for the column groups
+    /// `i`, `i + 1` of a 64-column chunk, and holds in register j the pair of accumulators
+    /// `4 g + 2 j`, `4 g + 2 j + 1` (g = the chunk's first column group + i).
+    fn stmatrix_address(q: u32, lane: u32, i: u32) -> u32 {
+        let j = lane >> 3;
+        let row_addr = (16 * q + 8 * (j & 1) + (lane & 7)) * 128;
+        let swz = lane & 7;
+        row_addr + (((i + (j >> 1)) ^ swz) << 4)
+    }
+
+    #[test]
+    fn every_staged_element_is_where_the_tma_store_reads_it() {
+        for line in [
+            "const u32 row_addr = (u32)((16 * q + 8 * (j & 1) + (lane & 7)) * 128);",
+            "const int swz = lane & 7;",
+            "const u32 addr = buf + row_addr + (u32)((((i + (j >> 1)) ^ swz)) << 4);",
+            "stmatrix_x4(addr, pack2<T>(acc[r], acc[r + 1]), pack2<T>(acc[r + 2], acc[r + 3]),",
+            "pack2<T>(acc[r + 4], acc[r + 5]), pack2<T>(acc[r + 6], acc[r + 7]));",
+        ] {
+            assert!(
+                TEMPLATE.contains(line),
+                "gemm_wgmma.cuh no longer says `{line}`"
+            );
+        }
+        // The band's chunk: 64 rows x 64 columns of 2 bytes, each written exactly once, at the
+        // byte the copy engine reads it from (the box's 128-byte swizzle: `element_offset`).
+        let mut written = vec![None; 64 * 64];
+        for q in 0..4u32 {
+            for i in (0..8u32).step_by(2) {
+                // stmatrix: matrix m's row rr is stored at the address of lane 8 m + rr; its
+                // element (rr, cc) comes from lane t = 4 rr + cc / 2, register m, half cc % 2.
+                for m in 0..4u32 {
+                    for rr in 0..8u32 {
+                        let addr = stmatrix_address(q, 8 * m + rr, i);
+                        for cc in 0..8u32 {
+                            let t = 4 * rr + cc / 2;
+                            // Register m of lane t holds accumulators 4 g + 2 m + e, e = cc % 2,
+                            // which the wgmma fragment layout (`store_tile`) puts at row
+                            // 16 q + t / 4 + 8 h and column 8 g' + 2 (t % 4) + e, where
+                            // 4 g + 2 m = 4 g' + 2 h.
+                            let idx = 4 * i + 2 * m + cc % 2;
+                            let (gp, h, e) = (idx / 4, (idx / 2) % 2, idx % 2);
+                            let row = 16 * q + t / 4 + 8 * h;
+                            let col = 8 * gp + 2 * (t % 4) + e;
+                            let at = addr + cc * 2;
+                            assert_eq!(
+                                at,
+                                element_offset(row, col),
+                                "warp {q}, groups {i}.., matrix {m}, row {rr}, column {cc}"
+                            );
+                            let slot = &mut written[(row * 64 + col) as usize];
+                            assert!(slot.is_none(), "({row}, {col}) written twice");
+                            *slot = Some(at);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(written.iter().all(Option::is_some));
+    }
+
     #[test]
     fn every_element_wgmma_reads_is_the_one_the_loads_wrote() {
         // A stage as the template lays it out: A (BM rows), B (BN rows), at a 1024-aligned base.
