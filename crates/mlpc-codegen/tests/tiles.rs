@@ -401,6 +401,20 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             k.entry,
             k.launch.smem_bytes
         );
+        // The epilogue by the copy engine (a tensor map of the output among the parameters):
+        // `stmatrix` into the staging buffers and bulk tensor stores, and only then; one CTA per
+        // SM takes it, two keep the register stores.
+        let tma_store = k
+            .source
+            .contains("const __grid_constant__ mlpc::TensorMap tm_c");
+        assert_eq!(tma_store, per_sm == 1, "{}", k.entry);
+        for needle in [
+            "stmatrix.sync.aligned.m8n8.x4.shared.b16",
+            "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
+            "cp.async.bulk.wait_group.read 1",
+        ] {
+            assert_eq!(c.ptx.contains(needle), tma_store, "{}: {needle}", k.entry);
+        }
         // Clusters: the shape compiled into the entry, A copied by multicast.
         let clustered = k.entry.ends_with("_c2") || k.entry.ends_with("_c2b");
         assert_eq!(
