@@ -730,7 +730,7 @@ __device__ __forceinline__ void store_tile(float (&acc)[NACC], const float (&acc
 }
 
 /// Bytes of one staging buffer of `store_tile_tma`: 64 rows x 64 columns of 16-bit values.
-constexpr int kStagingBytes = 64 * 64 * 2;
+constexpr int kStagingBufferBytes = 64 * 64 * 2;
 
 /// The epilogue of `store_tile` with the stores by the copy engine: the epilogue chain in place
 /// in `acc` (`epilogue_pass`), then, per 64-column chunk of the 64 x BN band, the warpgroup's
@@ -765,7 +765,7 @@ __device__ __forceinline__ void store_tile_tma(float (&acc)[NACC], const float (
 #pragma unroll
     for (int c = 0; c < BN / 64; ++c) {
         if (n0 + 64 * c >= p.n) break;
-        const u32 buf = staging + (chunk & 1u) * kStagingBytes;
+        const u32 buf = staging + (chunk & 1u) * kStagingBufferBytes;
         if (wtid == 0) bulk_wait_read<1>();
         named_sync<128>(bar);
 #pragma unroll
@@ -1025,7 +1025,7 @@ struct GemmWgmmaTma {
     static constexpr int kStageBytes = kTileABytes + kTileBBytes * (kDual ? 2 : 1);
     /// With TMA stores, two staging buffers per consumer warpgroup after the ring.
     static constexpr int kStagingBytes =
-        Cfg::kTmaStore ? kConsumers * 2 * wgmma_detail::kStagingBytes : 0;
+        Cfg::kTmaStore ? kConsumers * 2 * wgmma_detail::kStagingBufferBytes : 0;
     /// The ring, the staging buffers, 1024 bytes to align the ring's base to the swizzle pattern,
     /// and the barriers.
     static constexpr int kSmemBytes = STAGES * kStageBytes + kStagingBytes + 1024 + 2 * STAGES * 8;
@@ -1177,7 +1177,7 @@ struct GemmWgmmaTma {
         float acc[kBands][kAcc];
         float acc_up[kBands][kDual ? kAcc : 1];
         // TMA stores: this warpgroup's staging buffers and chunk count (`store_tile_tma`).
-        const u32 my_staging = staging + (u32)wg * (2 * wgmma_detail::kStagingBytes);
+        const u32 my_staging = staging + (u32)wg * (2 * wgmma_detail::kStagingBufferBytes);
         u32 chunk = 0;
         // The ring position of this warpgroup's next slice: the producer's sequence is every
         // slice of the CTA's tiles in order, so a ping-pong warpgroup starts wg tiles in.

@@ -47,7 +47,7 @@ impl fmt::Display for TileKey {
 /// `bn` columns, `ctas` CTAs per SM (1 or 2), and with `pingpong` the schedule in which two
 /// consumer warpgroups take whole tiles in turn (one's epilogue under the other's wgmmas). The
 /// pipeline depth follows: as many stages (2 to 5) as the shared memory of one CTA's share
-/// holds.
+/// holds beside the epilogue's staging buffers, where it has them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TileChoice {
     pub bn: u32,

@@ -153,7 +153,7 @@ impl WgmmaConfig {
     }
 }
 
-/// Bytes of one staging buffer of a TMA store (`wgmma_detail::kStagingBytes`).
+/// Bytes of one staging buffer of a TMA store (`wgmma_detail::kStagingBufferBytes`).
 const STAGING_BYTES: u32 = 64 * 64 * 2;
 
 fn stage_bytes(bm: u32, bn: u32, dual: bool) -> u32 {

@@ -360,6 +360,16 @@ fn overrides_round_trip_through_json() {
     let back: TileOverrides = serde_json::from_str(&text).unwrap();
     assert_eq!(back, tiles);
     assert_eq!(back.get(&key), Some(c(128, 1)));
+    // 256-row tiles name their height; a choice written before heights existed is 128 rows.
+    let tall_text = serde_json::to_string(&tall(c(128, 1))).unwrap();
+    assert!(tall_text.contains("\"bm\":256"), "{tall_text}");
+    assert_eq!(
+        serde_json::from_str::<TileChoice>(&tall_text).unwrap(),
+        tall(c(128, 1))
+    );
+    let old: TileChoice = serde_json::from_str(r#"{"bn":256,"ctas":1,"pingpong":false}"#).unwrap();
+    assert_eq!(old, c(256, 1));
+    assert!(!serde_json::to_string(&old).unwrap().contains("bm"));
 }
 
 /// Every candidate tile of a plain and a dual GEMM compiles for sm_90a with NVRTC: the
