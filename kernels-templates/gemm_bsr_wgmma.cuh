@@ -99,11 +99,15 @@ namespace mlpc {
 /// 128-byte rows from the packed weight rearranged into its slot's image (see "Loads").
 /// SLOTS: block slots per stage, the most kept blocks of any step (0: WB * G).
 template <int BM_, int G_, int BK_, int STAGES_, bool A_REGS_ = false, int WB_ = 1,
-          bool WIDE_ = false, int SLOTS_ = 0>
+          bool WIDE_ = false, int SLOTS_ = 0, bool TMA_STORE_ = false>
 struct BsrWgmmaConfig {
     static constexpr int BM = BM_, G = G_, BK = BK_, STAGES = STAGES_, WB = WB_;
     static constexpr int SLOTS = SLOTS_ > 0 ? SLOTS_ : WB * G;
     static constexpr bool A_REGS = A_REGS_, WIDE = WIDE_;
+    /// The epilogue stores each warpgroup's 64 x (G x BR) band through two 64 x 64 staging
+    /// buffers and the copy engine (the output's tensor map `map_c`), as the dense kernel's
+    /// `wgmma_detail::store_tile_tma`.
+    static constexpr bool kTmaStore = TMA_STORE_;
     static constexpr int kWarpgroups = BM / 64;
     /// The consumer warpgroups, then the producer warpgroup (ptxas budgets registers by whole
     /// warpgroups); `setmaxnreg` moves registers from the producer to the consumers.
@@ -604,9 +608,13 @@ struct GemmBsrWgmma {
     static constexpr int kSlotBytes = BR * BKB * 2;
     static constexpr int kSlotsBytes = Cfg::SLOTS * kSlotBytes;
     static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);
-    /// The ring, 1024 bytes to align its base to the widest swizzle pattern, the barriers and a
-    /// word per stage for the row mask of the slice in it.
-    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024 + 2 * STAGES * 8 + STAGES * 4;
+    /// With TMA stores, two staging buffers per consumer warpgroup after the ring.
+    static constexpr int kStagingBytes =
+        Cfg::kTmaStore ? Cfg::kWarpgroups * 2 * wgmma_detail::kStagingBufferBytes : 0;
+    /// The ring, the staging buffers, 1024 bytes to align the ring's base to the widest swizzle
+    /// pattern, the barriers and a word per stage for the row mask of the slice in it.
+    static constexpr int kSmemBytes =
+        STAGES * kStageBytes + kStagingBytes + 1024 + 2 * STAGES * 8 + STAGES * 4;
     /// Accumulator registers per thread and block row.
     static constexpr int kAcc = BR / 2;
     static_assert(BK % WB == 0 && BC % BKB == 0 && (WB == 1 || BKB == BC),
@@ -618,6 +626,8 @@ struct GemmBsrWgmma {
     static_assert(kTileABytes % 1024 == 0, "the slots start on a swizzle period");
     static_assert(kSlotBytes % (8 * 2 * SWB) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
+    static_assert(!Cfg::kTmaStore || (G * BR) % 64 == 0,
+                  "TMA stores take whole 64-column chunks of the group's columns");
     static_assert(!Cfg::WIDE || (BKB == BC && kSlotBytes % 1024 == 0 && kWideRows <= 256),
                   "wide copies: whole blocks of whole 128B swizzle periods, at most 256 box rows");
 
@@ -760,7 +770,8 @@ struct GemmBsrWgmma {
     /// past N (a last group with fewer than G block rows) are not written.
     template <class P, class Acc, class AccUp>
     __device__ __forceinline__ static void store(const P& p, i64 m0, i64 n0, int tid, Acc& acc,
-                                                 AccUp& acc_up) {
+                                                 AccUp& acc_up, const TensorMap& map_c,
+                                                 u32 staging, u32& chunk) {
         const int wg = tid >> 7;
         const int lane = tid & 31;
         const int q = (tid >> 5) & 3;
@@ -785,6 +796,10 @@ struct GemmBsrWgmma {
                     }
                 }
             }
+        }
+        if constexpr (Cfg::kTmaStore) {
+            store_tma(m0 + wg * 64, n0, tid & 127, p.n, acc, map_c, staging + wg * (2 * wgmma_detail::kStagingBufferBytes), 3 + wg, chunk);
+            return;
         }
         if constexpr (BR % 16 == 0) {
             // A tile wholly inside the output with 8-byte aligned rows: whole sectors.
@@ -831,6 +846,52 @@ struct GemmBsrWgmma {
         }
     }
 
+    /// The stores of `store` by the copy engine, for the warpgroup's 64-row band from `row0`
+    /// (`wtid` its thread): per 64-column chunk of the group's columns, the pairs of the
+    /// accumulators into one of the warpgroup's two staging buffers at `staging` with
+    /// `stmatrix` (the 128-byte swizzle: the layout of `map_c`'s 64 x 64 box) and one
+    /// `tma_store_2d`, exactly as `wgmma_detail::store_tile_tma` (its comment has the buffer
+    /// protocol; named barrier `bar`). Column group cg of the band (8 columns) is group
+    /// i = cg % (BR / 8) of block row g = cg / (BR / 8): its pair of row half h is
+    /// acc[g][4 i + 2 h], acc[g][4 i + 2 h + 1].
+    template <class Acc>
+    __device__ __forceinline__ static void store_tma(i64 row0, i64 n0, int wtid, i64 n,
+                                                     const Acc& acc, const TensorMap& map_c,
+                                                     u32 staging, int bar, u32& chunk) {
+        using namespace wgmma_detail;
+        constexpr int kGroupsPerBlock = BR / 8;
+        const int lane = wtid & 31;
+        const int q = wtid >> 5;
+        const int j = lane >> 3;
+        const u32 row_addr = (u32)((16 * q + 8 * (j & 1) + (lane & 7)) * 128);
+        const int swz = lane & 7;
+        auto pair = [&](int cg, int h) {
+            const int g = cg / kGroupsPerBlock;
+            const int r = 4 * (cg % kGroupsPerBlock) + 2 * h;
+            return pack2<T>(acc[g][r], acc[g][r + 1]);
+        };
+#pragma unroll
+        for (int c = 0; c < G * BR / 64; ++c) {
+            if (n0 + 64 * c >= n) break;
+            const u32 buf = staging + (chunk & 1u) * kStagingBufferBytes;
+            if (wtid == 0) bulk_wait_read<1>();
+            named_sync<128>(bar);
+#pragma unroll
+            for (int i = 0; i < 8; i += 2) {
+                const int cg = 8 * c + i;
+                const u32 addr = buf + row_addr + (u32)((((i + (j >> 1)) ^ swz)) << 4);
+                stmatrix_x4(addr, pair(cg, 0), pair(cg, 1), pair(cg + 1, 0), pair(cg + 1, 1));
+            }
+            fence_proxy_async();
+            named_sync<128>(bar);
+            if (wtid == 0) {
+                tma_store_2d(map_c, (int)(n0 + 64 * c), (int)row0, buf);
+                bulk_commit();
+            }
+            ++chunk;
+        }
+    }
+
     /// Calls `body(t)` for each tile of CTA `cta` of `ctas` in turn (`tile_at(w)` is work item
     /// w, for w < `tiles`), the next tile's place read before the body runs, so that its list
     /// loads wait behind the current tile rather than before the next.
@@ -849,11 +910,13 @@ struct GemmBsrWgmma {
 
     template <class P>
     __device__ __forceinline__ static void run(const P& p, const TensorMap& map_a,
-                                               const TensorMap& map_b, const TensorMap& map_bu) {
+                                               const TensorMap& map_b, const TensorMap& map_bu,
+                                               const TensorMap& map_c) {
         using namespace wgmma_detail;
         extern __shared__ __align__(1024) unsigned char mlpc_smem[];
         const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;
-        const u32 full = ring + STAGES * kStageBytes;
+        const u32 staging = ring + STAGES * kStageBytes;
+        const u32 full = staging + kStagingBytes;
         const u32 empty = full + STAGES * 8;
         const u32 masks = empty + STAGES * 8;
 
@@ -986,6 +1049,7 @@ struct GemmBsrWgmma {
         float acc_up[kDual ? G : 1][kDual ? kAcc : 1];
         int stage = 0;
         u32 phase = 0;
+        u32 chunk = 0;
         for_each_tile(cta, ctas, tiles, tile_or_none, [&](const Tile& t) {
 #pragma unroll
             for (int g = 0; g < G; ++g)
@@ -996,8 +1060,12 @@ struct GemmBsrWgmma {
                 }
             const int slices = t.steps * kKSub;
             consume(ring, full, empty, masks, slices, tid, acc, acc_up, stage, phase);
-            store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up);
+            store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up, map_c, staging, chunk);
         });
+        // The copy engine may still read the staging buffers and write the output.
+        if constexpr (Cfg::kTmaStore) {
+            if ((tid & 127) == 0) bulk_wait_all();
+        }
     }
 };
 

@@ -25,7 +25,7 @@
 
 use crate::cpp::{self, Symbols};
 use crate::gemm::{a_layout, check_output_columns, epilogue_code, Config};
-use crate::view::matrix_view;
+use crate::view::{is_one, matrix_view};
 use crate::{
     dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch, Param, Relayout,
 };
@@ -106,6 +106,8 @@ fn int_array(name: &str, values: &[u32]) -> String {
 pub(crate) const WGMMA_N: [u32; 10] = [8, 16, 24, 32, 48, 64, 96, 128, 192, 256];
 /// The dynamic shared memory a block may use on sm_90 (227 KiB).
 const SMEM_LIMIT: u32 = 227 * 1024;
+/// Bytes of one staging buffer of the epilogue's TMA stores (`wgmma_detail::kStagingBufferBytes`).
+const STAGING_BUFFER_BYTES: u32 = 64 * 64 * 2;
 /// At most this many stages: more buys nothing once the loads of a few slices cover the latency.
 /// At density 0.1 (5 slots of 32 x 32 blocks a stage, room for 12): 8 stages 0.0805 ms, 10
 /// 0.0788, 12 0.0784 (4096^2, T = 4096, H200; docs/perf-notes.md, block-sparse variant 12).
@@ -133,6 +135,9 @@ pub(crate) struct WgmmaBsr {
     /// Block slots per stage: the most blocks any step of the pattern keeps (at most `wb * g`);
     /// a step's j-th kept block takes slot j.
     pub slots: u32,
+    /// The epilogue stored by the copy engine through two 8 KB staging buffers per consumer
+    /// warpgroup ([`WgmmaBsr::with_tma_store`]).
+    pub tma_store: bool,
 }
 
 impl WgmmaBsr {
@@ -152,7 +157,38 @@ impl WgmmaBsr {
     /// a `full` and an `empty` mbarrier and the word of its slice's row mask.
     pub fn smem_bytes(&self, br: u32, dual: bool) -> u32 {
         let stage = Self::stage_bytes(self.bm, self.slots, br, self.bk, self.wb, dual);
-        self.stages * (stage + 20) + 1024
+        self.stages * (stage + 20) + self.staging_bytes() + 1024
+    }
+
+    /// Mirrors `GemmBsrWgmma::kStagingBytes`.
+    fn staging_bytes(&self) -> u32 {
+        if self.tma_store {
+            self.bm / 64 * 2 * STAGING_BUFFER_BYTES
+        } else {
+            0
+        }
+    }
+
+    /// This configuration with the epilogue's stores by the copy engine when `ok` (the output's
+    /// rows 16-byte multiples apart, its columns contiguous), the group's columns are whole
+    /// 64-column chunks, and the staging buffers leave the ring its stages or at least 8 of
+    /// them (8 against 12 measured 3 % at density 0.1: docs/perf-notes.md, block-sparse
+    /// variant 12).
+    pub fn with_tma_store(self, br: u32, dual: bool, ok: bool) -> WgmmaBsr {
+        if !ok || !(self.g * br).is_multiple_of(64) {
+            return self;
+        }
+        let cfg = WgmmaBsr {
+            tma_store: true,
+            ..self
+        };
+        let stage = Self::stage_bytes(self.bm, self.slots, br, self.bk, self.wb, dual);
+        let stages = ((SMEM_LIMIT - 1024 - cfg.staging_bytes()) / (stage + 20)).min(MAX_STAGES);
+        if stages == self.stages || stages >= 8 {
+            WgmmaBsr { stages, ..cfg }
+        } else {
+            self
+        }
     }
 
     /// The width in elements of one swizzle atom column of the A piece
@@ -178,6 +214,10 @@ impl WgmmaBsr {
             self.wide,
             self.slots == self.wb * self.g,
         ) {
+            _ if self.tma_store => format!(
+                ", {}, {}, {}, {}, true",
+                self.a_regs, self.wb, self.wide, self.slots
+            ),
             (false, 1, false, true) => String::new(),
             (true, 1, false, true) => ", true".to_string(),
             (a_regs, wb, false, true) => format!(", {a_regs}, {wb}"),
@@ -279,6 +319,7 @@ pub(crate) fn select_wgmma(
         a_regs,
         wide,
         slots,
+        tma_store: false,
     })
 }
 
@@ -465,7 +506,11 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     // Measured on the H200 (W 4096 x 4096, T = 4096, 32 x 32 blocks, docs/perf-notes.md): the
     // TMA-fed grouped kernel is ahead of `GemmBsrMma` at every density measured (0.245 / 0.179 /
     // 0.114 ms against 0.58 / 0.31 / 0.14 at density 0.5 / 0.25 / 0.1).
-    let hopper = select_wgmma(ctx.opts.arch, dtype, dual, (la, &lda), p);
+    // The copy engine stores the output where a tensor map describes it (contiguous columns,
+    // rows a constant multiple of 16 bytes apart).
+    let storable = is_one(&c.col_stride) && c.row_stride.as_constant().is_some_and(|s| s % 8 == 0);
+    let hopper = select_wgmma(ctx.opts.arch, dtype, dual, (la, &lda), p)
+        .map(|h| h.with_tma_store(br, dual, storable));
     let cfg = choose(dtype, dual, p.block);
     // Kept blocks are read as the `[N, K]` weight, B layout `t`.
     let (threads, smem, min_blocks, bm) = match hopper {
@@ -574,8 +619,24 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             if dual {
                 maps.push(("tm_bu", blocks(2)));
             }
+            if h.tma_store {
+                // The epilogue's stores: 64 x 64 boxes (`GemmBsrWgmma::store_tma`).
+                maps.push((
+                    "tm_c",
+                    Param::TensorMap {
+                        buffer: ctx.kernel.out,
+                        rows: m.clone(),
+                        cols: n.clone(),
+                        row_stride: c.row_stride.clone(),
+                        box_rows: 64,
+                        box_cols: 64,
+                    },
+                ));
+            }
+            // Unused maps are passed as another map of the kernel.
             let bu = if dual { "tm_bu" } else { "tm_b" };
-            body.push(format!("    Kernel::run(p, tm_a, tm_b, {bu});"));
+            let tc = if h.tma_store { "tm_c" } else { "tm_a" };
+            body.push(format!("    Kernel::run(p, tm_a, tm_b, {bu}, {tc});"));
         }
         None => body.push("    Kernel::run(p);".to_string()),
     }
@@ -890,7 +951,7 @@ mod tests {
             "before += slices;",
             "st_shared_u32(masks + 4 * stage, mask);",
             "const u32 mask = ld_shared_u32(masks + 4 * stage);",
-            "store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up);",
+            "store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up, map_c, staging, chunk);",
             "for (u32 rest = mask; rest != 0u; rest &= rest - 1u, ++j) {",
             "const int b = __shfl_sync(0xffffffffu, blk, j);",
             "const u32 slot = sa + kTileABytes + j * kSlotBytes;",
@@ -1558,8 +1619,21 @@ mod tests {
                 a_regs: true,
                 wide: true,
                 slots: 13,
+                tma_store: false,
             })
         );
+        // The epilogue's TMA stores: 32 KB of staging would leave 13 slots 4 stages, so they
+        // keep the register stores; with 11 slots (the 4096^2 weight at density 0.25) the 5
+        // stages stay, and the staging with them.
+        let h = pick(Arch::Sm90a, DType::Bf16, false, n, &b32).unwrap();
+        assert_eq!(h.with_tma_store(32, false, true), h);
+        let eleven = WgmmaBsr { slots: 11, ..h };
+        let stored = eleven.with_tma_store(32, false, true);
+        assert!(stored.tma_store);
+        assert_eq!(stored.stages, 5);
+        assert!(stored.smem_bytes(32, false) <= SMEM_LIMIT);
+        assert!(stored.template().ends_with(", true, 2, true, 11, true>"));
+        assert_eq!(eleven.with_tma_store(32, false, false), eleven);
         assert!(pick(Arch::Sm90a, DType::F16, false, n, &b32).is_some());
         assert_eq!(pick(Arch::Sm90, DType::Bf16, false, n, &b32), None);
         assert_eq!(pick(Arch::Sm80, DType::Bf16, false, n, &b32), None);

@@ -104,6 +104,18 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
             if dual {
                 expect.push(block_box);
             }
+            // The epilogue's TMA stores: the output in 64 x 64 boxes, after the operands.
+            let tma_store = field(8) == Some("true");
+            if tma_store {
+                expect.push((64, 64));
+            }
+            assert_eq!(
+                tma_store,
+                k.source
+                    .contains("const __grid_constant__ mlpc::TensorMap tm_c"),
+                "{}",
+                k.name
+            );
             assert_eq!(maps, expect, "{}", k.name);
             // The rearranged weights: the packed blocks (and the up blocks), one period a block.
             let relaid: Vec<(usize, usize)> = k
