@@ -40,6 +40,12 @@
 // each block in boxes of its own BC-wide rows, and kept block (w, g) meets the A piece's k16
 // steps w * BKB / 16 .. (w + 1) * BKB / 16 - 1.
 //
+// Pairs (PAIRS, WB = 2, where the windows do not pay: at low density the second column of a
+// window is mostly empty): a step is two consecutive block columns of the group's union, c0 and
+// c1, wherever they lie in the weight (`step_info` holds c0, `step_col1` c1). The A piece is
+// then two atom columns of BC (one box each, at k = c0 * BC and c1 * BC) instead of one box of
+// 2 * BC; mask bits and slots are the window's, column w of the window being c_w of the pair.
+//
 // Shared layout (PTX ISA, "Shared Memory Matrix Layout", K-major, swizzled): a tile of R rows x BK
 // is cut along k into BK / SW atoms columns of SW 16-bit elements (SW = 64, 32 or 16: the widest
 // that divides BK); atom column a is R rows of 2 * SW bytes at byte a * R * 2 * SW of the tile,
@@ -97,13 +103,15 @@ namespace mlpc {
 /// WB: block columns per slice (a K window of WB whole blocks, BK = WB * BC), or 1 (a slice is
 /// BK of one block column, BK dividing BC). WIDE: each kept block is copied as one box of
 /// 128-byte rows from the packed weight rearranged into its slot's image (see "Loads").
-/// SLOTS: block slots per stage, the most kept blocks of any step (0: WB * G).
+/// SLOTS: block slots per stage, the most kept blocks of any step (0: WB * G). PAIRS (WB = 2):
+/// a step is two of the group's kept block columns, consecutive in its union but anywhere in
+/// the weight, instead of a window of two neighbouring ones (see "Pairs").
 template <int BM_, int G_, int BK_, int STAGES_, bool A_REGS_ = false, int WB_ = 1,
-          bool WIDE_ = false, int SLOTS_ = 0, bool TMA_STORE_ = false>
+          bool WIDE_ = false, int SLOTS_ = 0, bool TMA_STORE_ = false, bool PAIRS_ = false>
 struct BsrWgmmaConfig {
     static constexpr int BM = BM_, G = G_, BK = BK_, STAGES = STAGES_, WB = WB_;
     static constexpr int SLOTS = SLOTS_ > 0 ? SLOTS_ : WB * G;
-    static constexpr bool A_REGS = A_REGS_, WIDE = WIDE_;
+    static constexpr bool A_REGS = A_REGS_, WIDE = WIDE_, PAIRS = PAIRS_;
     /// The epilogue stores each warpgroup's 64 x (G x BR) band through two 64 x 64 staging
     /// buffers and the copy engine (the output's tensor map `map_c`), as the dense kernel's
     /// `wgmma_detail::store_tile_tma`.
@@ -122,6 +130,7 @@ struct BsrWgmmaConfig {
     static_assert(BK == 16 || BK == 32 || BK == 48 || BK == 64, "BK must be 16, 32, 48 or 64");
     static_assert(STAGES >= 2, "the ring needs a stage loading while one computes");
     static_assert(SLOTS >= 1 && SLOTS <= WB * G, "a step keeps at most WB * G blocks");
+    static_assert(!PAIRS || WB == 2, "pairs are steps of two block columns");
 };
 
 /// Run-time description of a grouped BSR GEMM: the dense GEMM parameters (`b` and `b_up` point at
@@ -136,6 +145,9 @@ struct BsrWgmmaParams : GemmParams<T, NEPI> {
     /// Per step: `(block column << 16) | mask`, bit w * G + g of the mask set when block row g of
     /// the group keeps block column `column + w` (w < WB: the step's window).
     const int* step_info;
+    /// PAIRS: per step, its second block column (`step_info` has the first; the same column
+    /// again for the last step of a group with an odd number of them). Unused otherwise.
+    const int* step_col1;
     /// Per step: the offset in `step_blk` of its first kept block.
     const int* step_first;
     /// Packed index of each kept block, step by step, in increasing g within a step.
@@ -179,11 +191,11 @@ __device__ __forceinline__ u64 desc_of(u32 lo) {
     return (u64)lo | ((u64)(A::kSbo >> 4) << 32) | ((u64)A::kLayout << 62);
 }
 
-/// The byte offset, inside a tile of ROWS rows x BK, of where the k16 step j starts.
-template <int ROWS, int BK>
+/// The byte offset, inside a tile of ROWS rows x BK in atoms of SW elements, of where the k16
+/// step j starts.
+template <int ROWS, int BK, int SW = SliceAtom<BK>::SW>
 __host__ __device__ constexpr u32 kstep_offset(int j) {
-    return (u32)((16 * j / SliceAtom<BK>::SW) * (ROWS * 2 * SliceAtom<BK>::SW) +
-                 (16 * j % SliceAtom<BK>::SW) * 2);
+    return (u32)((16 * j / SW) * (ROWS * 2 * SW) + (16 * j % SW) * 2);
 }
 
 /// The work item CTA `b` of a persistent grid of `P` takes in its round `r`: the items of a
@@ -193,15 +205,14 @@ __host__ __device__ constexpr int work_item(int r, int b, int P) {
 }
 
 /// A_REGS: the shared address lane `lane` of warp `q` of consumer warpgroup `wg` gives
-/// `ldmatrix.x4` for the k16 step j of a BM x BK A piece at `sa` (swizzled K-major atoms as
-/// above). Matrix i = lane / 8 is rows 8 (i % 2) .. + 7 of the warp's 16 rows and k 8 (i / 2) ..
+/// `ldmatrix.x4` for the k16 step j of a BM x BK A piece at `sa` (swizzled K-major atoms of SW
+/// elements as above). Matrix i = lane / 8 is rows 8 (i % 2) .. + 7 of the warp's 16 rows and k 8 (i / 2) ..
 /// + 7 of the step; lane 8i + r gives that matrix's row r. The four registers it returns are then
 /// the warp's m16 x k16 A fragment as `mma.m16n8k16` lays it out, which is the per-warp layout of
 /// the wgmma RS form's A operand.
-template <int BM, int BK>
+template <int BM, int BK, int SW = SliceAtom<BK>::SW>
 __device__ __forceinline__ u32 ldsm_a_addr(u32 sa, int wg, int q, int lane, int j) {
-    typedef Atom<SliceAtom<BK>::SW> A;
-    constexpr int SW = SliceAtom<BK>::SW;
+    typedef Atom<SW> A;
     const int i = lane >> 3;
     const int row = wg * 64 + q * 16 + (i & 1) * 8 + (lane & 7);
     const int chunk = (16 * j % SW) / 8 + (i >> 1);
@@ -585,8 +596,10 @@ struct GemmBsrWgmma {
     static constexpr int BKB = BK / WB;
     static constexpr int kKSub = BC / BKB;
     /// The swizzle atoms of the A piece and of a block's piece, and their columns per slice (one
-    /// copy each).
-    static constexpr int SW = bsr_wgmma::SliceAtom<BK>::SW;
+    /// copy each). PAIRS: A in atoms of a block's width, one per column of the pair.
+    static constexpr bool PAIRS = Cfg::PAIRS;
+    static constexpr int SW =
+        PAIRS ? bsr_wgmma::SliceAtom<BK / WB>::SW : bsr_wgmma::SliceAtom<BK>::SW;
     static constexpr int SWB = bsr_wgmma::SliceAtom<BKB>::SW;
     static constexpr int kAtoms = BK / SW;
     static constexpr int kAtomsB = BKB / SWB;
@@ -626,6 +639,7 @@ struct GemmBsrWgmma {
     static_assert(kTileABytes % 1024 == 0, "the slots start on a swizzle period");
     static_assert(kSlotBytes % (8 * 2 * SWB) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
+    static_assert(!PAIRS || (SW == BKB && BKB == BC), "pairs: one A atom column per block column");
     static_assert(!Cfg::kTmaStore || (G * BR) % 64 == 0,
                   "TMA stores take whole 64-column chunks of the group's columns");
     static_assert(!Cfg::WIDE || (BKB == BC && kSlotBytes % 1024 == 0 && kWideRows <= 256),
@@ -693,7 +707,7 @@ struct GemmBsrWgmma {
         u32 a_off[KJ];
 #pragma unroll
         for (int j = 0; j < KJ; ++j) {
-            a_off[j] = bsr_wgmma::ldsm_a_addr<BM, BK>(0, wg, q, lane, j);
+            a_off[j] = bsr_wgmma::ldsm_a_addr<BM, BK, SW>(0, wg, q, lane, j);
             asm volatile("" : "+r"(a_off[j]));
         }
         for (int kt = 0; kt < slices; ++kt) {
@@ -731,7 +745,7 @@ struct GemmBsrWgmma {
                 fence();
                 each_kept_step(mask, sa, [&](int g, int ja, u32 b_lo) {
                     // Descriptor start addresses are in units of 16 bytes.
-                    const u64 a_j = bsr_wgmma::desc_of<SW>(da_lo + (kstep_offset<BM, BK>(ja) >> 4));
+                    const u64 a_j = bsr_wgmma::desc_of<SW>(da_lo + (kstep_offset<BM, BK, SW>(ja) >> 4));
                     bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, bsr_wgmma::desc_of<SWB>(b_lo));
                     if constexpr (kDual) {
                         bsr_wgmma::Mma<T, BR>::run(acc_up[g], a_j,
@@ -977,6 +991,8 @@ struct GemmBsrWgmma {
                     return sl < slices ? (u32)p.step_info[s0 + sl / kKSub] : 0u;
                 };
                 auto first_at = [&](int sl) { return sl < slices ? p.step_first[s0 + sl / kKSub] : 0; };
+                // PAIRS: the step's second block column (kKSub is 1).
+                auto col1_at = [&](int sl) { return PAIRS && sl < slices ? p.step_col1[s0 + sl] : 0; };
                 auto blk_of = [&](u32 info, int first) {
                     return lane < __popc(info & 0xffffu) ? p.step_blk[first + lane] : 0;
                 };
@@ -984,12 +1000,15 @@ struct GemmBsrWgmma {
                 int sl = ((pw - before) % kProducerWarps + kProducerWarps) % kProducerWarps;
                 u32 info = info_at(sl);
                 int blk = blk_of(info, first_at(sl));
+                int col1 = col1_at(sl);
                 u32 info1 = info_at(sl + kProducerWarps);
                 int first1 = first_at(sl + kProducerWarps);
+                int col1_1 = col1_at(sl + kProducerWarps);
                 for (; sl < slices; sl += kProducerWarps) {
                     const int blk1 = blk_of(info1, first1);
                     const u32 info2 = info_at(sl + 2 * kProducerWarps);
                     const int first2 = first_at(sl + 2 * kProducerWarps);
+                    const int col1_2 = col1_at(sl + 2 * kProducerWarps);
                     const u32 mask = info & 0xffffu;
                     const int ks = sl % kKSub;
                     const int col = (int)(info >> 16) * BC;
@@ -1005,8 +1024,9 @@ struct GemmBsrWgmma {
                             bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));
 #pragma unroll
                         for (int a = 0; a < kAtoms; ++a) {
-                            tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BKB + a * SW,
-                                        m0, bar);
+                            // PAIRS: atom column a is block column a of the pair.
+                            const int x = PAIRS ? (a == 0 ? col : col1 * BC) : col + ks * BKB + a * SW;
+                            tma_load_2d(sa + a * (BM * 2 * SW), map_a, x, m0, bar);
                         }
                     }
                     int j = 0;
@@ -1036,8 +1056,10 @@ struct GemmBsrWgmma {
                     }
                     info = info1;
                     blk = blk1;
+                    col1 = col1_1;
                     info1 = info2;
                     first1 = first2;
+                    col1_1 = col1_2;
                 }
                 before += slices;
             });

@@ -138,6 +138,10 @@ pub(crate) struct WgmmaBsr {
     /// The epilogue stored by the copy engine through two 8 KB staging buffers per consumer
     /// warpgroup ([`WgmmaBsr::with_tma_store`]).
     pub tma_store: bool,
+    /// With `wb` = 2: a step is two consecutive block columns of the group's union of kept
+    /// columns, wherever they lie in the weight ([`GroupSteps::pairs`]), instead of a window of
+    /// two neighbouring ones; the A piece is then copied as one box per column.
+    pub pairs: bool,
 }
 
 impl WgmmaBsr {
@@ -171,9 +175,9 @@ impl WgmmaBsr {
 
     /// This configuration with the epilogue's stores by the copy engine when `ok` (the output's
     /// rows 16-byte multiples apart, its columns contiguous), the group's columns are whole
-    /// 64-column chunks, and the staging buffers leave the ring its stages or at least 8 of
-    /// them (8 against 12 measured 3 % at density 0.1: docs/perf-notes.md, block-sparse
-    /// variant 12).
+    /// 64-column chunks, and the staging buffers leave the ring its stages or at least 6 of
+    /// them (pairs at density 0.1: 6 stages with the stores by the copy engine 2.5 % faster
+    /// than 8 without; docs/perf-notes.md, block-sparse variant 15).
     pub fn with_tma_store(self, br: u32, dual: bool, ok: bool) -> WgmmaBsr {
         if !ok || !(self.g * br).is_multiple_of(64) {
             return self;
@@ -184,7 +188,7 @@ impl WgmmaBsr {
         };
         let stage = Self::stage_bytes(self.bm, self.slots, br, self.bk, self.wb, dual);
         let stages = ((SMEM_LIMIT - 1024 - cfg.staging_bytes()) / (stage + 20)).min(MAX_STAGES);
-        if stages == self.stages || stages >= 8 {
+        if stages == self.stages || stages >= 6 {
             WgmmaBsr { stages, ..cfg }
         } else {
             self
@@ -192,9 +196,14 @@ impl WgmmaBsr {
     }
 
     /// The width in elements of one swizzle atom column of the A piece
-    /// (`bsr_wgmma::SliceAtom<BK>::SW`): the inner size of A's TMA boxes.
+    /// (`GemmBsrWgmma::SW`: `SliceAtom<BK>::SW`, with pairs a block's width): the inner size of
+    /// A's TMA boxes.
     pub fn atom(&self) -> u32 {
-        slice_atom(self.bk)
+        if self.pairs {
+            slice_atom(self.bk / self.wb)
+        } else {
+            slice_atom(self.bk)
+        }
     }
 
     /// The same for a block's piece of a slice (`SliceAtom<BK / WB>::SW`): the kept blocks' boxes.
@@ -214,9 +223,14 @@ impl WgmmaBsr {
             self.wide,
             self.slots == self.wb * self.g,
         ) {
-            _ if self.tma_store => format!(
-                ", {}, {}, {}, {}, true",
-                self.a_regs, self.wb, self.wide, self.slots
+            _ if self.tma_store || self.pairs => format!(
+                ", {}, {}, {}, {}, {}{}",
+                self.a_regs,
+                self.wb,
+                self.wide,
+                self.slots,
+                self.tma_store,
+                if self.pairs { ", true" } else { "" }
             ),
             (false, 1, false, true) => String::new(),
             (true, 1, false, true) => ", true".to_string(),
@@ -272,14 +286,19 @@ pub(crate) fn select_wgmma(
     // follows its box rows; a window whose second column few rows keep costs A bytes for
     // nothing: perf-notes, block-sparse variant 8, 8 % faster at 0.50 of the steps, 6 %
     // slower at 0.71).
-    let windows_pay = || {
-        let steps = |wb| GroupSteps::new(p, g, wb).step_info.len();
-        5 * steps(2) <= 3 * steps(1)
-    };
-    let wb = if bc == 32 && 2 * g <= 16 && windows_pay() {
-        2
-    } else {
-        1
+    let steps = |wb| GroupSteps::new(p, g, wb).step_info.len();
+    let windows_pay = || 5 * steps(2) <= 3 * steps(1);
+    // Where the windows do not pay (low density: a window's second column is mostly empty),
+    // 32-wide blocks take pairs of the group's kept columns instead: half the slices of single
+    // columns, each with about twice the kept blocks, and no A rows for an empty column
+    // (docs/perf-notes.md, block-sparse variant 15).
+    // Pairs, like windows, only where they are at most 0.6 of the single columns' steps (a
+    // group of one kept column would copy its A piece twice for nothing).
+    let pairs_pay = || 5 * GroupSteps::pairs(p, g).step_info.len() <= 3 * steps(1);
+    let (wb, pairs) = match bc == 32 && 2 * g <= 16 {
+        true if windows_pay() => (2, false),
+        true if pairs_pay() => (2, true),
+        _ => (1, false),
     };
     let bk = if wb == 2 {
         64
@@ -289,7 +308,12 @@ pub(crate) fn select_wgmma(
     let bm = 128;
     // Slots for the most blocks a step keeps: the stages hold no slot that no step fills
     // (docs/perf-notes.md, block-sparse variant 11).
-    let slots = GroupSteps::new(p, g, wb)
+    let steps = if pairs {
+        GroupSteps::pairs(p, g)
+    } else {
+        GroupSteps::new(p, g, wb)
+    };
+    let slots = steps
         .step_info
         .iter()
         .map(|info| (info & 0xffff).count_ones())
@@ -320,6 +344,7 @@ pub(crate) fn select_wgmma(
         wide,
         slots,
         tma_store: false,
+        pairs,
     })
 }
 
@@ -362,6 +387,9 @@ pub(crate) struct GroupSteps {
     /// `j * g + i` keeps block column `column + w` (`w < wb`: a step is a window of `wb` block
     /// columns, the first a multiple of `wb`). Columns increase within a group.
     pub step_info: Vec<u32>,
+    /// [`GroupSteps::pairs`]: per step, its second block column (mask bits `g + i`); empty
+    /// otherwise.
+    pub step_col1: Vec<u32>,
     /// Per step: the offset in `step_blk` of its first kept block.
     pub step_first: Vec<u32>,
     /// The packed index (position in `pattern.kept`) of each kept block, step by step, in
@@ -384,6 +412,7 @@ impl GroupSteps {
         let mut s = GroupSteps {
             grp_ptr: vec![0],
             step_info: Vec::new(),
+            step_col1: Vec::new(),
             step_first: Vec::new(),
             step_blk: Vec::new(),
         };
@@ -408,6 +437,67 @@ impl GroupSteps {
             s.grp_ptr.push(s.step_info.len() as u32);
         }
         s
+    }
+
+    /// The steps of `pattern` cut into groups of `g` block rows (`2 * g <= 16`), over pairs of
+    /// block columns: the kept columns of a group (its union), in increasing order, two by two
+    /// (the last alone, its second column the same, when they are odd). Step info as for
+    /// windows of two, `step_info` naming the first column and `step_col1` the second: bit
+    /// `w * g + i` of the mask is set when block row `j * g + i` keeps the pair's column `w`.
+    pub fn pairs(pattern: &BlockPattern, g: u32) -> GroupSteps {
+        debug_assert!(g >= 1 && 2 * g <= 16, "a step's mask has 16 bits");
+        let rows = pattern.block_rows() as usize;
+        let g = g as usize;
+        let row_ptr = pattern.row_ptr();
+        let mut s = GroupSteps {
+            grp_ptr: vec![0],
+            step_info: Vec::new(),
+            step_col1: Vec::new(),
+            step_first: Vec::new(),
+            step_blk: Vec::new(),
+        };
+        for j in 0..rows.div_ceil(g) {
+            // (column, row in the group, packed index) of every kept block of the group.
+            let mut kept: Vec<(u32, u32, u32)> = Vec::new();
+            for i in 0..g.min(rows - j * g) {
+                let r = j * g + i;
+                for at in row_ptr[r]..row_ptr[r + 1] {
+                    kept.push((pattern.kept[at as usize].1, i as u32, at));
+                }
+            }
+            let mut union: Vec<u32> = kept.iter().map(|k| k.0).collect();
+            union.sort_unstable();
+            union.dedup();
+            // (pair, mask bit, packed index), in pair order then bit order.
+            let mut placed: Vec<(usize, u32, u32)> = kept
+                .iter()
+                .map(|&(c, i, at)| {
+                    let pos = union.binary_search(&c).unwrap_or_default();
+                    (pos / 2, (pos % 2) as u32 * g as u32 + i, at)
+                })
+                .collect();
+            placed.sort_unstable();
+            for chunk in placed.chunk_by(|x, y| x.0 == y.0) {
+                let pair = chunk[0].0;
+                let mask = chunk.iter().fold(0u32, |m, &(_, bit, _)| m | (1 << bit));
+                s.step_info.push((union[2 * pair] << 16) | mask);
+                s.step_col1
+                    .push(*union.get(2 * pair + 1).unwrap_or(&union[2 * pair]));
+                s.step_first.push(s.step_blk.len() as u32);
+                s.step_blk.extend(chunk.iter().map(|&(_, _, at)| at));
+            }
+            s.grp_ptr.push(s.step_info.len() as u32);
+        }
+        s
+    }
+
+    /// The steps `cfg` walks.
+    pub fn of(pattern: &BlockPattern, cfg: &WgmmaBsr) -> GroupSteps {
+        if cfg.pairs {
+            GroupSteps::pairs(pattern, cfg.g)
+        } else {
+            GroupSteps::new(pattern, cfg.g, cfg.wb)
+        }
     }
 
     /// The groups in the order the persistent CTAs take them (`grp_order`): most steps first,
@@ -582,6 +672,10 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         &["row_ptr", "col_idx"]
     };
     body.extend(lists.iter().map(|l| format!("    p.{l} = {l};")));
+    if let Some(h) = hopper {
+        let col1 = if h.pairs { "step_col1" } else { "nullptr" };
+        body.push(format!("    p.step_col1 = {col1};"));
+    }
     body.extend(epi.lines);
     // The Hopper kernel reads A and the kept blocks through tensor maps, passed after the
     // symbols: A as [M, K] in boxes of BM rows, the packed blocks as a [kept * BR, BC] matrix in
@@ -660,19 +754,30 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     src.push_str("namespace {\n");
     match hopper {
         Some(h) => {
-            let steps = GroupSteps::new(p, h.g, h.wb);
+            let steps = GroupSteps::of(p, &h);
+            let columns = if h.pairs {
+                "block columns c0 = step_info[s] >> 16 and c1 = step_col1[s]; bit w * {g} + i of\n\
+                 // the mask step_info[s] & 0xffff is set when row i keeps column cw"
+            } else {
+                "block columns c = step_info[s] >> 16 .. c + {wb}; bit w * {g} + i of the mask\n\
+                 // step_info[s] & 0xffff is set when row i keeps column c + w"
+            };
+            let columns = columns
+                .replace("{g}", &h.g.to_string())
+                .replace("{wb}", &h.wb.to_string());
             src.push_str(&format!(
                 "// Group j (block rows {g}j .. {g}j + {g}) runs steps grp_ptr[j] .. grp_ptr[j + 1]. Step s is\n\
-                 // block columns c = step_info[s] >> 16 .. c + {wb}; bit w * {g} + i of the mask\n\
-                 // step_info[s] & 0xffff is set when row i keeps column c + w; their packed blocks are\n\
+                 // {columns}; their packed blocks are\n\
                  // step_blk[step_first[s] ..], in increasing bit.\n",
                 g = h.g,
-                wb = h.wb
             ));
             src.push_str(&int_array("grp_ptr", &steps.grp_ptr));
             src.push_str("// The groups in the order the CTAs take them: most steps first.\n");
             src.push_str(&int_array("grp_order", &steps.order()));
             src.push_str(&int_array("step_info", &steps.step_info));
+            if h.pairs {
+                src.push_str(&int_array("step_col1", &steps.step_col1));
+            }
             src.push_str(&int_array("step_first", &steps.step_first));
             src.push_str(&int_array("step_blk", &steps.step_blk));
             src.push_str(&format!("using Config = {};\n", h.template()));
@@ -877,15 +982,15 @@ mod tests {
         let steps = GroupSteps {
             grp_ptr: vec![0, 2, 7, 7, 12],
             step_info: vec![0; 12],
+            step_col1: Vec::new(),
             step_first: vec![0; 12],
             step_blk: Vec::new(),
         };
         assert_eq!(steps.order(), vec![1, 3, 0, 2]);
     }
 
-    /// `bsr_wgmma::kstep_offset<ROWS, BK>(j)`.
-    fn kstep_offset(rows: u32, bk: u32, j: u32) -> u32 {
-        let sw = atom(bk);
+    /// `bsr_wgmma::kstep_offset<ROWS, BK, SW>(j)`.
+    fn kstep_offset(rows: u32, sw: u32, j: u32) -> u32 {
         (16 * j / sw) * (rows * 2 * sw) + (16 * j % sw) * 2
     }
 
@@ -926,8 +1031,8 @@ mod tests {
             "static constexpr int SW = BK % 64 == 0 ? 64 : (BK % 32 == 0 ? 32 : 16);",
             "return ((addr & 0x3FFFFu) >> 4) | (1u << 16);",
             "return (u64)lo | ((u64)(A::kSbo >> 4) << 32) | ((u64)A::kLayout << 62);",
-            "return (u32)((16 * j / SliceAtom<BK>::SW) * (ROWS * 2 * SliceAtom<BK>::SW) +",
-            "(16 * j % SliceAtom<BK>::SW) * 2);",
+            "return (u32)((16 * j / SW) * (ROWS * 2 * SW) + (16 * j % SW) * 2);",
+            "PAIRS ? bsr_wgmma::SliceAtom<BK / WB>::SW : bsr_wgmma::SliceAtom<BK>::SW;",
             "static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);",
             "static constexpr int kAtoms = BK / SW;",
             "static constexpr int kAtomsB = BKB / SWB;",
@@ -939,7 +1044,9 @@ mod tests {
             "const int col = (int)(info >> 16) * BC;",
             "const u32 sa = ring + stage * kStageBytes;",
             "bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));",
-            "tma_load_2d(sa + a * (BM * 2 * SW), map_a, col + ks * BKB + a * SW,",
+            "const int x = PAIRS ? (a == 0 ? col : col1 * BC) : col + ks * BKB + a * SW;",
+            "tma_load_2d(sa + a * (BM * 2 * SW), map_a, x, m0, bar);",
+            "auto col1_at = [&](int sl) { return PAIRS && sl < slices ? p.step_col1[s0 + sl] : 0; };",
             // The persistent walk.
             "return r * P + ((r & 1) ? P - 1 - b : b);",
             "const int tiles = m_tiles * p.groups;",
@@ -968,7 +1075,7 @@ mod tests {
             "slot_lo += kSlotBytes >> 4;",
             "static constexpr int kSlotsBytes = Cfg::SLOTS * kSlotBytes;",
             "static constexpr int SLOTS = SLOTS_ > 0 ? SLOTS_ : WB * G;",
-            "const u64 a_j = bsr_wgmma::desc_of<SW>(da_lo + (kstep_offset<BM, BK>(ja) >> 4));",
+            "const u64 a_j = bsr_wgmma::desc_of<SW>(da_lo + (kstep_offset<BM, BK, SW>(ja) >> 4));",
             "bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, bsr_wgmma::desc_of<SWB>(b_lo));",
             "bsr_wgmma::desc_of<SWB>(b_lo + (kSlotsBytes >> 4)));",
             "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));",
@@ -983,9 +1090,8 @@ mod tests {
         }
     }
 
-    /// `bsr_wgmma::ldsm_a_addr<BM, BK>(sa, wg, q, lane, j)`.
-    fn ldsm_a_addr(bm: u32, bk: u32, sa: u32, wg: u32, q: u32, lane: u32, j: u32) -> u32 {
-        let sw = atom(bk);
+    /// `bsr_wgmma::ldsm_a_addr<BM, BK, SW>(sa, wg, q, lane, j)`.
+    fn ldsm_a_addr(bm: u32, sw: u32, sa: u32, wg: u32, q: u32, lane: u32, j: u32) -> u32 {
         let (shift, chunks) = match sw {
             64 => (0, 8),
             32 => (1, 4),
@@ -1010,7 +1116,7 @@ mod tests {
             "const int chunk = (16 * j % SW) / 8 + (i >> 1);",
             "const int pos = chunk ^ ((row >> A::kShift) & (A::kChunks - 1));",
             "return sa + (u32)((16 * j / SW) * (BM * 2 * SW) + row * A::kRowBytes + pos * 16);",
-            "a_off[j] = bsr_wgmma::ldsm_a_addr<BM, BK>(0, wg, q, lane, j);",
+            "a_off[j] = bsr_wgmma::ldsm_a_addr<BM, BK, SW>(0, wg, q, lane, j);",
             "bsr_wgmma::ldsm_x4(f[j], sa + a_off[j]);",
             "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));",
         ] {
@@ -1021,23 +1127,23 @@ mod tests {
         }
         let bm = 128;
         let sa = 4096;
-        for bk in [16, 32, 48, 64] {
-            let sw = atom(bk);
+        // (BK, SW): each slice depth in its widest atom, and BK 64 in atoms of 32 (pairs).
+        for (bk, sw) in [(16, 16), (32, 32), (48, 16), (64, 64), (64, 32)] {
             for wg in 0..bm / 64 {
                 let da = descriptor(sw, sa + wg * (64 * 2 * sw));
                 for j in 0..bk / 16 {
-                    let a_j = da + u64::from(kstep_offset(bm, bk, j) >> 4);
+                    let a_j = da + u64::from(kstep_offset(bm, sw, j) >> 4);
                     for q in 0..4 {
                         for lane in 0..32 {
                             let i = lane >> 3;
                             let r = q * 16 + (i & 1) * 8 + (lane & 7);
-                            let at = sa + ldsm_a_addr(bm, bk, 0, wg, q, lane, j);
+                            let at = sa + ldsm_a_addr(bm, sw, 0, wg, q, lane, j);
                             assert_eq!(at % 16, 0, "ldmatrix rows are 16-byte aligned");
                             for e in 0..8 {
                                 assert_eq!(
                                     at + 2 * e,
                                     wgmma_reads(a_j, r, (i >> 1) * 8 + e),
-                                    "BK {bk} wg {wg} step {j} warp {q} lane {lane} element {e}"
+                                    "BK {bk} SW {sw} wg {wg} step {j} warp {q} lane {lane} element {e}"
                                 );
                             }
                         }
@@ -1092,7 +1198,8 @@ mod tests {
         // A block's piece of a slice: `bkb` columns (the whole block in a window of `wb`).
         let bkb = bk / wb;
         assert!(wb == 1 || bkb == bc, "a window is whole blocks");
-        let (sw, swb) = (atom(bk), atom(bkb));
+        // Pairs: A in one atom column per block column.
+        let (sw, swb) = (if cfg.pairs { atom(bkb) } else { atom(bk) }, atom(bkb));
         assert_eq!(sw, cfg.atom(), "A's tensor map box width");
         assert_eq!(swb, cfg.block_atom(), "the blocks' tensor map box width");
         let sw_atoms = bk / sw;
@@ -1102,7 +1209,7 @@ mod tests {
         let slots = cfg.slots * slot;
         let stage_bytes = tile_a + slots * if dual { 2 } else { 1 };
         assert_eq!(cfg.smem_bytes(br, dual), stages * (stage_bytes + 20) + 1024);
-        let steps = GroupSteps::new(pattern, g, wb);
+        let steps = GroupSteps::of(pattern, &cfg);
         assert!(cfg.slots <= wb * g);
         let groups = steps.grp_ptr.len() - 1;
         // The template aligns the ring to 1024 bytes inside the dynamic allocation.
@@ -1168,7 +1275,12 @@ mod tests {
                     // Earlier slices' elements in this stage are stale: the consumers released it.
                     smem.retain(|&at, _| at < stage || at >= stage + stage_bytes);
                     for a in 0..sw_atoms {
-                        let x = col + ks * bkb + a * sw;
+                        // Pairs: atom column a is block column a of the pair.
+                        let x = match (cfg.pairs, a) {
+                            (true, 0) => col,
+                            (true, _) => steps.step_col1[s] * bc,
+                            (false, _) => col + ks * bkb + a * sw,
+                        };
                         box_copy(smem, stage + a * (bm * 2 * sw), bm, sw, &|r, i| {
                             let row = m0 + u64::from(r);
                             if row < m {
@@ -1249,8 +1361,8 @@ mod tests {
                             slot_lo += slot >> 4;
                             for j in 0..bkb / 16 {
                                 let ja = w * (bkb / 16) + j;
-                                let a_j = desc_of(sw, da_lo + (kstep_offset(bm, bk, ja) >> 4));
-                                let b_lo = this_lo + (kstep_offset(br, bkb, j) >> 4);
+                                let a_j = desc_of(sw, da_lo + (kstep_offset(bm, sw, ja) >> 4));
+                                let b_lo = this_lo + (kstep_offset(br, swb, j) >> 4);
                                 let b_j = desc_of(swb, b_lo);
                                 let read = |d: u64, r: u32, k: u32| {
                                     let at = wgmma_reads(d, r, k);
@@ -1480,6 +1592,29 @@ mod tests {
         }
     }
 
+    /// Low density: 32-wide blocks take pairs of the group's kept columns (the windows do not
+    /// pay); A arrives in one box per column, wherever the two lie, and a group with an odd
+    /// number of kept columns ends on a pair of one column.
+    #[test]
+    fn pairs_of_kept_columns_read_what_the_loads_wrote() {
+        for (seed, dual, m) in [(31, false, 130), (32, true, 70), (33, false, 300)] {
+            let p = scattered([32, 32], 256, 1024, 0.1, seed, Some(2));
+            let la = (MatLayout::N, &Extent::constant(p.inp));
+            let cfg = select_wgmma(Arch::Sm90a, DType::Bf16, dual, la, &p).unwrap();
+            assert!(cfg.pairs && cfg.wb == 2 && cfg.atom() == 32, "{cfg:?}");
+            let steps = GroupSteps::pairs(&p, cfg.g);
+            assert!(
+                steps
+                    .step_info
+                    .iter()
+                    .zip(&steps.step_col1)
+                    .any(|(i, c)| i >> 16 == *c),
+                "seed {seed}: some group ends on a pair of one column"
+            );
+            check(&p, dual, m, Some((cfg.g, 64, 2, true)));
+        }
+    }
+
     #[test]
     fn edge_densities() {
         // Every block kept; a single block; all but one block row empty; M below one tile.
@@ -1543,9 +1678,60 @@ mod tests {
         }
     }
 
+    /// Pairs: a group's steps walk its kept columns two by two in increasing order, every
+    /// column once (the last alone when they are odd), and each kept block once under the bit
+    /// of its row and its place in the pair.
+    #[test]
+    fn pairs_cover_each_kept_column_and_block_once() {
+        for (seed, density) in [(3, 0.05), (4, 0.1), (5, 0.3), (6, 0.9)] {
+            let p = scattered([32, 32], 512, 2048, density, seed, Some(5));
+            for g in [1, 3, 8] {
+                let s = GroupSteps::pairs(&p, g);
+                assert_eq!(s.step_col1.len(), s.step_info.len());
+                let mut seen = Vec::new();
+                for j in 0..s.grp_ptr.len() - 1 {
+                    let (a, b) = (s.grp_ptr[j] as usize, s.grp_ptr[j + 1] as usize);
+                    let rows = j as u32 * g..((j as u32 + 1) * g);
+                    let mut union: Vec<u32> = p
+                        .kept
+                        .iter()
+                        .filter(|k| rows.contains(&k.0))
+                        .map(|k| k.1)
+                        .collect();
+                    union.dedup();
+                    union.sort_unstable();
+                    union.dedup();
+                    let mut walked = Vec::new();
+                    for st in a..b {
+                        let (c0, c1) = (s.step_info[st] >> 16, s.step_col1[st]);
+                        let mask = s.step_info[st] & 0xffff;
+                        walked.push(c0);
+                        if c1 != c0 {
+                            walked.push(c1);
+                        } else {
+                            assert_eq!(st, b - 1, "only the last pair has one column");
+                            assert_eq!(mask >> g, 0, "nothing kept in its second column");
+                        }
+                        let first = s.step_first[st] as usize;
+                        for (n, bit) in (0..2 * g).filter(|b| (mask >> b) & 1 == 1).enumerate() {
+                            let blk = s.step_blk[first + n] as usize;
+                            let col = if bit < g { c0 } else { c1 };
+                            assert_eq!(p.kept[blk], (j as u32 * g + bit % g, col));
+                            seen.push(blk);
+                        }
+                    }
+                    assert_eq!(walked, union, "group {j}: the kept columns in order, once");
+                }
+                seen.sort_unstable();
+                assert_eq!(seen, (0..p.kept.len()).collect::<Vec<_>>());
+            }
+        }
+    }
+
     /// 32-wide blocks take windows of two block columns where the pattern's windows are at most
     /// 0.6 of its block-column steps: at density 0.5 and 0.25 of a random pattern (about 0.50
-    /// and 0.55), not at 0.1 (about 0.71) nor for a single block (1.0).
+    /// and 0.55), not at 0.1 (about 0.71), which takes pairs of kept columns instead (about
+    /// 0.5), nor for a single block (1.0 either way).
     #[test]
     fn windows_of_two_block_columns_where_they_halve_the_steps() {
         let k = Extent::constant(2048);
@@ -1553,9 +1739,10 @@ mod tests {
         let wb = |p: &BlockPattern| {
             let c = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, p).unwrap();
             let steps = |wb| GroupSteps::new(p, c.g, wb).step_info.len() as f64;
-            (c.wb, steps(2) / steps(1))
+            ((c.wb, c.pairs), steps(2) / steps(1))
         };
-        for (density, expect) in [(0.5, 2), (0.25, 2), (0.1, 1)] {
+        // Where the windows do not pay, pairs of kept columns.
+        for (density, expect) in [(0.5, (2, false)), (0.25, (2, false)), (0.1, (2, true))] {
             let p = scattered([32, 32], 2048, 2048, density, 11, None);
             let (got, ratio) = wb(&p);
             assert_eq!(got, expect, "density {density}: windows / steps {ratio:.2}");
@@ -1566,7 +1753,11 @@ mod tests {
             inp: 2048,
             kept: vec![(3, 7)],
         };
-        assert_eq!(wb(&single).0, 1);
+        assert_eq!(
+            wb(&single).0,
+            (1, false),
+            "a single column: nothing to pair"
+        );
     }
 
     /// The wide rearrangement is a permutation of each block's chunks, and `Relayout::apply`
@@ -1620,6 +1811,7 @@ mod tests {
                 wide: true,
                 slots: 13,
                 tma_store: false,
+                pairs: false,
             })
         );
         // The epilogue's TMA stores: 32 KB of staging would leave 13 slots 4 stages, so they
@@ -1634,6 +1826,19 @@ mod tests {
         assert!(stored.smem_bytes(32, false) <= SMEM_LIMIT);
         assert!(stored.template().ends_with(", true, 2, true, 11, true>"));
         assert_eq!(eleven.with_tma_store(32, false, false), eleven);
+        // Pairs at density 0.1 (6 slots, 8 stages): the staging leaves 6, enough.
+        let pairs = WgmmaBsr {
+            slots: 6,
+            stages: 8,
+            pairs: true,
+            ..h
+        };
+        let stored = pairs.with_tma_store(32, false, true);
+        assert!(stored.tma_store && stored.stages == 6);
+        assert!(stored.smem_bytes(32, false) <= SMEM_LIMIT);
+        assert!(stored
+            .template()
+            .ends_with(", true, 2, true, 6, true, true>"));
         assert!(pick(Arch::Sm90a, DType::F16, false, n, &b32).is_some());
         assert_eq!(pick(Arch::Sm90, DType::Bf16, false, n, &b32), None);
         assert_eq!(pick(Arch::Sm80, DType::Bf16, false, n, &b32), None);

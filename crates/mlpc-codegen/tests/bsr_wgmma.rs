@@ -64,7 +64,8 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
             // A, the packed blocks (and the up blocks) through tensor maps of one swizzle atom
             // column (the widest of 64, 32, 16 elements dividing the slice) per box: A in boxes
             // of 128 rows, the blocks in boxes of one block's rows. Windows of two block columns
-            // (32-wide blocks in groups of up to 8 block rows): A's box 64 wide.
+            // (32-wide blocks in groups of up to 8 block rows): A's box 64 wide; pairs of kept
+            // columns (where windows do not pay): one box of 32 per column.
             let maps: Vec<(u32, u32)> = k
                 .params
                 .iter()
@@ -77,7 +78,8 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
                 .collect();
             let bk = [64, 48, 32, 16].into_iter().find(|d| bc % d == 0).unwrap();
             let sw = [64, 32, 16].into_iter().find(|w| bk % w == 0).unwrap();
-            // `BsrWgmmaConfig<BM, G, BK, STAGES[, A_REGS[, WB[, WIDE]]]>`.
+            // `BsrWgmmaConfig<BM, G, BK, STAGES[, A_REGS[, WB[, WIDE[, SLOTS[, TMA_STORE[,
+            // PAIRS]]]]]]>`.
             let config = k
                 .source
                 .split("mlpc::BsrWgmmaConfig<")
@@ -87,7 +89,15 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
             let field = |i: usize| config.split(", ").nth(i);
             let windows = field(5) == Some("2");
             let wide = field(6) == Some("true");
+            let pairs = field(9) == Some("true");
             assert!(!windows || (bc == 32 && 2 * g <= 16), "{}", k.name);
+            assert!(!pairs || windows, "{}", k.name);
+            assert_eq!(
+                pairs,
+                k.source.contains("__device__ const int step_col1["),
+                "{}",
+                k.name
+            );
             // Wide block copies exactly where a slice takes whole blocks of rows narrower than
             // 128 bytes that are whole 1024-byte periods of at most 256 rows of 128 bytes.
             let rows = br * bc * 2 / 128;
@@ -98,7 +108,11 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
                 "{}",
                 k.name
             );
-            let sw_a = if windows { 64 } else { sw };
+            let sw_a = match (windows, pairs) {
+                (true, false) => 64,
+                (true, true) => 32,
+                _ => sw,
+            };
             let block_box = if wide { (rows, 64) } else { (br, sw) };
             let mut expect = vec![(128, sw_a), block_box];
             if dual {

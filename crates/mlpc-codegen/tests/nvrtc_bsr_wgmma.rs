@@ -150,12 +150,13 @@ fn the_benchmark_shape_compiles_without_local_memory() {
     {
         eprintln!("{}: {:?}", k.name, c.resources);
         // The grouped kernel at every density (ahead of the one-block-row kernel at all three),
-        // over K windows of two block columns at 0.5 and 0.25, one block column at 0.1.
-        let bk = if k.name == "bench_d10" { 32 } else { 64 };
-        assert!(
-            k.entry.ends_with(&format!("_b32x32_wgmma_128x256x{bk}")),
+        // over K windows of two block columns at 0.5 and 0.25, pairs of kept columns at 0.1.
+        assert!(k.entry.ends_with("_b32x32_wgmma_128x256x64"), "{}", k.entry);
+        assert_eq!(
+            k.source.contains("step_col1["),
+            k.name == "bench_d10",
             "{}",
-            k.entry
+            k.name
         );
         assert!(
             c.resources_known && !c.resources.uses_local_memory(),
