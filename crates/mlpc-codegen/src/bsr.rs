@@ -24,7 +24,7 @@
 //! check its address math against the PTX ISA's canonical layouts on the CPU.
 
 use crate::cpp::{self, Symbols};
-use crate::gemm::{a_layout, check_output_columns, epilogue_code, Config};
+use crate::gemm::{a_layout, check_output_columns, epilogue_code, output_store_map, Config};
 use crate::view::{is_one, matrix_view};
 use crate::{
     dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch, Param, Relayout,
@@ -378,6 +378,24 @@ pub(crate) fn wide_block_perm(br: u32, bc: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Per group of `g` consecutive block rows: (block column, row in the group, packed index) of
+/// each of its kept blocks.
+fn kept_by_group(
+    pattern: &BlockPattern,
+    g: u32,
+) -> impl Iterator<Item = Vec<(u32, u32, u32)>> + use<'_> {
+    let rows = pattern.block_rows() as u32;
+    let row_ptr = pattern.row_ptr();
+    (0..rows.div_ceil(g)).map(move |j| {
+        (j * g..rows.min((j + 1) * g))
+            .flat_map(|r| {
+                (row_ptr[r as usize]..row_ptr[r as usize + 1])
+                    .map(move |at| (pattern.kept[at as usize].1, r - j * g, at))
+            })
+            .collect()
+    })
+}
+
 /// The k loop of every group of `g` consecutive block rows, as `GemmBsrWgmma` reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct GroupSteps {
@@ -397,6 +415,19 @@ pub(crate) struct GroupSteps {
     pub step_blk: Vec<u32>,
 }
 
+impl Default for GroupSteps {
+    /// No group.
+    fn default() -> GroupSteps {
+        GroupSteps {
+            grp_ptr: vec![0],
+            step_info: Vec::new(),
+            step_col1: Vec::new(),
+            step_first: Vec::new(),
+            step_blk: Vec::new(),
+        }
+    }
+}
+
 impl GroupSteps {
     /// The steps of `pattern` cut into groups of `g` block rows, over windows of `wb` block
     /// columns (`wb * g <= 16`); block columns must be below 32768.
@@ -405,36 +436,14 @@ impl GroupSteps {
             wb >= 1 && g >= 1 && g * wb <= 16,
             "a step's mask has 16 bits"
         );
-        let rows = pattern.block_rows() as usize;
-        let g = g as usize;
-        let groups = rows.div_ceil(g);
-        let row_ptr = pattern.row_ptr();
-        let mut s = GroupSteps {
-            grp_ptr: vec![0],
-            step_info: Vec::new(),
-            step_col1: Vec::new(),
-            step_first: Vec::new(),
-            step_blk: Vec::new(),
-        };
-        for j in 0..groups {
-            // (window, mask bit, packed index) of every kept block of the group, in window order
-            // then bit order.
-            let mut kept: Vec<(u32, u32, u32)> = Vec::new();
-            for i in 0..g.min(rows - j * g) {
-                let r = j * g + i;
-                for at in row_ptr[r]..row_ptr[r + 1] {
-                    let c = pattern.kept[at as usize].1;
-                    kept.push((c / wb, (c % wb) * g as u32 + i as u32, at));
-                }
-            }
-            kept.sort_unstable();
-            for chunk in kept.chunk_by(|x, y| x.0 == y.0) {
-                let mask = chunk.iter().fold(0u32, |m, &(_, bit, _)| m | (1 << bit));
-                s.step_info.push(((chunk[0].0 * wb) << 16) | mask);
-                s.step_first.push(s.step_blk.len() as u32);
-                s.step_blk.extend(chunk.iter().map(|&(_, _, at)| at));
-            }
-            s.grp_ptr.push(s.step_info.len() as u32);
+        let mut s = GroupSteps::default();
+        for kept in kept_by_group(pattern, g) {
+            // (window, mask bit, packed index): in window order then bit order.
+            let placed = kept
+                .iter()
+                .map(|&(c, i, at)| (c / wb, (c % wb) * g + i, at))
+                .collect();
+            s.push_group(placed, |window| (window * wb, None));
         }
         s
     }
@@ -446,49 +455,46 @@ impl GroupSteps {
     /// `w * g + i` of the mask is set when block row `j * g + i` keeps the pair's column `w`.
     pub fn pairs(pattern: &BlockPattern, g: u32) -> GroupSteps {
         debug_assert!(g >= 1 && 2 * g <= 16, "a step's mask has 16 bits");
-        let rows = pattern.block_rows() as usize;
-        let g = g as usize;
-        let row_ptr = pattern.row_ptr();
-        let mut s = GroupSteps {
-            grp_ptr: vec![0],
-            step_info: Vec::new(),
-            step_col1: Vec::new(),
-            step_first: Vec::new(),
-            step_blk: Vec::new(),
-        };
-        for j in 0..rows.div_ceil(g) {
-            // (column, row in the group, packed index) of every kept block of the group.
-            let mut kept: Vec<(u32, u32, u32)> = Vec::new();
-            for i in 0..g.min(rows - j * g) {
-                let r = j * g + i;
-                for at in row_ptr[r]..row_ptr[r + 1] {
-                    kept.push((pattern.kept[at as usize].1, i as u32, at));
-                }
-            }
+        let mut s = GroupSteps::default();
+        for kept in kept_by_group(pattern, g) {
             let mut union: Vec<u32> = kept.iter().map(|k| k.0).collect();
             union.sort_unstable();
             union.dedup();
-            // (pair, mask bit, packed index), in pair order then bit order.
-            let mut placed: Vec<(usize, u32, u32)> = kept
+            // (pair, mask bit, packed index): in pair order then bit order.
+            let placed = kept
                 .iter()
                 .map(|&(c, i, at)| {
-                    let pos = union.binary_search(&c).unwrap_or_default();
-                    (pos / 2, (pos % 2) as u32 * g as u32 + i, at)
+                    let pos = union.binary_search(&c).unwrap_or_default() as u32;
+                    (pos / 2, (pos % 2) * g + i, at)
                 })
                 .collect();
-            placed.sort_unstable();
-            for chunk in placed.chunk_by(|x, y| x.0 == y.0) {
-                let pair = chunk[0].0;
-                let mask = chunk.iter().fold(0u32, |m, &(_, bit, _)| m | (1 << bit));
-                s.step_info.push((union[2 * pair] << 16) | mask);
-                s.step_col1
-                    .push(*union.get(2 * pair + 1).unwrap_or(&union[2 * pair]));
-                s.step_first.push(s.step_blk.len() as u32);
-                s.step_blk.extend(chunk.iter().map(|&(_, _, at)| at));
-            }
-            s.grp_ptr.push(s.step_info.len() as u32);
+            s.push_group(placed, |pair| {
+                let first = union[2 * pair as usize];
+                let second = union.get(2 * pair as usize + 1).unwrap_or(&first);
+                (first, Some(*second))
+            });
         }
         s
+    }
+
+    /// Appends one group: a step per run of equal steps in `placed` (step, mask bit, packed
+    /// index; sorted here), whose block columns `columns(step)` gives (the first, and the
+    /// second of a pair).
+    fn push_group(
+        &mut self,
+        mut placed: Vec<(u32, u32, u32)>,
+        columns: impl Fn(u32) -> (u32, Option<u32>),
+    ) {
+        placed.sort_unstable();
+        for chunk in placed.chunk_by(|x, y| x.0 == y.0) {
+            let mask = chunk.iter().fold(0u32, |m, &(_, bit, _)| m | (1 << bit));
+            let (first, second) = columns(chunk[0].0);
+            self.step_info.push((first << 16) | mask);
+            self.step_col1.extend(second);
+            self.step_first.push(self.step_blk.len() as u32);
+            self.step_blk.extend(chunk.iter().map(|&(_, _, at)| at));
+        }
+        self.grp_ptr.push(self.step_info.len() as u32);
     }
 
     /// The steps `cfg` walks.
@@ -714,18 +720,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
                 maps.push(("tm_bu", blocks(2)));
             }
             if h.tma_store {
-                // The epilogue's stores: 64 x 64 boxes (`GemmBsrWgmma::store_tma`).
-                maps.push((
-                    "tm_c",
-                    Param::TensorMap {
-                        buffer: ctx.kernel.out,
-                        rows: m.clone(),
-                        cols: n.clone(),
-                        row_stride: c.row_stride.clone(),
-                        box_rows: 64,
-                        box_cols: 64,
-                    },
-                ));
+                maps.push(("tm_c", output_store_map(ctx, &c, m, n)));
             }
             // Unused maps are passed as another map of the kernel.
             let bu = if dual { "tm_bu" } else { "tm_b" };

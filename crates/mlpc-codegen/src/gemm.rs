@@ -447,18 +447,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             maps.push(("tm_bu", map(2, n, ldbu, h.bn / share_b)));
         }
         if h.tma_store {
-            // The epilogue's stores: 64 x 64 boxes (`wgmma_detail::store_tile_tma`).
-            maps.push((
-                "tm_c",
-                Param::TensorMap {
-                    buffer: ctx.kernel.out,
-                    rows: m.clone(),
-                    cols: n.clone(),
-                    row_stride: c.row_stride.clone(),
-                    box_rows: 64,
-                    box_cols: 64,
-                },
-            ));
+            maps.push(("tm_c", output_store_map(ctx, &c, m, n)));
         }
     }
     let map_names: Vec<&str> = maps.iter().map(|(name, _)| *name).collect();
@@ -583,6 +572,20 @@ fn layout_error(ctx: &Ctx<'_>, b: &mlpc_ir::Buffer, reason: String) -> CodegenEr
 }
 
 /// The output's columns must be contiguous (or there is only one).
+/// The tensor map through which the epilogue's stores by the copy engine write the output `c`
+/// (`m` x `n`): boxes of 64 x 64, the staging buffers' chunks (`wgmma_detail::store_tile_tma`,
+/// `GemmBsrWgmma::store_tma`).
+pub(crate) fn output_store_map(ctx: &Ctx<'_>, c: &MatrixView, m: &Extent, n: &Extent) -> Param {
+    Param::TensorMap {
+        buffer: ctx.kernel.out,
+        rows: m.clone(),
+        cols: n.clone(),
+        row_stride: c.row_stride.clone(),
+        box_rows: 64,
+        box_cols: 64,
+    }
+}
+
 pub(crate) fn check_output_columns(ctx: &Ctx<'_>, c: &MatrixView) -> Result<(), CodegenError> {
     if !is_one(&c.col_stride) && c.cols.as_constant() != Some(1) {
         return Err(layout_error(
