@@ -861,48 +861,26 @@ struct GemmBsrWgmma {
     }
 
     /// The stores of `store` by the copy engine, for the warpgroup's 64-row band from `row0`
-    /// (`wtid` its thread): per 64-column chunk of the group's columns, the pairs of the
-    /// accumulators into one of the warpgroup's two staging buffers at `staging` with
-    /// `stmatrix` (the 128-byte swizzle: the layout of `map_c`'s 64 x 64 box) and one
-    /// `tma_store_2d`, exactly as `wgmma_detail::store_tile_tma` (its comment has the buffer
-    /// protocol; named barrier `bar`). Column group cg of the band (8 columns) is group
+    /// (`wtid` its thread): each 64-column chunk of the group's columns by
+    /// `wgmma_detail::store_chunk_tma` (its comment has the buffer protocol; `staging`, `bar`
+    /// and `chunk` are its). Column group cg of the band (8 columns) is group
     /// i = cg % (BR / 8) of block row g = cg / (BR / 8): its pair of row half h is
     /// acc[g][4 i + 2 h], acc[g][4 i + 2 h + 1].
     template <class Acc>
     __device__ __forceinline__ static void store_tma(i64 row0, i64 n0, int wtid, i64 n,
                                                      const Acc& acc, const TensorMap& map_c,
                                                      u32 staging, int bar, u32& chunk) {
-        using namespace wgmma_detail;
         constexpr int kGroupsPerBlock = BR / 8;
-        const int lane = wtid & 31;
-        const int q = wtid >> 5;
-        const int j = lane >> 3;
-        const u32 row_addr = (u32)((16 * q + 8 * (j & 1) + (lane & 7)) * 128);
-        const int swz = lane & 7;
-        auto pair = [&](int cg, int h) {
-            const int g = cg / kGroupsPerBlock;
-            const int r = 4 * (cg % kGroupsPerBlock) + 2 * h;
-            return pack2<T>(acc[g][r], acc[g][r + 1]);
-        };
 #pragma unroll
         for (int c = 0; c < G * BR / 64; ++c) {
             if (n0 + 64 * c >= n) break;
-            const u32 buf = staging + (chunk & 1u) * kStagingBufferBytes;
-            if (wtid == 0) bulk_wait_read<1>();
-            named_sync<128>(bar);
-#pragma unroll
-            for (int i = 0; i < 8; i += 2) {
-                const int cg = 8 * c + i;
-                const u32 addr = buf + row_addr + (u32)((((i + (j >> 1)) ^ swz)) << 4);
-                stmatrix_x4(addr, pair(cg, 0), pair(cg, 1), pair(cg + 1, 0), pair(cg + 1, 1));
-            }
-            fence_proxy_async();
-            named_sync<128>(bar);
-            if (wtid == 0) {
-                tma_store_2d(map_c, (int)(n0 + 64 * c), (int)row0, buf);
-                bulk_commit();
-            }
-            ++chunk;
+            wgmma_detail::store_chunk_tma(
+                map_c, row0, n0 + 64 * c, wtid, staging, bar, chunk, [&](int i, int h) {
+                    const int cg = 8 * c + i;
+                    const int g = cg / kGroupsPerBlock;
+                    const int r = 4 * (cg % kGroupsPerBlock) + 2 * h;
+                    return pack2<T>(acc[g][r], acc[g][r + 1]);
+                });
         }
     }
 

@@ -732,16 +732,49 @@ __device__ __forceinline__ void store_tile(float (&acc)[NACC], const float (&acc
 /// Bytes of one staging buffer of `store_tile_tma`: 64 rows x 64 columns of 16-bit values.
 constexpr int kStagingBufferBytes = 64 * 64 * 2;
 
-/// The epilogue of `store_tile` with the stores by the copy engine: the epilogue chain in place
-/// in `acc` (`epilogue_pass`), then, per 64-column chunk of the 64 x BN band, the warpgroup's
-/// values into one of its two staging buffers at `staging` (`stmatrix`, rows of 128 bytes with
-/// the 128-byte swizzle: 16-byte chunk c of row r at position c ^ (r % 8), the layout of `map_c`'s
-/// box, 64 x 64) and one `tma_store_2d` of the chunk issued by the warpgroup's first thread. The
+/// The stores of one 64 x 64 chunk of a consumer warpgroup's 64-row band by the copy engine, at
+/// row `row0` and column `col0` of the output (`wtid`: the warpgroup's thread). `pair(i, h)` is
+/// the lane's two packed values of column group i (< 8) and row half h of the chunk in the wgmma
+/// accumulator layout (acc[4 g + 2 h], acc[4 g + 2 h + 1] of column group g). They go into one
+/// of the warpgroup's two staging buffers at `staging` (`stmatrix`, rows of 128 bytes with the
+/// 128-byte swizzle: 16-byte chunk c of row r at position c ^ (r % 8), the layout of `map_c`'s
+/// box, 64 x 64), then the warpgroup's first thread issues one `tma_store_2d` of the chunk. The
 /// copy engine clips rows past M and columns past N. `chunk` counts the warpgroup's chunks over
-/// the whole kernel and picks the buffer: before a buffer is written again, the store that read it
-/// two chunks before has finished reading (`bulk_wait_read<1>`, then the warpgroup's named
+/// the whole kernel and picks the buffer: before a buffer is written again, the store that read
+/// it two chunks before has finished reading (`bulk_wait_read<1>`, then the warpgroup's named
 /// barrier `bar`); the other buffer's store may still run under the next chunk's writes. The
 /// warpgroup's first thread must `bulk_wait_all` before the kernel ends.
+template <class Pair>
+__device__ __forceinline__ void store_chunk_tma(const TensorMap& map_c, i64 row0, i64 col0,
+                                                int wtid, u32 staging, int bar, u32& chunk,
+                                                Pair&& pair) {
+    const int lane = wtid & 31;
+    const int q = wtid >> 5;
+    // Lane l addresses row r = 16 q + 8 h + l % 8 of matrix j = l / 8 (h = j % 2; column group
+    // i + j / 2): every row of a lane has r % 8 = l % 8.
+    const int j = lane >> 3;
+    const u32 row_addr = (u32)((16 * q + 8 * (j & 1) + (lane & 7)) * 128);
+    const int swz = lane & 7;
+    const u32 buf = staging + (chunk & 1u) * kStagingBufferBytes;
+    if (wtid == 0) bulk_wait_read<1>();
+    named_sync<128>(bar);
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) {
+        const u32 addr = buf + row_addr + (u32)((((i + (j >> 1)) ^ swz)) << 4);
+        stmatrix_x4(addr, pair(i, 0), pair(i, 1), pair(i + 1, 0), pair(i + 1, 1));
+    }
+    fence_proxy_async();
+    named_sync<128>(bar);
+    if (wtid == 0) {
+        tma_store_2d(map_c, (int)col0, (int)row0, buf);
+        bulk_commit();
+    }
+    ++chunk;
+}
+
+/// The epilogue of `store_tile` with the stores by the copy engine: the epilogue chain in place
+/// in `acc` (`epilogue_pass`), then each 64-column chunk of the 64 x BN band by
+/// `store_chunk_tma` (its comment has the buffer protocol; `staging`, `bar` and `chunk` are its).
 template <class T, int BN, bool kDual, class Epi, class P, int NACC, int NUP>
 __device__ __forceinline__ void store_tile_tma(float (&acc)[NACC], const float (&acc_up)[NUP],
                                                i64 row0, i64 n0, int wtid, const P& p,
@@ -757,32 +790,14 @@ __device__ __forceinline__ void store_tile_tma(float (&acc)[NACC], const float (
     } else {
         epilogue_pass<true, T, BN, kDual, Epi>(acc, acc_up, rbase, cbase, p);
     }
-    // Lane l addresses row r = 16 q + 8 h + l % 8 of matrix j = l / 8 (h = j % 2; column group
-    // i + j / 2): every row of a lane has r % 8 = l % 8.
-    const int j = lane >> 3;
-    const u32 row_addr = (u32)((16 * q + 8 * (j & 1) + (lane & 7)) * 128);
-    const int swz = lane & 7;
 #pragma unroll
     for (int c = 0; c < BN / 64; ++c) {
         if (n0 + 64 * c >= p.n) break;
-        const u32 buf = staging + (chunk & 1u) * kStagingBufferBytes;
-        if (wtid == 0) bulk_wait_read<1>();
-        named_sync<128>(bar);
-#pragma unroll
-        for (int i = 0; i < 8; i += 2) {
-            const int g = 8 * c + i;  // the column group of matrices 0 and 1
-            const int r = 4 * g;
-            const u32 addr = buf + row_addr + (u32)((((i + (j >> 1)) ^ swz)) << 4);
-            stmatrix_x4(addr, pack2<T>(acc[r], acc[r + 1]), pack2<T>(acc[r + 2], acc[r + 3]),
-                        pack2<T>(acc[r + 4], acc[r + 5]), pack2<T>(acc[r + 6], acc[r + 7]));
-        }
-        fence_proxy_async();
-        named_sync<128>(bar);
-        if (wtid == 0) {
-            tma_store_2d(map_c, (int)(n0 + 64 * c), (int)row0, buf);
-            bulk_commit();
-        }
-        ++chunk;
+        // Column group i of the chunk is the band's column group 8 c + i.
+        store_chunk_tma(map_c, row0, n0 + 64 * c, wtid, staging, bar, chunk, [&](int i, int h) {
+            const int r = 4 * (8 * c + i) + 2 * h;
+            return pack2<T>(acc[r], acc[r + 1]);
+        });
     }
 }
 

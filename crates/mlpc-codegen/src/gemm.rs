@@ -573,7 +573,7 @@ fn layout_error(ctx: &Ctx<'_>, b: &mlpc_ir::Buffer, reason: String) -> CodegenEr
 
 /// The output's columns must be contiguous (or there is only one).
 /// The tensor map through which the epilogue's stores by the copy engine write the output `c`
-/// (`m` x `n`): boxes of 64 x 64, the staging buffers' chunks (`wgmma_detail::store_tile_tma`,
+/// (`m` x `n`): boxes of 64 x 64, the staging buffers' chunks (`wgmma_detail::store_chunk_tma`,
 /// `GemmBsrWgmma::store_tma`).
 pub(crate) fn output_store_map(ctx: &Ctx<'_>, c: &MatrixView, m: &Extent, n: &Extent) -> Param {
     Param::TensorMap {

@@ -476,10 +476,10 @@ mod tests {
         linear ^ (((linear >> 7) & 7) << 4)
     }
 
-    /// `store_tile_tma`'s staging, transcribed: lane `lane` of warp `q` (in its warpgroup) hands
-    /// `stmatrix` the address of one row of one of four 8 x 8 matrices for the column groups
-    /// `i`, `i + 1` of a 64-column chunk, and holds in register j the pair of accumulators
-    /// `4 g + 2 j`, `4 g + 2 j + 1` (g = the chunk's first column group + i).
+    /// `store_chunk_tma`'s staging (for `store_tile_tma`), transcribed: lane `lane` of warp `q`
+    /// (in its warpgroup) hands `stmatrix` the address of one row of one of four 8 x 8 matrices
+    /// for the column groups `i`, `i + 1` of a 64-column chunk, and holds in register j the pair
+    /// of accumulators `4 g + 2 j`, `4 g + 2 j + 1` (g = the chunk's first column group + i).
     fn stmatrix_address(q: u32, lane: u32, i: u32) -> u32 {
         let j = lane >> 3;
         let row_addr = (16 * q + 8 * (j & 1) + (lane & 7)) * 128;
@@ -493,8 +493,9 @@ mod tests {
             "const u32 row_addr = (u32)((16 * q + 8 * (j & 1) + (lane & 7)) * 128);",
             "const int swz = lane & 7;",
             "const u32 addr = buf + row_addr + (u32)((((i + (j >> 1)) ^ swz)) << 4);",
-            "stmatrix_x4(addr, pack2<T>(acc[r], acc[r + 1]), pack2<T>(acc[r + 2], acc[r + 3]),",
-            "pack2<T>(acc[r + 4], acc[r + 5]), pack2<T>(acc[r + 6], acc[r + 7]));",
+            "stmatrix_x4(addr, pair(i, 0), pair(i, 1), pair(i + 1, 0), pair(i + 1, 1));",
+            "const int r = 4 * (8 * c + i) + 2 * h;",
+            "return pack2<T>(acc[r], acc[r + 1]);",
         ] {
             assert!(
                 TEMPLATE.contains(line),
