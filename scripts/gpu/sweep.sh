@@ -107,7 +107,7 @@ checks() {
     echo "== checks (every side but the first)"
     for ((i = 1; i < ${#sides[@]}; i++)); do
         if [ $sparse -eq 1 ]; then
-            for case in sparse-geglu-b16 sparse-residual-b64; do
+            for case in sparse-geglu-b16 sparse-residual-b64 sparse-pairs-b32; do
                 for t in 1 77 129 1000; do check "$i" "tests/cases/$case/model.json" --bind T=$t; done
             done
             check "$i" examples/bert-sparse-ffn/model.json --bind T=67

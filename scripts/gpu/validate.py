@@ -69,7 +69,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--target", default="cuda:sm_90", help="the CUDA target the models are compiled for; `auto`: mlpc's default (the GPU's own architecture)")
-    ap.add_argument("--sanitize", default="tests/cases/seed-geglu/model.json,tests/cases/batched-bf16/model.json,tests/cases/prime-dims-f16/model.json,tests/cases/residual/model.json,tests/cases/transposed-input/model.json,tests/cases/sparse-geglu-b16/model.json,tests/cases/sparse-residual-b64/model.json")
+    ap.add_argument("--sanitize", default="tests/cases/seed-geglu/model.json,tests/cases/batched-bf16/model.json,tests/cases/prime-dims-f16/model.json,tests/cases/residual/model.json,tests/cases/transposed-input/model.json,tests/cases/sparse-geglu-b16/model.json,tests/cases/sparse-residual-b64/model.json,tests/cases/sparse-pairs-b32/model.json")
     a = ap.parse_args()
     dev = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
