@@ -113,8 +113,8 @@ struct BsrWgmmaConfig {
     static constexpr int SLOTS = SLOTS_ > 0 ? SLOTS_ : WB * G;
     static constexpr bool A_REGS = A_REGS_, WIDE = WIDE_, PAIRS = PAIRS_;
     /// The epilogue stores each warpgroup's 64 x (G x BR) band through two 64 x 64 staging
-    /// buffers and the copy engine (the output's tensor map `map_c`), as the dense kernel's
-    /// `wgmma_detail::store_tile_tma`.
+    /// buffers and the copy engine (the output's tensor map `map_c`), by the dense kernel's
+    /// `wgmma_detail::store_chunk_tma`.
     static constexpr bool kTmaStore = TMA_STORE_;
     static constexpr int kWarpgroups = BM / 64;
     /// The consumer warpgroups, then the producer warpgroup (ptxas budgets registers by whole
@@ -206,10 +206,10 @@ __host__ __device__ constexpr int work_item(int r, int b, int P) {
 
 /// A_REGS: the shared address lane `lane` of warp `q` of consumer warpgroup `wg` gives
 /// `ldmatrix.x4` for the k16 step j of a BM x BK A piece at `sa` (swizzled K-major atoms of SW
-/// elements as above). Matrix i = lane / 8 is rows 8 (i % 2) .. + 7 of the warp's 16 rows and k 8 (i / 2) ..
-/// + 7 of the step; lane 8i + r gives that matrix's row r. The four registers it returns are then
-/// the warp's m16 x k16 A fragment as `mma.m16n8k16` lays it out, which is the per-warp layout of
-/// the wgmma RS form's A operand.
+/// elements as above). Matrix i = lane / 8 is rows 8 (i % 2) .. + 7 of the warp's 16 rows and
+/// k 8 (i / 2) .. + 7 of the step; lane 8i + r gives that matrix's row r. The four registers it
+/// returns are then the warp's m16 x k16 A fragment as `mma.m16n8k16` lays it out, which is the
+/// per-warp layout of the wgmma RS form's A operand.
 template <int BM, int BK, int SW = SliceAtom<BK>::SW>
 __device__ __forceinline__ u32 ldsm_a_addr(u32 sa, int wg, int q, int lane, int j) {
     typedef Atom<SW> A;
