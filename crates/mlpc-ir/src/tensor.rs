@@ -156,9 +156,36 @@ pub fn relative_error(a: &[f64], b: &[f64]) -> f64 {
     }
 }
 
+/// [`relative_error`] with `||b||^2` floored at `b.len()`, i.e. relative to an output of mean
+/// square 1 at least. For data of order 1, where a rounding of the terms is the same size however
+/// much their sum cancels: the plain relative error of an output near zero blows that rounding up
+/// past any tolerance, while a real mistake still moves the result by order 1.
+pub fn relative_error_floored(a: &[f64], b: &[f64]) -> f64 {
+    if a.len() != b.len() {
+        return f64::NAN;
+    }
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    (num / den.max(b.len() as f64)).sqrt()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_floored_error_measures_near_zero_outputs_against_order_one() {
+        // A single output that cancelled to 1e-3, off by a rounding of 1e-8.
+        assert!(relative_error(&[1e-3 + 1e-8], &[1e-3]) > 1e-6);
+        assert!(relative_error_floored(&[1e-3 + 1e-8], &[1e-3]) < 1e-7);
+        // Large outputs: the same as the plain relative error.
+        let (a, b) = ([3.0, 4.0 + 1e-3], [3.0, 4.0]);
+        assert_eq!(relative_error_floored(&a, &b), relative_error(&a, &b));
+        // A wrong answer stays wrong, and NaN stays NaN.
+        assert!(relative_error_floored(&[0.5], &[1e-3]) > 0.4);
+        assert!(relative_error_floored(&[f64::NAN], &[1.0]).is_nan());
+        assert!(relative_error_floored(&[1.0], &[1.0, 2.0]).is_nan());
+    }
 
     #[test]
     fn roundtrip_and_size_check() {
