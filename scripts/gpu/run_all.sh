@@ -33,7 +33,8 @@
 # `tune` runs `mlpc compile --autotune` on every example at its benchmark size instead (every
 # candidate tile checked against the reference, then timed; tables in $OUT/tune-*.txt), with its
 # own cache directory, so that the validation and benchmark runs keep the heuristic's tiles.
-# TUNE="gpt2-mlp:8192 ..." picks the models (about a minute or two each).
+# TUNE="gpt2-mlp:8192 ..." picks the models (about a minute or two each); TUNE="gpt2-mlp:8192:f32"
+# tunes the example in another dtype (f32: the FFMA kernel against the FP64 tensor cores).
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -82,13 +83,21 @@ if [ "$what" = tune ]; then
     export MLPC_CACHE_DIR=/tmp/mlpc-tune
     mkdir -p /tmp/mlpc-tune-out
     for spec in ${TUNE:-gpt2-mlp:8192 bert-large-ffn:8192 seed-geglu:8192 mlp3-relu:8192 llama-swiglu:4096}; do
-        model=${spec%:*}
-        t=${spec#*:}
-        echo "== autotune $model T=$t"
-        timeout 240 "$MLPC" compile "examples/$model/model.json" --autotune --bind T="$t" \
-            -o "/tmp/mlpc-tune-out/$model" >"$OUT/tune-$model.txt" 2>&1
+        # MODEL:T, or MODEL:T:DTYPE for the example with its dtype changed (e.g. gpt2-mlp:8192:f32).
+        IFS=: read -r model t dt <<<"$spec"
+        src="examples/$model/model.json"
+        name=$model
+        if [ -n "$dt" ]; then
+            name=$model-$dt
+            src=/tmp/mlpc-tune-out/$name.json
+            python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); m["dtype"] = sys.argv[2]; json.dump(m, open(sys.argv[3], "w"))' \
+                "examples/$model/model.json" "$dt" "$src"
+        fi
+        echo "== autotune $name T=$t"
+        timeout 240 "$MLPC" compile "$src" --autotune --bind T="$t" \
+            -o "/tmp/mlpc-tune-out/$name" >"$OUT/tune-$name.txt" 2>&1
         echo "exit $?"
-        grep -E " ms|error" "$OUT/tune-$model.txt"
+        grep -E " ms|error" "$OUT/tune-$name.txt"
     done
     cp "$MLPC_CACHE_DIR/autotune.json" "$OUT/" 2>/dev/null
     exit 0

@@ -9,7 +9,7 @@
 use crate::cpp::{self, Symbols};
 use crate::view::{is_one, matrix_view, MatrixView};
 use crate::wgmma::Family;
-use crate::{dim_params, signature, CodegenError, Ctx, CudaKernel, Grid, Launch, Param};
+use crate::{dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch, Param};
 use crate::{TileChoice, TileKey};
 use mlpc_ir::{DType, Epilogue, Extent, Gemm, MatLayout};
 use smallvec::SmallVec;
@@ -132,6 +132,48 @@ impl Config {
                 self.bm, self.bn, self.bk, self.x, self.y
             )
         }
+    }
+}
+
+/// The f32 GEMM on the FP64 tensor cores (`GemmDmma` in `gemm_dmma.cuh`): 128 x 128 tiles, 8
+/// warps as 2 x 4 of 64 x 32, `STAGES` 16-deep slices of 16 KB. It keeps the FFMA kernel's
+/// launch (threads and grid), which it runs itself for inputs its copies cannot take.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DmmaConfig {
+    pub(crate) bm: u32,
+    pub(crate) bn: u32,
+    pub(crate) warps_m: u32,
+    pub(crate) warps_n: u32,
+    pub(crate) stages: u32,
+}
+
+impl DmmaConfig {
+    pub(crate) const DEFAULT: DmmaConfig = DmmaConfig {
+        bm: 128,
+        bn: 128,
+        warps_m: 2,
+        warps_n: 4,
+        stages: 4,
+    };
+
+    pub(crate) fn threads(&self) -> u32 {
+        self.warps_m * self.warps_n * 32
+    }
+
+    /// Mirrors `GemmDmma::kSmemBytes` (checked by the generated file's `static_assert`).
+    pub(crate) fn smem_bytes(&self) -> u32 {
+        self.stages * (self.bm + self.bn) * 16 * 4
+    }
+
+    pub(crate) fn template(&self) -> String {
+        format!(
+            "mlpc::DmmaConfig<{}, {}, {}, {}, {}>",
+            self.bm, self.bn, self.warps_m, self.warps_n, self.stages
+        )
+    }
+
+    pub(crate) fn tag(&self) -> String {
+        format!("{}x{}x16_dmma", self.bm, self.bn)
     }
 }
 
@@ -289,6 +331,24 @@ impl Operands {
         is_one(&self.c.col_stride) && self.c.row_stride.as_constant().is_some_and(|s| s % 8 == 0)
     }
 
+    /// The tuning key of a plain f32 GEMM that the FP64 tensor-core kernel can run (sm_90 or
+    /// sm_90a, both operands k-contiguous, constant K and N); its choices are
+    /// [`f32_candidates`].
+    fn f32_tunable(&self, ctx: &Ctx<'_>, dual: bool) -> Option<TileKey> {
+        let fits = matches!(ctx.opts.arch, Arch::Sm90 | Arch::Sm90a)
+            && ctx.out.ty.dtype == DType::F32
+            && !dual
+            && self.la == MatLayout::N
+            && self.lb == MatLayout::T;
+        fits.then_some(())?;
+        Some(TileKey {
+            dtype: DType::F32,
+            dual,
+            k: self.a.cols.as_constant()?,
+            n: self.c.cols.as_constant()?,
+        })
+    }
+
     /// The tuning key of the GEMM and its heuristic configuration, when it is tunable.
     fn tunable(&self, ctx: &Ctx<'_>, dual: bool) -> Option<(TileKey, crate::wgmma::WgmmaConfig)> {
         let h = self.hopper(ctx, dual).filter(|h| h.family == Family::Tma)?;
@@ -310,9 +370,40 @@ pub(crate) fn tile_candidates(
 ) -> Result<Option<(TileKey, Vec<TileChoice>)>, CodegenError> {
     let dual = g.dual.is_some();
     let ops = Operands::new(ctx, g)?;
+    if let Some(key) = ops.f32_tunable(ctx, dual) {
+        return Ok(Some((key, f32_candidates())));
+    }
     Ok(ops
         .tunable(ctx, dual)
         .map(|(key, h)| (key, crate::wgmma::candidates(h, dual, key.n))))
+}
+
+/// The choices of a tunable f32 GEMM: the FFMA kernel (the heuristic's: it is the one measured
+/// against the peers so far) and the FP64 tensor-core kernel.
+fn f32_candidates() -> Vec<TileChoice> {
+    vec![TileChoice::new(128, 1), TileChoice::fp64_tensor()]
+}
+
+/// Whether a tunable f32 GEMM runs on the FP64 tensor cores: the choice in `ctx.tiles` for its
+/// key, which must be one of [`f32_candidates`].
+fn f32_on_fp64_tensor(ctx: &Ctx<'_>, key: Option<TileKey>) -> Result<bool, CodegenError> {
+    let Some(key) = key else {
+        return Ok(false);
+    };
+    match ctx.tiles.get(&key) {
+        None => Ok(false),
+        Some(c) if f32_candidates().contains(&c) => Ok(c.fp64_tensor),
+        Some(c) => Err(CodegenError::TileChoice {
+            kernel: ctx.name(),
+            key: key.to_string(),
+            choice: c.to_string(),
+            reason: format!(
+                "an f32 GEMM takes `{}` (FFMA) or `{}`",
+                TileChoice::new(128, 1),
+                TileChoice::fp64_tensor()
+            ),
+        }),
+    }
 }
 
 pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
@@ -320,6 +411,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let dtype = ctx.out.ty.dtype;
     let dual = g.dual.is_some();
     let ops = Operands::new(ctx, g)?;
+    let dmma = f32_on_fp64_tensor(ctx, ops.f32_tunable(ctx, dual))?.then_some(DmmaConfig::DEFAULT);
     let hopper = match ops.tunable(ctx, dual) {
         Some((key, h)) => match ctx.tiles.get(&key) {
             Some(choice) => Some(crate::wgmma::with_choice(h, dual, key.n, choice).map_err(
@@ -361,8 +453,18 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let cfg = Config::choose(dtype, dual);
     // sm_90a: K-major f16 / bf16 operands take the wgmma family (see wgmma.rs), with the tile
     // of the heuristic or of `ctx.tiles`.
-    let threads = hopper.map_or_else(|| cfg.threads(), |h| h.threads());
-    let smem = hopper.map_or_else(|| cfg.smem_bytes(la, lb, dual), |h| h.smem_bytes(dual));
+    // f32 on sm_90 / sm_90a where `ctx.tiles` chooses it: the FP64 tensor-core kernel, which
+    // keeps the FFMA kernel's threads, tile and grid (see `DmmaConfig`).
+    let threads = match (hopper, dmma) {
+        (Some(h), _) => h.threads(),
+        (None, Some(d)) => d.threads(),
+        (None, None) => cfg.threads(),
+    };
+    let smem = match (hopper, dmma) {
+        (Some(h), _) => h.smem_bytes(dual),
+        (None, Some(d)) => d.smem_bytes(),
+        (None, None) => cfg.smem_bytes(la, lb, dual),
+    };
     let (bm, bn) = hopper.map_or((cfg.bm, cfg.bn), |h| (h.bm, h.bn));
     let elem = cpp::elem_type(dtype);
 
@@ -372,7 +474,11 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         dtype.name(),
         la.letter(),
         lb.letter(),
-        hopper.map_or_else(|| format!("{}x{}x{}", cfg.bm, cfg.bn, cfg.bk), |h| h.tag())
+        match (hopper, dmma) {
+            (Some(h), _) => h.tag(),
+            (None, Some(d)) => d.tag(),
+            (None, None) => format!("{}x{}x{}", cfg.bm, cfg.bn, cfg.bk),
+        }
     );
 
     // Body: fill the parameter struct.
@@ -419,10 +525,11 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     } else {
         "gemm_simt.cuh"
     };
-    let (template, include, config) = match hopper {
-        Some(h) if tma => ("GemmWgmmaTma", "gemm_wgmma.cuh", h.template()),
-        Some(h) => ("GemmWgmma", "gemm_wgmma.cuh", h.template()),
-        None => (template, include, cfg.template()),
+    let (template, include, config) = match (hopper, dmma) {
+        (Some(h), _) if tma => ("GemmWgmmaTma", "gemm_wgmma.cuh", h.template()),
+        (Some(h), _) => ("GemmWgmma", "gemm_wgmma.cuh", h.template()),
+        (None, Some(d)) => ("GemmDmma", "gemm_dmma.cuh", d.template()),
+        (None, None) => (template, include, cfg.template()),
     };
     // The TMA kernel reads A, B (and Bu) through tensor maps, passed after the symbols; the
     // small-M entries of the module take the same arguments and ignore them.

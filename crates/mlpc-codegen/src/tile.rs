@@ -8,8 +8,11 @@
 //! valid choices of a plan kernel (the heuristic's first), so that a tuner never restates the
 //! rules. With no overrides, code generation is exactly the heuristic's.
 //!
-//! Only GEMMs that take the TMA kernel (sm_90a, f16 / bf16, K-major operands with constant row
-//! strides) and whose K and N are constants have a key; every other kernel is not tunable.
+//! Only GEMMs whose K and N are constants have a key, and of those the ones that take the TMA
+//! kernel (sm_90a, f16 / bf16, K-major operands with constant row strides) and the plain f32
+//! GEMMs with K-major operands on sm_90 / sm_90a, whose choices are the FFMA kernel (the
+//! heuristic's, `128x128 x1 CTA`) and the FP64 tensor-core kernel ([`TileChoice::fp64_tensor`]);
+//! every other kernel is not tunable.
 
 use mlpc_ir::{DType, Kernel, Op, Plan};
 use serde::{Deserialize, Serialize};
@@ -66,6 +69,10 @@ pub struct TileChoice {
     /// Rows of the tile. Absent in caches written before 256-row tiles existed: 128.
     #[serde(default = "crate::rows_128", skip_serializing_if = "crate::is_128")]
     pub bm: u32,
+    /// An f32 GEMM on the FP64 tensor cores (`gemm_dmma.cuh`) instead of the FFMA pipes. Absent
+    /// in caches written before it existed: `false`.
+    #[serde(default, skip_serializing_if = "crate::is_false")]
+    pub fp64_tensor: bool,
 }
 
 impl TileChoice {
@@ -79,6 +86,15 @@ impl TileChoice {
             cluster: 1,
             share_b: false,
             bm: 128,
+            fp64_tensor: false,
+        }
+    }
+
+    /// The f32 GEMM on the FP64 tensor cores: 128 x 128 tiles, one CTA per SM.
+    pub fn fp64_tensor() -> TileChoice {
+        TileChoice {
+            fp64_tensor: true,
+            ..TileChoice::new(128, 1)
         }
     }
 }
@@ -94,6 +110,9 @@ impl fmt::Display for TileChoice {
             if self.share_b {
                 write!(f, " sharing B")?;
             }
+        }
+        if self.fp64_tensor {
+            write!(f, ", FP64 tensor cores")?;
         }
         Ok(())
     }

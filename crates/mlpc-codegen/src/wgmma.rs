@@ -305,7 +305,11 @@ pub(crate) fn with_choice(
         cluster,
         share_b,
         bm,
+        fp64_tensor,
     } = choice;
+    if fp64_tensor {
+        return Err("the FP64 tensor cores take f32 GEMMs only".into());
+    }
     if heuristic.family != Family::Tma {
         return Err(
             "only GEMMs on the TMA kernel (constant row strides) take a tile choice".into(),
@@ -393,6 +397,7 @@ pub(crate) fn candidates(heuristic: WgmmaConfig, dual: bool, n: u64) -> Vec<Tile
         cluster: heuristic.cluster,
         share_b: heuristic.share_b,
         bm: heuristic.bm,
+        fp64_tensor: false,
     };
     let mut out = vec![first];
     for bm in HEIGHTS {
@@ -406,6 +411,7 @@ pub(crate) fn candidates(heuristic: WgmmaConfig, dual: bool, n: u64) -> Vec<Tile
                         cluster,
                         share_b,
                         bm,
+                        fp64_tensor: false,
                     };
                     if c != first && with_choice(heuristic, dual, n, c).is_ok() {
                         out.push(c);

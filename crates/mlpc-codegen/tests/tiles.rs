@@ -209,11 +209,14 @@ fn candidates_follow_the_heuristics_rules() {
             .unwrap()
             .is_empty());
     }
-    // Nor have the sample plans' f32 GEMMs; every candidate list starts with a distinct
-    // heuristic choice and holds no duplicates.
+    // The sample plans' f32 GEMMs choose between the FFMA kernel and the FP64 tensor cores (see
+    // tests/fp64_tensor.rs); every candidate list starts with a distinct heuristic choice and
+    // holds no duplicates.
     for p in samples::all() {
         for t in plan_tile_candidates(&p, &opts(Arch::Sm90a)).unwrap() {
-            assert_ne!(t.key.dtype, DType::F32);
+            if t.key.dtype == DType::F32 {
+                assert_eq!(t.choices, [c(128, 1), TileChoice::fp64_tensor()]);
+            }
             let mut sorted = t.choices.clone();
             sorted.sort();
             sorted.dedup();

@@ -1,0 +1,403 @@
+//! The f32 GEMM on the FP64 tensor cores (`gemm_dmma.cuh`): which f32 GEMMs offer it as a tile
+//! choice, what the forced choice generates, that it compiles for sm_90 and sm_90a without local
+//! memory, and that the default stays the FFMA kernel.
+
+use mlpc_codegen::samples::{self, PlanBuilder};
+use mlpc_codegen::{
+    generate, generate_kernel_tiled, generate_tiled, plan_tile_candidates, Arch, CodegenError,
+    CodegenOptions, Grid, TileChoice, TileOverrides,
+};
+use mlpc_ir::{BufferKind, DType, Dual, Gemm, MatLayout, Op, Plan};
+
+fn opts(arch: Arch) -> CodegenOptions {
+    CodegenOptions {
+        arch,
+        allow_tf32: false,
+    }
+}
+
+fn gemm_op(a: MatLayout, b: MatLayout, dual: bool) -> Op {
+    Op::Gemm(Gemm {
+        a,
+        b,
+        dual: dual.then(|| Dual {
+            gate: Default::default(),
+            up: Default::default(),
+        }),
+        epilogue: Default::default(),
+    })
+}
+
+/// f32 kernels: a plain nn.Linear GEMM (tunable), a dual one, one with A stored `[K, M]`, one
+/// with a symbolic K (none of these three tunable).
+fn plan() -> Plan {
+    let mut p = PlanBuilder::new("f32_tiles", DType::F32);
+    let x = p.dense("x", BufferKind::Input, &["T", "768"]);
+    let w = p.dense("w", BufferKind::Weight, &["3000", "768"]);
+    let wu = p.dense("wu", BufferKind::Weight, &["3000", "768"]);
+    let xt = p.dense("xt", BufferKind::Input, &["768", "T"]);
+    let xs = p.dense("xs", BufferKind::Input, &["T", "D"]);
+    let ws = p.dense("ws", BufferKind::Weight, &["3000", "D"]);
+    let y = p.dense("y", BufferKind::Intermediate, &["T", "3000"]);
+    let h = p.dense("h", BufferKind::Intermediate, &["T", "3000"]);
+    let yt = p.dense("yt", BufferKind::Intermediate, &["T", "3000"]);
+    let z = p.dense("z", BufferKind::Output, &["T", "3000"]);
+    p.kernel(
+        "plain",
+        gemm_op(MatLayout::N, MatLayout::T, false),
+        &[x, w],
+        y,
+    );
+    p.kernel(
+        "dual",
+        gemm_op(MatLayout::N, MatLayout::T, true),
+        &[x, w, wu],
+        h,
+    );
+    p.kernel(
+        "a_t",
+        gemm_op(MatLayout::T, MatLayout::T, false),
+        &[xt, w],
+        yt,
+    );
+    p.kernel(
+        "symbolic_k",
+        gemm_op(MatLayout::N, MatLayout::T, false),
+        &[xs, ws],
+        z,
+    );
+    p.finish()
+}
+
+#[test]
+fn plain_k_major_f32_gemms_on_sm_90_offer_the_fp64_tensor_cores() {
+    let p = plan();
+    for arch in [Arch::Sm90, Arch::Sm90a] {
+        let cands = plan_tile_candidates(&p, &opts(arch)).unwrap();
+        assert_eq!(cands.len(), 1, "{arch:?}: {cands:?}");
+        assert_eq!(cands[0].kernel, "plain");
+        assert_eq!(
+            (
+                cands[0].key.dtype,
+                cands[0].key.dual,
+                cands[0].key.k,
+                cands[0].key.n
+            ),
+            (DType::F32, false, 768, 3000)
+        );
+        assert_eq!(
+            cands[0].choices,
+            vec![TileChoice::new(128, 1), TileChoice::fp64_tensor()]
+        );
+    }
+    assert!(plan_tile_candidates(&p, &opts(Arch::Sm80))
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        TileChoice::fp64_tensor().to_string(),
+        "128x128 x1 CTA, FP64 tensor cores"
+    );
+}
+
+#[test]
+fn the_default_is_the_ffma_kernel_and_the_choice_changes_only_its_kernel() {
+    let p = plan();
+    let o = opts(Arch::Sm90);
+    let heuristic = generate(&p, &o).unwrap();
+    assert!(heuristic.iter().all(|k| !k.source.contains("GemmDmma")));
+    let key = plan_tile_candidates(&p, &o).unwrap()[0].key;
+    let mut tiles = TileOverrides::new();
+    tiles.insert(key, TileChoice::new(128, 1));
+    assert_eq!(generate_tiled(&p, &o, &tiles).unwrap(), heuristic);
+
+    tiles.insert(key, TileChoice::fp64_tensor());
+    let forced = generate_tiled(&p, &o, &tiles).unwrap();
+    for (f, h) in forced.iter().zip(&heuristic) {
+        assert_eq!(f == h, f.name != "plain", "{}", f.name);
+    }
+    let k = &forced[0];
+    assert_eq!(k.entry, "mlpc_gemm_f32_nt_128x128x16_dmma");
+    assert!(k.source.contains("#include \"gemm_dmma.cuh\""));
+    assert!(k
+        .source
+        .contains("using Config = mlpc::DmmaConfig<128, 128, 2, 4, 4>;"));
+    assert!(k.source.contains(
+        "using Kernel = mlpc::GemmDmma<float, mlpc::Layout::N, mlpc::Layout::T, Config, Epilogue>;"
+    ));
+    // The FFMA kernel's launch, with the ring's shared memory.
+    let h = &heuristic[0];
+    assert_eq!(k.launch.block, h.launch.block);
+    assert_eq!(k.launch.grid, h.launch.grid);
+    assert!(matches!(
+        k.launch.grid,
+        Grid::Tiles {
+            tile_m: 128,
+            tile_n: 128,
+            ..
+        }
+    ));
+    assert_eq!(k.launch.smem_bytes, 4 * (128 + 128) * 16 * 4);
+}
+
+#[test]
+fn other_choices_for_an_f32_gemm_are_errors_and_f16_refuses_the_fp64_tensor_cores() {
+    let p = plan();
+    let o = opts(Arch::Sm90a);
+    let key = plan_tile_candidates(&p, &o).unwrap()[0].key;
+    for bad in [TileChoice::new(256, 1), TileChoice::new(128, 2)] {
+        let mut tiles = TileOverrides::new();
+        tiles.insert(key, bad);
+        let e = generate_tiled(&p, &o, &tiles).unwrap_err();
+        assert!(
+            matches!(&e, CodegenError::TileChoice { kernel, .. } if kernel == "plain"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("FP64 tensor cores"), "{e}");
+    }
+    // A bf16 GEMM on the TMA kernel: not a choice of its.
+    let bf16 = samples::linear_bias_bf16();
+    let c = &plan_tile_candidates(&bf16, &o).unwrap()[0];
+    assert!(!c.choices.contains(&TileChoice::fp64_tensor()));
+    let mut tiles = TileOverrides::new();
+    tiles.insert(c.key, TileChoice::fp64_tensor());
+    let e = generate_tiled(&bf16, &o, &tiles).unwrap_err();
+    assert!(e.to_string().contains("f32 GEMMs only"), "{e}");
+}
+
+/// The forced kernel of the GPT-2 MLP's two f32 GEMMs (bias, GELU) compiles for sm_90 and
+/// sm_90a: the template's `static_assert`s hold (launch, fallback), the f64 mma is in the PTX,
+/// and neither the kernel nor its FFMA fallback spills. Needs NVRTC 13.0, as the other NVRTC
+/// tests.
+#[test]
+fn the_fp64_tensor_kernels_compile_without_local_memory() {
+    use mlpc_jit::{compile_all, JitOptions};
+    let p = samples::gpt2_mlp_f32();
+    for arch in [Arch::Sm90, Arch::Sm90a] {
+        let o = opts(arch);
+        let mut tiles = TileOverrides::new();
+        for c in plan_tile_candidates(&p, &o).unwrap() {
+            tiles.insert(c.key, TileChoice::fp64_tensor());
+        }
+        assert_eq!(tiles.iter().count(), 2);
+        let kernels: Vec<_> = p
+            .kernels
+            .iter()
+            .map(|k| generate_kernel_tiled(&p, k, &o, &tiles).unwrap())
+            .collect();
+        let jit = JitOptions {
+            arch,
+            no_cache: true,
+            cache_dir: None,
+        };
+        let compiled = compile_all(&kernels, &jit).unwrap_or_else(|e| panic!("{e}"));
+        for (k, c) in kernels.iter().zip(&compiled) {
+            assert!(k.entry.ends_with("_dmma"), "{}", k.entry);
+            assert!(
+                c.ptx
+                    .contains("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64"),
+                "{}",
+                k.entry
+            );
+            assert!(c.ptx.contains("cp.async.cg.shared.global"), "{}", k.entry);
+            assert!(
+                !c.resources.uses_local_memory(),
+                "{} uses local memory: {:?}\n{}",
+                k.entry,
+                c.resources,
+                c.log
+            );
+            assert!(c.resources.registers <= 255, "{:?}", c.resources);
+        }
+    }
+}
+
+const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_dmma.cuh");
+
+/// The fragments of `mma.sync.aligned.m16n8k16.row.col.f64` (PTX ISA; CuTe's
+/// `SM90_16x8x16_F64F64F64F64_TN` layouts): the (row, k) of A in register `v` of `lane`, the
+/// (k, column) of B, the (row, column) of C.
+fn a_elem(lane: usize, v: usize) -> (usize, usize) {
+    (lane / 4 + 8 * (v % 2), lane % 4 + 4 * (v / 2))
+}
+fn b_elem(lane: usize, v: usize) -> (usize, usize) {
+    (lane % 4 + 4 * v, lane / 4)
+}
+fn c_elem(lane: usize, v: usize) -> (usize, usize) {
+    (lane / 4 + 8 * (v / 2), 2 * (lane % 4) + v % 2)
+}
+
+/// What one warp's `mma` computes from its lanes' registers: `d += A B` with A, B and d
+/// gathered from and scattered to the lanes by the fragment layouts.
+fn mma(d: &mut [[f64; 4]; 32], a: &[[f64; 8]; 32], b: &[[f64; 4]; 32]) {
+    let mut am = [[0.0; 16]; 16];
+    let mut bm = [[0.0; 8]; 16];
+    for (lane, (al, bl)) in a.iter().zip(b).enumerate() {
+        for (v, &x) in al.iter().enumerate() {
+            let (r, k) = a_elem(lane, v);
+            am[r][k] = x;
+        }
+        for (v, &x) in bl.iter().enumerate() {
+            let (k, c) = b_elem(lane, v);
+            bm[k][c] = x;
+        }
+    }
+    for (lane, dl) in d.iter_mut().enumerate() {
+        for (v, dv) in dl.iter_mut().enumerate() {
+            let (r, c) = c_elem(lane, v);
+            *dv += (0..16).map(|k| am[r][k] * bm[k][c]).sum::<f64>();
+        }
+    }
+}
+
+/// `GemmDmma` on the CPU, line for line where it places data (the lines are checked against the
+/// template below): C = A B^T for A `[m, k]` and B `[n, k]`, row-major, with the default config.
+fn emulate(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
+    const BM: usize = 128;
+    const BN: usize = 128;
+    const BK: usize = 16;
+    const WARPS_N: usize = 4;
+    const WM: usize = 64;
+    const WN: usize = 32;
+    const FM: usize = WM / 16;
+    const FN: usize = WN / 8;
+    let frag_offset = |row: usize, t: usize| row * 16 + t * 4;
+    let mut out = vec![f64::NAN; m * n];
+    for bx in 0..m.div_ceil(BM) {
+        for by in 0..n.div_ceil(BN) {
+            let (m0, n0) = (bx * BM, by * BN);
+            let mut acc = vec![[[[0.0f64; 4]; 32]; FN * FM]; 8];
+            for kt in 0..k.div_ceil(BK) {
+                // `load`: 16-byte chunks, A rows then B rows, zero outside.
+                let mut stage = vec![f32::NAN; (BM + BN) * BK];
+                for c in 0..(BM + BN) * (BK / 4) {
+                    let (row, q) = (c / (BK / 4), c % (BK / 4));
+                    let is_a = row < BM;
+                    let grow = if is_a { m0 + row } else { n0 + (row - BM) };
+                    let (rows, src) = if is_a { (m, a) } else { (n, b) };
+                    let gk = kt * BK + q * 4;
+                    for e in 0..4 {
+                        let inside = grow < rows && gk < k;
+                        stage[row * BK + q * 4 + e] =
+                            if inside { src[grow * k + gk + e] } else { 0.0 };
+                    }
+                }
+                let (sa, sb) = stage.split_at(BM * BK);
+                for (warp, wacc) in acc.iter_mut().enumerate() {
+                    let wm = (warp / WARPS_N) * WM;
+                    let wn = (warp % WARPS_N) * WN;
+                    let mut bf = [[[0.0f64; 4]; 32]; FN];
+                    for (j, bj) in bf.iter_mut().enumerate() {
+                        for (lane, bl) in bj.iter_mut().enumerate() {
+                            let (g, t) = (lane / 4, lane % 4);
+                            let o = frag_offset(wn + j * 8 + g, t);
+                            for (e, x) in bl.iter_mut().enumerate() {
+                                *x = f64::from(sb[o + e]);
+                            }
+                        }
+                    }
+                    for i in 0..FM {
+                        let mut af = [[0.0f64; 8]; 32];
+                        for (lane, al) in af.iter_mut().enumerate() {
+                            let (g, t) = (lane / 4, lane % 4);
+                            let lo = frag_offset(wm + i * 16 + g, t);
+                            let hi = frag_offset(wm + i * 16 + g + 8, t);
+                            // {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w}
+                            for e in 0..4 {
+                                al[2 * e] = f64::from(sa[lo + e]);
+                                al[2 * e + 1] = f64::from(sa[hi + e]);
+                            }
+                        }
+                        for (j, bj) in bf.iter().enumerate() {
+                            mma(&mut wacc[i * FN + j], &af, bj);
+                        }
+                    }
+                }
+            }
+            // The epilogue's mapping: c[2r + e] of tile (i, j) to C[m0 + wm + 16i + g + 8r]
+            // [n0 + wn + 8j + 2t + e].
+            for (warp, wacc) in acc.iter().enumerate() {
+                let wm = (warp / WARPS_N) * WM;
+                let wn = (warp % WARPS_N) * WN;
+                for i in 0..FM {
+                    for r in 0..2 {
+                        for j in 0..FN {
+                            for (lane, c) in wacc[i * FN + j].iter().enumerate() {
+                                let (g, t) = (lane / 4, lane % 4);
+                                let row = m0 + wm + i * 16 + g + r * 8;
+                                for e in 0..2 {
+                                    let col = n0 + wn + j * 8 + t * 2 + e;
+                                    if row < m && col < n {
+                                        out[row * n + col] = c[2 * r + e];
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_model_is_the_templates_data_placement() {
+    // The lines `emulate` transcribes; a change to either side must change both.
+    for line in [
+        "__device__ __forceinline__ int frag_offset(int row, int t) { return row * 16 + t * 4; }",
+        "const int row = c / (BK / 4), q = c % (BK / 4);",
+        "const bool is_a = row < BM;",
+        "const i64 grow = is_a ? m0 + row : n0 + (row - BM);",
+        "const i64 gk = k0 + q * 4;",
+        "stage_addr + (u32)((row * BK + q * 4) * 4)",
+        "const int wm = (warp / Cfg::WARPS_N) * Cfg::WM;",
+        "const int wn = (warp % Cfg::WARPS_N) * Cfg::WN;",
+        "const float* sb = sa + BM * BK;",
+        "sb + dmma_detail::frag_offset(wn + j * 8 + g, t));",
+        "b[j][0] = v.x; b[j][1] = v.y; b[j][2] = v.z; b[j][3] = v.w;",
+        "sa + dmma_detail::frag_offset(wm + i * 16 + g, t));",
+        "sa + dmma_detail::frag_offset(wm + i * 16 + g + 8, t));",
+        "const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};",
+        "for (int j = 0; j < FN; ++j) dmma_detail::mma_16816_f64(acc[i][j], a, b[j]);",
+        "const i64 row = m0 + wm + i * 16 + g + r * 8;",
+        "const i64 col = n0 + wn + j * 8 + t * 2;",
+        "Epi::apply((float)acc[i][j][2 * r], 0.0f, row, col, p);",
+        "Epi::apply((float)acc[i][j][2 * r + 1], 0.0f, row, col + 1, p);",
+    ] {
+        assert!(
+            TEMPLATE.contains(line),
+            "the template no longer has: {line}"
+        );
+    }
+}
+
+/// The k order of the fragments (logical k = t + 4j read from k = 4t + j of the slice) and the
+/// rest of the data placement compute the GEMM, on tails in M, N and K (K a multiple of 4: the
+/// copies' condition).
+#[test]
+fn the_emulated_kernel_computes_the_gemm() {
+    for (m, n, k) in [(200, 136, 40), (128, 128, 16), (1, 8, 4), (130, 250, 68)] {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
+        let b: Vec<f32> = (0..n * k).map(|_| next()).collect();
+        let got = emulate(m, n, k, &a, &b);
+        for r in 0..m {
+            for c in 0..n {
+                let want: f64 = (0..k)
+                    .map(|i| f64::from(a[r * k + i]) * f64::from(b[c * k + i]))
+                    .sum();
+                let g = got[r * n + c];
+                assert!(
+                    (g - want).abs() <= 1e-12 * (1.0 + want.abs()),
+                    "{m}x{n}x{k} C[{r}][{c}] = {g}, want {want}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+// mlpc kernel templates: f32 GEMM on the FP64 tensor cores (sm_90: `mma.sync` m16n8k16 in f64).
+//
+//   C[m, n] = Epi(sum_k A[m, k] * B[k, n])      (plain GEMMs, A [M, K] and B stored [N, K])
+//
+// Every f32 value is exact in f64 and every product of two is exact in f64 (48 significant bits
+// of 53), so the sum is accumulated in f64 from exact products and rounded to f32 once, before
+// the epilogue: at least as accurate as FFMA accumulation in f32, and never TF32. On Hopper the
+// FP64 tensor cores run as many flops a cycle as the FFMA pipes, but one `mma` does the work of
+// 64 FFMA instructions a thread: the issue slots, loads and latencies that hold the FFMA kernel
+// (`gemm_simt.cuh`) near half the pipe's peak are not in its way.
+//
+// Structure of one CTA (a BM x BN tile of C, 16-deep k slices):
+//   - a STAGES-deep ring of shared-memory stages, each the A slice as [BM][16] and the B slice as
+//     [BN][16] f32 (k contiguous, as both operands are stored), filled by 16-byte `cp.async` with
+//     zero-fill outside the matrix;
+//   - WARPS_M x WARPS_N warps, each owning a WM x WN sub-tile as FM x FN m16n8 tiles of f64
+//     accumulators; fragments are read as float4 along k and converted to f64;
+//   - the epilogue runs on the accumulators (rounded to f32) and stores straight to global memory.
+// Inputs the 16-byte copies cannot take (K or a row stride not a multiple of 4 elements, a base
+// not 16-byte aligned) run the FFMA kernel instead, with the same launch.
+//
+// Fragments of m16n8k16 f64 (PTX ISA, "Matrix Fragments for mma.m16n8k16 with .f64"), with
+// g = lane / 4 and t = lane % 4:
+//   A (16x16):  a[2j + r] = A[g + 8r][t + 4j]     (r = 0, 1; j = 0..3)
+//   B (16x8):   b[j]      = B[t + 4j][g]
+//   C (16x8):   c[2r + e] = C[g + 8r][2t + e]     (e = 0, 1)
+// The mma sums over its 16 k in any order of k, provided A and B agree: logical k = t + 4j is
+// taken from physical k = 4t + j of the slice, so that each lane reads its four k of a row as one
+// float4 (A rows g and g + 8, B row g). Eight lanes of a quarter warp then read two whole 64-byte
+// rows: no bank conflicts.
+#pragma once
+
+#include "gemm_mma.cuh"
+#include "gemm_simt.cuh"
+
+namespace mlpc {
+
+/// Tile configuration: a BM x BN tile of C per CTA, WARPS_M x WARPS_N warps, STAGES stages of
+/// 16-deep k slices.
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
+struct DmmaConfig {
+    static constexpr int BM = BM_, BN = BN_, BK = 16;
+    static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
+    static constexpr int kThreads = WARPS_M * WARPS_N * 32;
+    /// Warp tile and the number of m16n8 tiles in it.
+    static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
+    static constexpr int FM = WM / 16, FN = WN / 8;
+    static_assert(BM % WARPS_M == 0 && BN % WARPS_N == 0, "warps must divide the tile");
+    static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tiles are whole m16n8 tiles");
+    static_assert(STAGES >= 2, "at least double buffering");
+};
+
+namespace dmma_detail {
+
+/// d += a b on the FP64 tensor cores (fragments as in the file comment).
+__device__ __forceinline__ void mma_16816_f64(double (&d)[4], const double (&a)[8],
+                                              const double (&b)[4]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, {%0, %1, %2, %3};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]),
+          "d"(a[7]), "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+}
+
+/// Float offset of the float4 of k (4t .. 4t + 3) of row `row` in a [ROWS][16] slice.
+__device__ __forceinline__ int frag_offset(int row, int t) { return row * 16 + t * 4; }
+
+}  // namespace dmma_detail
+
+/// The f32 GEMM on FP64 tensor cores. Launch with `kThreads` threads, grid
+/// `(ceil(M / BM), ceil(N / BN))` and `kSmemBytes` bytes of dynamic shared memory.
+template <class T, Layout LA, Layout LB, class Cfg, class Epi>
+struct GemmDmma {
+    static_assert(sizeof(T) == 4, "the FP64 tensor-core GEMM takes f32 operands");
+    static_assert(LA == Layout::N && LB == Layout::T, "both operands k-contiguous");
+    static_assert(!Epi::kDual, "plain GEMMs only");
+    static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
+    static constexpr int FM = Cfg::FM, FN = Cfg::FN;
+    static constexpr int kThreads = Cfg::kThreads;
+    static constexpr int kStageFloats = (BM + BN) * BK;
+    static constexpr int kSmemBytes = STAGES * kStageFloats * 4;
+
+    /// Inputs the copies cannot take: the FFMA kernel with the same threads and tile.
+    typedef GemmSimt<T, LA, LB, SimtConfig<BM, BN, 8, BM / 16, BN / 16>, Epi> Fallback;
+    static_assert(Fallback::kThreads == kThreads, "the fallback takes the same launch");
+    static_assert(Fallback::kSmemBytes <= kSmemBytes, "the fallback fits the shared memory");
+
+    /// Copies the k slice `kt` of A and B into stage `stage` (16-byte chunks, zero outside).
+    template <class P>
+    __device__ __forceinline__ static void load(const P& p, u32 stage_addr, i64 m0, i64 n0, i64 kt,
+                                                int tid) {
+        const i64 k0 = kt * BK;
+        constexpr int kChunks = (BM + BN) * (BK / 4);
+#pragma unroll
+        for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
+            const int c = tid + it * kThreads;
+            if (kChunks % kThreads != 0 && c >= kChunks) break;
+            const int row = c / (BK / 4), q = c % (BK / 4);
+            const bool is_a = row < BM;
+            const i64 grow = is_a ? m0 + row : n0 + (row - BM);
+            const i64 rows = is_a ? p.m : p.n;
+            const i64 gk = k0 + q * 4;
+            const T* base = is_a ? p.a : p.b;
+            const i64 ld = is_a ? p.lda : p.ldb;
+            const bool in = grow < rows && gk < p.k;
+            // A chunk is wholly inside or outside: K is a multiple of 4 on this path.
+            const T* src = in ? base + grow * ld + gk : base;
+            mma_detail::cp_async_16(stage_addr + (u32)((row * BK + q * 4) * 4), src, in ? 16 : 0);
+        }
+    }
+
+    template <class P>
+    __device__ __forceinline__ static void run(const P& p) {
+        const bool copies = p.k % 4 == 0 && p.lda % 4 == 0 && p.ldb % 4 == 0 &&
+                            is_aligned(p.a, 16) && is_aligned(p.b, 16);
+        if (!copies) {
+            Fallback::run(p);
+            return;
+        }
+        extern __shared__ __align__(128) unsigned char mlpc_smem[];
+        const float* smem = reinterpret_cast<const float*>(mlpc_smem);
+        const u32 smem0 = smem_addr(mlpc_smem);
+
+        const int tid = (int)threadIdx.x;
+        const int lane = tid % 32, warp = tid / 32;
+        const int g = lane / 4, t = lane % 4;
+        const int wm = (warp / Cfg::WARPS_N) * Cfg::WM;
+        const int wn = (warp % Cfg::WARPS_N) * Cfg::WN;
+        const i64 m0 = (i64)blockIdx.x * BM;
+        const i64 n0 = (i64)blockIdx.y * BN;
+
+        double acc[FM][FN][4];
+#pragma unroll
+        for (int i = 0; i < FM; ++i)
+#pragma unroll
+            for (int j = 0; j < FN; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0;
+
+        const i64 ktiles = (p.k + BK - 1) / BK;
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < ktiles) load(p, smem0 + (u32)(s * kStageFloats * 4), m0, n0, s, tid);
+            mma_detail::cp_async_commit();
+        }
+        for (i64 kt = 0; kt < ktiles; ++kt) {
+            // Slice kt has landed (for this thread's copies; the barrier makes it everyone's),
+            // and every warp is done with slice kt - 1, whose stage the next copy refills.
+            mma_detail::cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const i64 next = kt + STAGES - 1;
+            if (next < ktiles) {
+                load(p, smem0 + (u32)((int)(next % STAGES) * kStageFloats * 4), m0, n0, next, tid);
+            }
+            mma_detail::cp_async_commit();
+
+            const float* sa = smem + (int)(kt % STAGES) * kStageFloats;
+            const float* sb = sa + BM * BK;
+            double b[FN][4];
+#pragma unroll
+            for (int j = 0; j < FN; ++j) {
+                const float4 v = *reinterpret_cast<const float4*>(
+                    sb + dmma_detail::frag_offset(wn + j * 8 + g, t));
+                b[j][0] = v.x; b[j][1] = v.y; b[j][2] = v.z; b[j][3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < FM; ++i) {
+                const float4 lo = *reinterpret_cast<const float4*>(
+                    sa + dmma_detail::frag_offset(wm + i * 16 + g, t));
+                const float4 hi = *reinterpret_cast<const float4*>(
+                    sa + dmma_detail::frag_offset(wm + i * 16 + g + 8, t));
+                const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+                for (int j = 0; j < FN; ++j) dmma_detail::mma_16816_f64(acc[i][j], a, b[j]);
+            }
+        }
+
+        // Epilogue: c[2r + e] of tile (i, j) is C[m0 + wm + 16i + g + 8r][n0 + wn + 8j + 2t + e].
+        const bool pairs = p.ldc % 2 == 0 && is_aligned(p.c, 8);
+#pragma unroll
+        for (int i = 0; i < FM; ++i)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const i64 row = m0 + wm + i * 16 + g + r * 8;
+                if (row >= p.m) continue;
+                T* out_row = p.c + row * p.ldc;
+#pragma unroll
+                for (int j = 0; j < FN; ++j) {
+                    const i64 col = n0 + wn + j * 8 + t * 2;
+                    if (col >= p.n) continue;
+                    const float v0 = Epi::apply((float)acc[i][j][2 * r], 0.0f, row, col, p);
+                    if (col + 1 < p.n) {
+                        const float v1 = Epi::apply((float)acc[i][j][2 * r + 1], 0.0f, row, col + 1, p);
+                        if (pairs) {
+                            *reinterpret_cast<float2*>(out_row + col) = make_float2(v0, v1);
+                        } else {
+                            out_row[col] = from_f32<T>(v0);
+                            out_row[col + 1] = from_f32<T>(v1);
+                        }
+                    } else {
+                        out_row[col] = from_f32<T>(v0);
+                    }
+                }
+            }
+    }
+};
+
+}  // namespace mlpc
