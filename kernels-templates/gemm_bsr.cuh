@@ -1,6 +1,7 @@
 // mlpc kernel templates: GEMM with a block-sparse weight (BSR), on tensor cores for f16 / bf16
-// (`GemmBsrMma`) and on the FFMA pipes for f32 (`GemmBsrSimt`), with the same compile-time
-// epilogues as the dense families.
+// (`GemmBsrMma`), on the FFMA pipes for f32 (`GemmBsrSimt`) and, where a tile choice asks for it,
+// for f32 on the FP64 tensor cores (`GemmBsrDmma`, sm_90), with the same compile-time epilogues
+// as the dense families.
 //
 //   C[m, n] = Epi(sum over kept blocks (r, c) with r = n / BR of  A[m, c*BC .. c*BC+BC] . W_blk[n % BR, :])
 //
@@ -22,6 +23,7 @@
 // zero. Columns outside the CTA's block row are never written.
 #pragma once
 
+#include "gemm_dmma.cuh"
 #include "gemm_mma.cuh"
 #include "gemm_simt.cuh"
 
@@ -352,6 +354,162 @@ struct GemmBsrSimt {
                 out_row[col] = from_f32<T>(Epi::apply(acc[i][j], up, row, col, p));
             }
         }
+    }
+};
+
+/// The f32 BSR GEMM on the FP64 tensor cores (products exact, sums in f64: see gemm_dmma.cuh):
+/// `GemmBsrSimt`'s grid, threads and tile with `Cfg` (a `SimtConfig` whose BN, 16 or 32, is
+/// every warp's width; the warps split the BM rows), the k loop over the block row's kept blocks
+/// in 16-deep slices through a STAGES-deep cp.async ring of [BM][16] A and [BN][16] block
+/// slices, zero past the block, past M and past the block's rows. Inputs the 16-byte copies
+/// cannot take (A's row stride not a multiple of 4 elements, a base not 16-byte aligned) run
+/// `GemmBsrSimt` with the same launch. Block widths are multiples of 4, heights of 8.
+template <class T, Layout LA, int BR, int BC, class Cfg, class Epi, int STAGES>
+struct GemmBsrDmma {
+    typedef GemmBsrSimt<T, LA, BR, BC, Cfg, Epi> Fallback;
+    static_assert(sizeof(T) == 4, "the FP64 tensor-core GEMM takes f32 operands");
+    static_assert(LA == Layout::N && !Epi::kDual, "A k-contiguous, plain GEMMs only");
+    static_assert(BC % 4 == 0 && BR % 8 == 0, "blocks of whole 16-byte chunks and m16n8 tiles");
+    static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = 16;
+    static constexpr int kThreads = Cfg::kThreads;
+    static constexpr int kWarps = kThreads / 32;
+    static constexpr int WM = BM / kWarps;
+    static constexpr int FM = WM / 16, FN = BN / 8;
+    static_assert(kThreads % 32 == 0 && BM % (16 * kWarps) == 0, "warps of whole m16 tiles");
+    static_assert(BN % 8 == 0 && BN <= 32, "one warp spans the tile's columns");
+    static_assert(STAGES >= 2, "at least double buffering");
+    static constexpr int kNSub = Fallback::kNSub;
+    static constexpr int kKSub = ceil_div(BC, BK);
+    static constexpr int kStageFloats = (BM + BN) * BK;
+    static constexpr int kRingBytes = STAGES * kStageFloats * 4;
+    static constexpr int kSmemBytes =
+        kRingBytes > Fallback::kSmemBytes ? kRingBytes : Fallback::kSmemBytes;
+
+    /// Copies slice `ks` of kept block `blk` (block column `bcol`) and its A piece into the
+    /// stage at `stage_addr`; `nb0` is the CTA's first row of the block.
+    template <class P>
+    __device__ __forceinline__ static void load(const P& p, u32 stage_addr, i64 m0, int nb0,
+                                                int blk, int bcol, int ks, int tid) {
+        constexpr int kChunks = (BM + BN) * (BK / 4);
+#pragma unroll
+        for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
+            const int c = tid + it * kThreads;
+            if (kChunks % kThreads != 0 && c >= kChunks) break;
+            const int row = c / (BK / 4), q = c % (BK / 4);
+            const int bk = ks * BK + q * 4;
+            bool in = bk < BC;
+            const float* src;
+            if (row < BM) {
+                const i64 grow = m0 + row;
+                in = in && grow < p.m;
+                src = p.a + grow * p.lda + (i64)bcol * BC + bk;
+            } else {
+                const int nr = nb0 + (row - BM);
+                in = in && nr < BR;
+                src = p.b + (i64)blk * (BR * BC) + nr * BC + bk;
+            }
+            mma_detail::cp_async_16(stage_addr + (u32)((row * BK + q * 4) * 4), in ? src : p.a,
+                                    in ? 16 : 0);
+        }
+    }
+
+    template <class P>
+    __device__ __forceinline__ static void run(const P& p) {
+        const bool copies = p.lda % 4 == 0 && is_aligned(p.a, 16) && is_aligned(p.b, 16);
+        if (!copies) {
+            Fallback::run(p);
+            return;
+        }
+        extern __shared__ __align__(128) unsigned char mlpc_smem[];
+        const float* smem = reinterpret_cast<const float*>(mlpc_smem);
+        const u32 smem0 = smem_addr(mlpc_smem);
+
+        const int tid = (int)threadIdx.x;
+        const int lane = tid % 32, warp = tid / 32;
+        const int g = lane / 4, t = lane % 4;
+        const int wm = warp * WM;
+        const i64 m0 = (i64)blockIdx.x * BM;
+        const int brow = (int)blockIdx.y / kNSub;
+        const int nb0 = ((int)blockIdx.y % kNSub) * BN;
+        const i64 n0 = (i64)brow * BR + nb0;
+        const i64 n_end = (i64)brow * BR + BR < p.n ? (i64)brow * BR + BR : p.n;
+
+        double acc[FM][FN][4];
+#pragma unroll
+        for (int i = 0; i < FM; ++i)
+#pragma unroll
+            for (int j = 0; j < FN; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0;
+
+        const int first = p.row_ptr[brow];
+        const int steps = (p.row_ptr[brow + 1] - first) * kKSub;
+        auto issue = [&](int s) {
+            const int blk = first + s / kKSub;
+            load(p, smem0 + (u32)((s % STAGES) * kStageFloats * 4), m0, nb0, blk, p.col_idx[blk],
+                 s % kKSub, tid);
+        };
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < steps) issue(s);
+            mma_detail::cp_async_commit();
+        }
+        for (int s = 0; s < steps; ++s) {
+            // As in `GemmDmma`: slice s has landed everywhere, slice s - 1's stage is free.
+            mma_detail::cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            if (s + STAGES - 1 < steps) issue(s + STAGES - 1);
+            mma_detail::cp_async_commit();
+
+            const float* sa = smem + (s % STAGES) * kStageFloats;
+            const float* sb = sa + BM * BK;
+            double b[FN][4];
+#pragma unroll
+            for (int j = 0; j < FN; ++j) {
+                const float4 v =
+                    *reinterpret_cast<const float4*>(sb + dmma_detail::frag_offset(j * 8 + g, t));
+                b[j][0] = v.x; b[j][1] = v.y; b[j][2] = v.z; b[j][3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < FM; ++i) {
+                const float4 lo = *reinterpret_cast<const float4*>(
+                    sa + dmma_detail::frag_offset(wm + i * 16 + g, t));
+                const float4 hi = *reinterpret_cast<const float4*>(
+                    sa + dmma_detail::frag_offset(wm + i * 16 + g + 8, t));
+                const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+                for (int j = 0; j < FN; ++j) dmma_detail::mma_16816_f64(acc[i][j], a, b[j]);
+            }
+        }
+
+        // Epilogue: c[2r + e] of tile (i, j) is C[m0 + wm + 16i + g + 8r][n0 + 8j + 2t + e],
+        // inside the block row.
+        const bool pairs = p.ldc % 2 == 0 && n0 % 2 == 0 && is_aligned(p.c, 8);
+#pragma unroll
+        for (int i = 0; i < FM; ++i)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const i64 row = m0 + wm + i * 16 + g + r * 8;
+                if (row >= p.m) continue;
+                T* out_row = p.c + row * p.ldc;
+#pragma unroll
+                for (int j = 0; j < FN; ++j) {
+                    const i64 col = n0 + j * 8 + t * 2;
+                    if (col >= n_end) continue;
+                    const float v0 = Epi::apply((float)acc[i][j][2 * r], 0.0f, row, col, p);
+                    if (col + 1 < n_end) {
+                        const float v1 = Epi::apply((float)acc[i][j][2 * r + 1], 0.0f, row, col + 1, p);
+                        if (pairs) {
+                            *reinterpret_cast<float2*>(out_row + col) = make_float2(v0, v1);
+                        } else {
+                            out_row[col] = from_f32<T>(v0);
+                            out_row[col + 1] = from_f32<T>(v1);
+                        }
+                    } else {
+                        out_row[col] = from_f32<T>(v0);
+                    }
+                }
+            }
     }
 };
 

@@ -24,10 +24,14 @@
 //! check its address math against the PTX ISA's canonical layouts on the CPU.
 
 use crate::cpp::{self, Symbols};
-use crate::gemm::{a_layout, check_output_columns, epilogue_code, output_store_map, Config};
+use crate::gemm::{
+    a_layout, check_output_columns, epilogue_code, f32_candidates, f32_on_fp64_tensor,
+    output_store_map, Config,
+};
 use crate::view::{is_one, matrix_view};
 use crate::{
     dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch, Param, Relayout,
+    TileChoice, TileKey,
 };
 use mlpc_ir::{BlockPattern, DType, Extent, MatLayout, SparseGemm};
 use std::fmt::Write;
@@ -516,6 +520,45 @@ impl GroupSteps {
     }
 }
 
+/// Stages of `GemmBsrDmma`'s ring (16-deep slices of 10 KB for 32-row blocks).
+const DMMA_STAGES: u32 = 4;
+
+/// The tuning key of an f32 block-sparse GEMM that `GemmBsrDmma` (FP64 tensor cores) can run:
+/// sm_90 / sm_90a, plain, A k-contiguous, block heights 8 to 32 in multiples of 8 (one warp
+/// spans the tile's columns) and widths in multiples of 4 (16-byte copies).
+fn f32_key(ctx: &Ctx<'_>, sg: &SparseGemm) -> Option<TileKey> {
+    let [br, bc] = sg.pattern.block;
+    let fits = matches!(ctx.opts.arch, Arch::Sm90 | Arch::Sm90a)
+        && ctx.out.ty.dtype == DType::F32
+        && sg.gemm.dual.is_none()
+        && br % 8 == 0
+        && br <= 32
+        && bc % 4 == 0;
+    fits.then_some(())?;
+    let v = matrix_view(&ctx.args[0].ty).ok()?;
+    let a = match sg.gemm.a {
+        MatLayout::N => v,
+        MatLayout::T => v.transposed(),
+    };
+    let (la, _) = a_layout(ctx, &a).ok()?;
+    (la == MatLayout::N).then_some(TileKey {
+        dtype: DType::F32,
+        dual: false,
+        k: sg.pattern.inp,
+        n: sg.pattern.out,
+        sparse: true,
+    })
+}
+
+/// The tile key and choices of a block-sparse GEMM kernel, or `None` when it is not tunable
+/// (only the f32 ones `GemmBsrDmma` can run are).
+pub(crate) fn tile_candidates(
+    ctx: &Ctx<'_>,
+    sg: &SparseGemm,
+) -> Option<(TileKey, Vec<TileChoice>)> {
+    f32_key(ctx, sg).map(|key| (key, f32_candidates()))
+}
+
 pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenError> {
     let kname = ctx.name();
     let g = &sg.gemm;
@@ -608,15 +651,18 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     let hopper = select_wgmma(ctx.opts.arch, dtype, dual, (la, &lda), p)
         .map(|h| h.with_tma_store(br, dual, storable));
     let cfg = choose(dtype, dual, p.block);
+    // f32 where `ctx.tiles` asks for it: `GemmBsrDmma`, with `GemmBsrSimt`'s launch and the
+    // larger of the two kernels' shared memory.
+    let dmma = f32_on_fp64_tensor(ctx, f32_key(ctx, sg))?;
     // Kept blocks are read as the `[N, K]` weight, B layout `t`.
     let (threads, smem, min_blocks, bm) = match hopper {
         Some(h) => (h.threads(), h.smem_bytes(br, dual), 1, h.bm),
-        None => (
-            cfg.threads(),
-            cfg.smem_bytes(la, MatLayout::T, dual),
-            cfg.min_blocks,
-            cfg.bm,
-        ),
+        None => {
+            let simt = cfg.smem_bytes(la, MatLayout::T, dual);
+            let ring = DMMA_STAGES * (cfg.bm + cfg.bn) * 16 * 4;
+            let smem = if dmma { simt.max(ring) } else { simt };
+            (cfg.threads(), smem, cfg.min_blocks, cfg.bm)
+        }
     };
     let nsub = br.div_ceil(cfg.bn);
     // Grid columns: one per group of block rows (wgmma), or per BN share of a block row.
@@ -634,13 +680,14 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             h.bk
         ),
         None => format!(
-            "mlpc_bsr_{}_{}_{}t_b{br}x{bc}_{}x{}x{}",
+            "mlpc_bsr_{}_{}_{}t_b{br}x{bc}_{}x{}x{}{}",
             epi.name_parts.join("_"),
             dtype.name(),
             la.letter(),
             cfg.bm,
             cfg.bn,
-            cfg.bk
+            if dmma { 16 } else { cfg.bk },
+            if dmma { "_dmma" } else { "" }
         ),
     };
 
@@ -782,7 +829,16 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             ));
         }
         None => {
-            let template = if cfg.mma { "GemmBsrMma" } else { "GemmBsrSimt" };
+            let template = match (cfg.mma, dmma) {
+                (true, _) => "GemmBsrMma",
+                (false, true) => "GemmBsrDmma",
+                (false, false) => "GemmBsrSimt",
+            };
+            let stages = if dmma {
+                format!(", {DMMA_STAGES}")
+            } else {
+                String::new()
+            };
             let col_idx: Vec<u32> = p.kept.iter().map(|&(_, c)| c).collect();
             src.push_str("// Kept blocks of block row r: col_idx[row_ptr[r] .. row_ptr[r + 1]].\n");
             src.push_str(&int_array("row_ptr", &p.row_ptr()));
@@ -790,7 +846,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             src.push_str(&format!("using Config = {};\n", cfg.template()));
             src.push_str(&format!("using Epilogue = {};\n", epi.ty));
             src.push_str(&format!(
-                "using Kernel = mlpc::{template}<{elem}, {}, {br}, {bc}, Config, Epilogue>;\n",
+                "using Kernel = mlpc::{template}<{elem}, {}, {br}, {bc}, Config, Epilogue{stages}>;\n",
                 cpp::layout(la)
             ));
         }

@@ -346,6 +346,7 @@ impl Operands {
             dual,
             k: self.a.cols.as_constant()?,
             n: self.c.cols.as_constant()?,
+            sparse: false,
         })
     }
 
@@ -357,6 +358,7 @@ impl Operands {
             dual,
             k: self.a.cols.as_constant()?,
             n: self.c.cols.as_constant()?,
+            sparse: false,
         };
         Some((key, h))
     }
@@ -380,13 +382,16 @@ pub(crate) fn tile_candidates(
 
 /// The choices of a tunable f32 GEMM: the FFMA kernel (the heuristic's: it is the one measured
 /// against the peers so far) and the FP64 tensor-core kernel.
-fn f32_candidates() -> Vec<TileChoice> {
+pub(crate) fn f32_candidates() -> Vec<TileChoice> {
     vec![TileChoice::new(128, 1), TileChoice::fp64_tensor()]
 }
 
 /// Whether a tunable f32 GEMM runs on the FP64 tensor cores: the choice in `ctx.tiles` for its
 /// key, which must be one of [`f32_candidates`].
-fn f32_on_fp64_tensor(ctx: &Ctx<'_>, key: Option<TileKey>) -> Result<bool, CodegenError> {
+pub(crate) fn f32_on_fp64_tensor(
+    ctx: &Ctx<'_>,
+    key: Option<TileKey>,
+) -> Result<bool, CodegenError> {
     let Some(key) = key else {
         return Ok(false);
     };

@@ -540,6 +540,52 @@ pub fn bsr_f32() -> Plan {
     p.finish()
 }
 
+/// f32 block-sparse GEMMs the FP64 tensor-core kernel takes when chosen (tests/fp64_tensor.rs):
+/// 32 x 32 blocks with bias and GELU (block row 1 keeps nothing), 8 x 4 blocks, and 24 x 8
+/// blocks (a tile of 32 columns over 24 rows). Not in [`sparse`]: the default kernels of these
+/// shapes are `bsr_f32`'s.
+pub fn bsr_fp64_tensor_f32() -> Plan {
+    let b32 = block_pattern([32, 32], 128, 256, |r, c| r != 1 && (r + 2 * c) % 3 != 0);
+    let b8x4 = block_pattern([8, 4], 24, 128, |r, c| (r * 7 + c) % 4 == 1);
+    let b24x8 = block_pattern([24, 8], 48, 24, |r, c| r + c != 1);
+    let mut p = PlanBuilder::new("bsr_fp64_tensor_f32", DType::F32);
+    let x = p.dense("x", Input, &["T", "256"]);
+    let w1 = packed(&mut p, "w1.bsr", &b32);
+    let b1 = p.dense("b1", Weight, &["128"]);
+    let h = p.dense("h", Intermediate, &["T", "128"]);
+    p.kernel(
+        "bsr_gemm_bias_gelu_tanh_f32_nt_b32x32",
+        sparse_gemm(
+            N,
+            b32,
+            None,
+            smallvec![
+                Epilogue::Bias { operand: 2 },
+                Epilogue::Act(Activation::GeluTanh)
+            ],
+        ),
+        &[x, w1, b1],
+        h,
+    );
+    let w2 = packed(&mut p, "w2.bsr", &b8x4);
+    let y = p.dense("y", Intermediate, &["T", "24"]);
+    p.kernel(
+        "bsr_gemm_f32_nt_b8x4",
+        sparse_gemm(N, b8x4, None, smallvec![]),
+        &[h, w2],
+        y,
+    );
+    let w3 = packed(&mut p, "w3.bsr", &b24x8);
+    let z = p.dense("z", Output, &["T", "48"]);
+    p.kernel(
+        "bsr_gemm_relu_f32_nt_b24x8",
+        sparse_gemm(N, b24x8, None, smallvec![Epilogue::Act(Activation::Relu)]),
+        &[y, w3],
+        z,
+    );
+    p.finish()
+}
+
 /// The block-sparse sample plans. Not in [`all`]: a checker of [`all`] on the GPU must first know
 /// the `sparse_gemm` op.
 pub fn sparse() -> Vec<Plan> {

@@ -11,8 +11,10 @@
 //! Only GEMMs whose K and N are constants have a key, and of those the ones that take the TMA
 //! kernel (sm_90a, f16 / bf16, K-major operands with constant row strides) and the plain f32
 //! GEMMs with K-major operands on sm_90 / sm_90a, whose choices are the FFMA kernel (the
-//! heuristic's, `128x128 x1 CTA`) and the FP64 tensor-core kernel ([`TileChoice::fp64_tensor`]);
-//! every other kernel is not tunable.
+//! heuristic's, `128x128 x1 CTA`) and the FP64 tensor-core kernel ([`TileChoice::fp64_tensor`]),
+//! and the plain f32 block-sparse GEMMs with A k-contiguous and blocks the FP64 tensor-core
+//! kernel takes (heights 8 to 32 in multiples of 8, widths in multiples of 4; [`TileKey::sparse`],
+//! the same two choices); every other kernel is not tunable.
 
 use mlpc_ir::{DType, Kernel, Op, Plan};
 use serde::{Deserialize, Serialize};
@@ -31,15 +33,20 @@ pub struct TileKey {
     pub k: u64,
     /// The output's column count.
     pub n: u64,
+    /// A block-sparse GEMM (an f32 one: FFMA or FP64 tensor cores). Absent in caches written
+    /// before it existed: `false`.
+    #[serde(default, skip_serializing_if = "crate::is_false")]
+    pub sparse: bool,
 }
 
 impl fmt::Display for TileKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} {} K={} N={}",
+            "{} {}{} K={} N={}",
             self.dtype.name(),
             if self.dual { "dual" } else { "plain" },
+            if self.sparse { " block-sparse" } else { "" },
             self.k,
             self.n
         )
@@ -193,6 +200,7 @@ pub fn tile_candidates(
     let found = match &kernel.op {
         Op::Gemm(g) => crate::gemm::tile_candidates(&ctx, g)?,
         Op::MatMul => crate::gemm::tile_candidates(&ctx, &crate::gemm::plain_matmul())?,
+        Op::SparseGemm(s) => crate::bsr::tile_candidates(&ctx, s),
         _ => None,
     };
     Ok(found.map(|(key, choices)| TileCandidates {

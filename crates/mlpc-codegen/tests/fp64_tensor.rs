@@ -249,6 +249,78 @@ fn mma(d: &mut [[f64; 4]; 32], a: &[[f64; 8]; 32], b: &[[f64; 4]; 32]) {
     }
 }
 
+/// One warp's work on one stage (`GemmDmma` and `GemmBsrDmma` alike): the B fragments of its
+/// `fm` x `fn_` m16n8 tiles at columns `wn ..`, then per m16 tile at rows `wm ..` the A fragment
+/// and its mmas into `acc[i * fn_ + j]`.
+fn warp_slice(
+    sa: &[f32],
+    sb: &[f32],
+    wm: usize,
+    wn: usize,
+    fm: usize,
+    fn_: usize,
+    acc: &mut [[[f64; 4]; 32]],
+) {
+    let frag_offset = |row: usize, t: usize| row * 16 + t * 4;
+    let mut bf = vec![[[0.0f64; 4]; 32]; fn_];
+    for (j, bj) in bf.iter_mut().enumerate() {
+        for (lane, bl) in bj.iter_mut().enumerate() {
+            let (g, t) = (lane / 4, lane % 4);
+            let o = frag_offset(wn + j * 8 + g, t);
+            for (e, x) in bl.iter_mut().enumerate() {
+                *x = f64::from(sb[o + e]);
+            }
+        }
+    }
+    for i in 0..fm {
+        let mut af = [[0.0f64; 8]; 32];
+        for (lane, al) in af.iter_mut().enumerate() {
+            let (g, t) = (lane / 4, lane % 4);
+            let lo = frag_offset(wm + i * 16 + g, t);
+            let hi = frag_offset(wm + i * 16 + g + 8, t);
+            // {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w}
+            for e in 0..4 {
+                al[2 * e] = f64::from(sa[lo + e]);
+                al[2 * e + 1] = f64::from(sa[hi + e]);
+            }
+        }
+        for (j, bj) in bf.iter().enumerate() {
+            mma(&mut acc[i * fn_ + j], &af, bj);
+        }
+    }
+}
+
+/// The epilogue's mapping: c[2r + e] of tile (i, j) to C[r0 + 16i + g + 8r][c0 + 8j + 2t + e],
+/// where `keep(row, column)`; C has `n` columns.
+#[allow(clippy::too_many_arguments)]
+fn scatter(
+    acc: &[[[f64; 4]; 32]],
+    r0: usize,
+    c0: usize,
+    fm: usize,
+    fn_: usize,
+    keep: impl Fn(usize, usize) -> bool,
+    n: usize,
+    out: &mut [f64],
+) {
+    for i in 0..fm {
+        for j in 0..fn_ {
+            for (lane, c) in acc[i * fn_ + j].iter().enumerate() {
+                let (g, t) = (lane / 4, lane % 4);
+                for r in 0..2 {
+                    let row = r0 + i * 16 + g + r * 8;
+                    for e in 0..2 {
+                        let col = c0 + j * 8 + t * 2 + e;
+                        if keep(row, col) {
+                            out[row * n + col] = c[2 * r + e];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// `GemmDmma` on the CPU, line for line where it places data (the lines are checked against the
 /// template below): C = A B^T for A `[m, k]` and B `[n, k]`, row-major, with the default config.
 fn emulate(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
@@ -260,7 +332,6 @@ fn emulate(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
     const WN: usize = 32;
     const FM: usize = WM / 16;
     const FN: usize = WN / 8;
-    let frag_offset = |row: usize, t: usize| row * 16 + t * 4;
     let mut out = vec![f64::NAN; m * n];
     for bx in 0..m.div_ceil(BM) {
         for by in 0..n.div_ceil(BN) {
@@ -285,55 +356,22 @@ fn emulate(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
                 for (warp, wacc) in acc.iter_mut().enumerate() {
                     let wm = (warp / WARPS_N) * WM;
                     let wn = (warp % WARPS_N) * WN;
-                    let mut bf = [[[0.0f64; 4]; 32]; FN];
-                    for (j, bj) in bf.iter_mut().enumerate() {
-                        for (lane, bl) in bj.iter_mut().enumerate() {
-                            let (g, t) = (lane / 4, lane % 4);
-                            let o = frag_offset(wn + j * 8 + g, t);
-                            for (e, x) in bl.iter_mut().enumerate() {
-                                *x = f64::from(sb[o + e]);
-                            }
-                        }
-                    }
-                    for i in 0..FM {
-                        let mut af = [[0.0f64; 8]; 32];
-                        for (lane, al) in af.iter_mut().enumerate() {
-                            let (g, t) = (lane / 4, lane % 4);
-                            let lo = frag_offset(wm + i * 16 + g, t);
-                            let hi = frag_offset(wm + i * 16 + g + 8, t);
-                            // {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w}
-                            for e in 0..4 {
-                                al[2 * e] = f64::from(sa[lo + e]);
-                                al[2 * e + 1] = f64::from(sa[hi + e]);
-                            }
-                        }
-                        for (j, bj) in bf.iter().enumerate() {
-                            mma(&mut wacc[i * FN + j], &af, bj);
-                        }
-                    }
+                    warp_slice(sa, sb, wm, wn, FM, FN, wacc);
                 }
             }
-            // The epilogue's mapping: c[2r + e] of tile (i, j) to C[m0 + wm + 16i + g + 8r]
-            // [n0 + wn + 8j + 2t + e].
             for (warp, wacc) in acc.iter().enumerate() {
                 let wm = (warp / WARPS_N) * WM;
                 let wn = (warp % WARPS_N) * WN;
-                for i in 0..FM {
-                    for r in 0..2 {
-                        for j in 0..FN {
-                            for (lane, c) in wacc[i * FN + j].iter().enumerate() {
-                                let (g, t) = (lane / 4, lane % 4);
-                                let row = m0 + wm + i * 16 + g + r * 8;
-                                for e in 0..2 {
-                                    let col = n0 + wn + j * 8 + t * 2 + e;
-                                    if row < m && col < n {
-                                        out[row * n + col] = c[2 * r + e];
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
+                scatter(
+                    wacc,
+                    m0 + wm,
+                    n0 + wn,
+                    FM,
+                    FN,
+                    |r, c| r < m && c < n,
+                    n,
+                    &mut out,
+                );
             }
         }
     }
@@ -396,6 +434,261 @@ fn the_emulated_kernel_computes_the_gemm() {
                 assert!(
                     (g - want).abs() <= 1e-12 * (1.0 + want.abs()),
                     "{m}x{n}x{k} C[{r}][{c}] = {g}, want {want}"
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block-sparse: `GemmBsrDmma` in gemm_bsr.cuh
+// ---------------------------------------------------------------------------------------------
+
+const BSR_TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_bsr.cuh");
+
+#[test]
+fn f32_block_sparse_gemms_with_small_blocks_offer_the_fp64_tensor_cores() {
+    let p = samples::bsr_fp64_tensor_f32();
+    for arch in [Arch::Sm90, Arch::Sm90a] {
+        let cands = plan_tile_candidates(&p, &opts(arch)).unwrap();
+        let names: Vec<&str> = cands.iter().map(|c| c.kernel.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "bsr_gemm_bias_gelu_tanh_f32_nt_b32x32",
+                "bsr_gemm_f32_nt_b8x4",
+                "bsr_gemm_relu_f32_nt_b24x8"
+            ]
+        );
+        for c in &cands {
+            assert!(c.key.sparse && c.key.dtype == DType::F32 && !c.key.dual);
+            assert_eq!(
+                c.choices,
+                vec![TileChoice::new(128, 1), TileChoice::fp64_tensor()]
+            );
+        }
+        assert_eq!((cands[0].key.k, cands[0].key.n), (256, 128));
+    }
+    assert!(plan_tile_candidates(&p, &opts(Arch::Sm80))
+        .unwrap()
+        .is_empty());
+    // 64-row blocks, a dual GEMM, A stored [K, M], 3 x 5 blocks: not tunable.
+    let other = samples::bsr_f32();
+    for arch in [Arch::Sm90, Arch::Sm90a] {
+        assert!(plan_tile_candidates(&other, &opts(arch))
+            .unwrap()
+            .is_empty());
+    }
+}
+
+#[test]
+fn the_block_sparse_choice_generates_gemm_bsr_dmma_with_the_ffma_launch() {
+    let p = samples::bsr_fp64_tensor_f32();
+    let o = opts(Arch::Sm90);
+    let heuristic = generate(&p, &o).unwrap();
+    assert!(heuristic.iter().all(|k| k.source.contains("GemmBsrSimt<")));
+    let mut tiles = TileOverrides::new();
+    for c in plan_tile_candidates(&p, &o).unwrap() {
+        tiles.insert(c.key, TileChoice::fp64_tensor());
+    }
+    let forced = generate_tiled(&p, &o, &tiles).unwrap();
+    let want = [
+        (
+            "mlpc_bsr_gemm_bias_gelu_tanh_f32_nt_b32x32_128x32x16_dmma",
+            32,
+            128,
+        ),
+        ("mlpc_bsr_gemm_f32_nt_b8x4_128x16x16_dmma", 8, 64),
+        ("mlpc_bsr_gemm_relu_f32_nt_b24x8_128x32x16_dmma", 24, 128),
+    ];
+    for ((k, h), (entry, br, threads)) in forced.iter().zip(&heuristic).zip(want) {
+        assert_eq!(k.entry, entry);
+        assert!(
+            k.source
+                .contains(&format!("mlpc::GemmBsrDmma<float, mlpc::Layout::N, {br}, ")),
+            "{}",
+            k.source
+        );
+        assert!(k.source.contains(", Config, Epilogue, 4>;"), "{}", k.entry);
+        assert_eq!(k.launch.block, [threads, 1, 1]);
+        assert_eq!(
+            (k.launch.block, &k.launch.grid),
+            (h.launch.block, &h.launch.grid)
+        );
+        // The ring of four [128 + BN][16] f32 stages, or the FFMA kernel's buffers if larger.
+        let bn = if br <= 16 { 16 } else { 32 };
+        assert_eq!(
+            k.launch.smem_bytes,
+            (4 * (128 + bn) * 16 * 4).max(h.launch.smem_bytes)
+        );
+    }
+}
+
+/// The forced block-sparse kernels compile for sm_90 and sm_90a without local memory (the
+/// `static_assert`s on launch, warps and blocks hold). Needs NVRTC 13.0.
+#[test]
+fn the_block_sparse_fp64_tensor_kernels_compile_without_local_memory() {
+    use mlpc_jit::{compile_all, JitOptions};
+    let p = samples::bsr_fp64_tensor_f32();
+    for arch in [Arch::Sm90, Arch::Sm90a] {
+        let o = opts(arch);
+        let mut tiles = TileOverrides::new();
+        for c in plan_tile_candidates(&p, &o).unwrap() {
+            tiles.insert(c.key, TileChoice::fp64_tensor());
+        }
+        let kernels = generate_tiled(&p, &o, &tiles).unwrap();
+        let jit = JitOptions {
+            arch,
+            no_cache: true,
+            cache_dir: None,
+        };
+        let compiled = compile_all(&kernels, &jit).unwrap_or_else(|e| panic!("{e}"));
+        for (k, c) in kernels.iter().zip(&compiled) {
+            assert!(
+                c.ptx
+                    .contains("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64"),
+                "{}",
+                k.entry
+            );
+            assert!(
+                !c.resources.uses_local_memory(),
+                "{} uses local memory: {:?}\n{}",
+                k.entry,
+                c.resources,
+                c.log
+            );
+        }
+    }
+}
+
+/// `GemmBsrDmma` on the CPU, where it places data (the lines are checked against the template
+/// below): C = A W^T for A `[m, k]` and the weight of `pattern` packed as `[kept, br, bc]`, with
+/// `GemmBsrSimt`'s tile (128 rows, BN = the block height rounded up to 16) and threads.
+fn emulate_bsr(m: usize, pattern: &mlpc_ir::BlockPattern, a: &[f32], packed: &[f32]) -> Vec<f64> {
+    const BM: usize = 128;
+    const BK: usize = 16;
+    let [br, bc] = pattern.block.map(|v| v as usize);
+    let (n, k) = (pattern.out as usize, pattern.inp as usize);
+    let bn = br.div_ceil(16) * 16;
+    let warps = (BM / 8) * (bn / 4) / 32;
+    let wm = BM / warps;
+    let (fm, fn_) = (wm / 16, bn / 8);
+    let ksub = bc.div_ceil(BK);
+    let row_ptr = pattern.row_ptr();
+    let mut out = vec![f64::NAN; m * n];
+    for bx in 0..m.div_ceil(BM) {
+        for brow in 0..n / br {
+            let (m0, nb0) = (bx * BM, 0);
+            let n0 = brow * br + nb0;
+            let n_end = (brow * br + br).min(n);
+            let mut acc = vec![vec![[[0.0f64; 4]; 32]; fm * fn_]; warps];
+            let first = row_ptr[brow] as usize;
+            let steps = (row_ptr[brow + 1] as usize - first) * ksub;
+            for s in 0..steps {
+                let blk = first + s / ksub;
+                let (bcol, ks) = (pattern.kept[blk].1 as usize, s % ksub);
+                let mut stage = vec![f32::NAN; (BM + bn) * BK];
+                for c in 0..(BM + bn) * (BK / 4) {
+                    let (row, q) = (c / (BK / 4), c % (BK / 4));
+                    let bk = ks * BK + q * 4;
+                    for e in 0..4 {
+                        let v = if row < BM {
+                            let grow = m0 + row;
+                            let inside = bk < bc && grow < m;
+                            inside.then(|| a[grow * k + bcol * bc + bk + e])
+                        } else {
+                            let nr = nb0 + (row - BM);
+                            let inside = bk < bc && nr < br;
+                            inside.then(|| packed[blk * br * bc + nr * bc + bk + e])
+                        };
+                        stage[row * BK + q * 4 + e] = v.unwrap_or(0.0);
+                    }
+                }
+                let (sa, sb) = stage.split_at(BM * BK);
+                for (warp, wacc) in acc.iter_mut().enumerate() {
+                    warp_slice(sa, sb, warp * wm, 0, fm, fn_, wacc);
+                }
+            }
+            for (warp, wacc) in acc.iter().enumerate() {
+                let keep = |r: usize, c: usize| r < m && c < n_end;
+                scatter(wacc, m0 + warp * wm, n0, fm, fn_, keep, n, &mut out);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_block_sparse_model_is_the_templates_data_placement() {
+    for line in [
+        "static constexpr int WM = BM / kWarps;",
+        "static constexpr int FM = WM / 16, FN = BN / 8;",
+        "const int row = c / (BK / 4), q = c % (BK / 4);",
+        "const int bk = ks * BK + q * 4;",
+        "bool in = bk < BC;",
+        "in = in && grow < p.m;",
+        "src = p.a + grow * p.lda + (i64)bcol * BC + bk;",
+        "const int nr = nb0 + (row - BM);",
+        "in = in && nr < BR;",
+        "src = p.b + (i64)blk * (BR * BC) + nr * BC + bk;",
+        "stage_addr + (u32)((row * BK + q * 4) * 4)",
+        "const int blk = first + s / kKSub;",
+        "s % kKSub, tid);",
+        "const int wm = warp * WM;",
+        "sb + dmma_detail::frag_offset(j * 8 + g, t));",
+        "sa + dmma_detail::frag_offset(wm + i * 16 + g, t));",
+        "sa + dmma_detail::frag_offset(wm + i * 16 + g + 8, t));",
+        "const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};",
+        "const i64 row = m0 + wm + i * 16 + g + r * 8;",
+        "const i64 col = n0 + j * 8 + t * 2;",
+        "if (col >= n_end) continue;",
+    ] {
+        assert!(
+            BSR_TEMPLATE.contains(line),
+            "gemm_bsr.cuh no longer has: {line}"
+        );
+    }
+}
+
+/// The emulated block-sparse kernel computes the pruned GEMM for every block shape it takes, with
+/// empty block rows (their outputs zero: the epilogue of zero) and tails in M.
+#[test]
+fn the_emulated_block_sparse_kernel_computes_the_pruned_gemm() {
+    let p = samples::bsr_fp64_tensor_f32();
+    for (kernel, m) in p.kernels.iter().zip([200, 130, 7]) {
+        let Op::SparseGemm(sg) = &kernel.op else {
+            panic!("{}", kernel.name)
+        };
+        let pat = &sg.pattern;
+        let [br, bc] = pat.block.map(|v| v as usize);
+        let (n, k) = (pat.out as usize, pat.inp as usize);
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
+        let packed: Vec<f32> = (0..pat.kept.len() * br * bc).map(|_| next()).collect();
+        let mut w = vec![0.0f64; n * k];
+        for (i, &(r, c)) in pat.kept.iter().enumerate() {
+            for y in 0..br {
+                for x in 0..bc {
+                    w[(r as usize * br + y) * k + c as usize * bc + x] =
+                        f64::from(packed[(i * br + y) * bc + x]);
+                }
+            }
+        }
+        let got = emulate_bsr(m, pat, &a, &packed);
+        for r in 0..m {
+            for c in 0..n {
+                let want: f64 = (0..k).map(|i| f64::from(a[r * k + i]) * w[c * k + i]).sum();
+                let g = got[r * n + c];
+                assert!(
+                    (g - want).abs() <= 1e-12 * (1.0 + want.abs()),
+                    "{}: C[{r}][{c}] = {g}, want {want}",
+                    kernel.name
                 );
             }
         }

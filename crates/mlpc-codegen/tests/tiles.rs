@@ -92,7 +92,8 @@ fn candidates_follow_the_heuristics_rules() {
             dtype: DType::Bf16,
             dual: false,
             k: 768,
-            n: 768
+            n: 768,
+            sparse: false,
         }
     );
     // The heuristic (128 x 128 ping-pong for a shallow plain GEMM) first.
@@ -355,6 +356,7 @@ fn overrides_round_trip_through_json() {
         dual: true,
         k: 4096,
         n: 11008,
+        sparse: false,
     };
     tiles.insert(key, c(128, 1));
     tiles.insert(TileKey { dual: false, ..key }, c(256, 1));
@@ -373,6 +375,33 @@ fn overrides_round_trip_through_json() {
     let old: TileChoice = serde_json::from_str(r#"{"bn":256,"ctas":1,"pingpong":false}"#).unwrap();
     assert_eq!(old, c(256, 1));
     assert!(!serde_json::to_string(&old).unwrap().contains("bm"));
+    // The FP64 tensor cores and block-sparse keys name themselves; older entries are neither.
+    assert!(
+        !text.contains("sparse") && !text.contains("fp64_tensor"),
+        "{text}"
+    );
+    let mut f32_tiles = TileOverrides::new();
+    let sparse = TileKey {
+        dtype: DType::F32,
+        dual: false,
+        k: 4096,
+        n: 4096,
+        sparse: true,
+    };
+    f32_tiles.insert(sparse, TileChoice::fp64_tensor());
+    let f32_text = serde_json::to_string(&f32_tiles).unwrap();
+    assert!(f32_text.contains("\"sparse\":true"), "{f32_text}");
+    assert!(f32_text.contains("\"fp64_tensor\":true"), "{f32_text}");
+    let back: TileOverrides = serde_json::from_str(&f32_text).unwrap();
+    assert_eq!(back.get(&sparse), Some(TileChoice::fp64_tensor()));
+    assert_eq!(
+        back.get(&TileKey {
+            sparse: false,
+            ..sparse
+        }),
+        None
+    );
+    assert_eq!(sparse.to_string(), "f32 plain block-sparse K=4096 N=4096");
 }
 
 /// Every candidate tile of a plain and a dual GEMM compiles for sm_90a with NVRTC: the

@@ -278,6 +278,7 @@ mod tests {
             dual: false,
             k: 768,
             n,
+            sparse: false,
         }
     }
 
