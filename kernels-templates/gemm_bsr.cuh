@@ -435,81 +435,25 @@ struct GemmBsrDmma {
         const i64 n_end = (i64)brow * BR + BR < p.n ? (i64)brow * BR + BR : p.n;
 
         double acc[FM][FN][4];
-#pragma unroll
-        for (int i = 0; i < FM; ++i)
-#pragma unroll
-            for (int j = 0; j < FN; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0;
+        dmma_detail::zero(acc);
 
         const int first = p.row_ptr[brow];
         const int steps = (p.row_ptr[brow + 1] - first) * kKSub;
-        auto issue = [&](int s) {
-            const int blk = first + s / kKSub;
-            load(p, smem0 + (u32)((s % STAGES) * kStageFloats * 4), m0, nb0, blk, p.col_idx[blk],
-                 s % kKSub, tid);
-        };
-#pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s) {
-            if (s < steps) issue(s);
-            mma_detail::cp_async_commit();
-        }
-        for (int s = 0; s < steps; ++s) {
-            // As in `GemmDmma`: slice s has landed everywhere, slice s - 1's stage is free.
-            mma_detail::cp_async_wait<STAGES - 2>();
-            __syncthreads();
-            if (s + STAGES - 1 < steps) issue(s + STAGES - 1);
-            mma_detail::cp_async_commit();
+        dmma_detail::ring<STAGES>(
+            (i64)steps,
+            [&](i64 s, int stage) {
+                const int blk = first + (int)s / kKSub;
+                load(p, smem0 + (u32)(stage * kStageFloats * 4), m0, nb0, blk, p.col_idx[blk],
+                     (int)s % kKSub, tid);
+            },
+            [&](int stage) {
+                const float* sa = smem + stage * kStageFloats;
+                dmma_detail::slice(sa, sa + BM * BK, wm, 0, g, t, acc);
+            });
 
-            const float* sa = smem + (s % STAGES) * kStageFloats;
-            const float* sb = sa + BM * BK;
-            double b[FN][4];
-#pragma unroll
-            for (int j = 0; j < FN; ++j) {
-                const float4 v =
-                    *reinterpret_cast<const float4*>(sb + dmma_detail::frag_offset(j * 8 + g, t));
-                b[j][0] = v.x; b[j][1] = v.y; b[j][2] = v.z; b[j][3] = v.w;
-            }
-#pragma unroll
-            for (int i = 0; i < FM; ++i) {
-                const float4 lo = *reinterpret_cast<const float4*>(
-                    sa + dmma_detail::frag_offset(wm + i * 16 + g, t));
-                const float4 hi = *reinterpret_cast<const float4*>(
-                    sa + dmma_detail::frag_offset(wm + i * 16 + g + 8, t));
-                const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
-#pragma unroll
-                for (int j = 0; j < FN; ++j) dmma_detail::mma_16816_f64(acc[i][j], a, b[j]);
-            }
-        }
-
-        // Epilogue: c[2r + e] of tile (i, j) is C[m0 + wm + 16i + g + 8r][n0 + 8j + 2t + e],
-        // inside the block row.
+        // Only the block row's columns: up to n_end.
         const bool pairs = p.ldc % 2 == 0 && n0 % 2 == 0 && is_aligned(p.c, 8);
-#pragma unroll
-        for (int i = 0; i < FM; ++i)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const i64 row = m0 + wm + i * 16 + g + r * 8;
-                if (row >= p.m) continue;
-                T* out_row = p.c + row * p.ldc;
-#pragma unroll
-                for (int j = 0; j < FN; ++j) {
-                    const i64 col = n0 + j * 8 + t * 2;
-                    if (col >= n_end) continue;
-                    const float v0 = Epi::apply((float)acc[i][j][2 * r], 0.0f, row, col, p);
-                    if (col + 1 < n_end) {
-                        const float v1 = Epi::apply((float)acc[i][j][2 * r + 1], 0.0f, row, col + 1, p);
-                        if (pairs) {
-                            *reinterpret_cast<float2*>(out_row + col) = make_float2(v0, v1);
-                        } else {
-                            out_row[col] = from_f32<T>(v0);
-                            out_row[col + 1] = from_f32<T>(v1);
-                        }
-                    } else {
-                        out_row[col] = from_f32<T>(v0);
-                    }
-                }
-            }
+        dmma_detail::store<T, Epi>(acc, p, m0 + wm, n0, n_end, pairs, g, t);
     }
 };
 

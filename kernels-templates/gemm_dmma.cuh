@@ -66,6 +66,91 @@ __device__ __forceinline__ void mma_16816_f64(double (&d)[4], const double (&a)[
 /// Float offset of the float4 of k (4t .. 4t + 3) of row `row` in a [ROWS][16] slice.
 __device__ __forceinline__ int frag_offset(int row, int t) { return row * 16 + t * 4; }
 
+/// The cp.async ring over `slices` slices: `load(slice, stage)` issues one slice's copies into a
+/// stage, `compute(stage)` runs on a landed one. Slice s has landed for every thread once each
+/// has waited for its own copies of it and passed the barrier, by which point every warp is
+/// also done with slice s - 1, whose stage the next copy refills.
+template <int STAGES, class Load, class Compute>
+__device__ __forceinline__ void ring(i64 slices, Load load, Compute compute) {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < slices) load((i64)s, s);
+        mma_detail::cp_async_commit();
+    }
+    for (i64 s = 0; s < slices; ++s) {
+        mma_detail::cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const i64 next = s + STAGES - 1;
+        if (next < slices) load(next, (int)(next % STAGES));
+        mma_detail::cp_async_commit();
+        compute((int)(s % STAGES));
+    }
+}
+
+template <int FM, int FN>
+__device__ __forceinline__ void zero(double (&acc)[FM][FN][4]) {
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0;
+}
+
+/// One warp's share of a 16-deep slice: A rows `wm ..` of the [.][16] slice at `sa`, B rows
+/// (output columns) `wn ..` of the one at `sb`, FM x FN m16n8 tiles into `acc`.
+template <int FM, int FN>
+__device__ __forceinline__ void slice(const float* sa, const float* sb, int wm, int wn, int g,
+                                      int t, double (&acc)[FM][FN][4]) {
+    double b[FN][4];
+#pragma unroll
+    for (int j = 0; j < FN; ++j) {
+        const float4 v = *reinterpret_cast<const float4*>(sb + frag_offset(wn + j * 8 + g, t));
+        b[j][0] = v.x; b[j][1] = v.y; b[j][2] = v.z; b[j][3] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < FM; ++i) {
+        const float4 lo = *reinterpret_cast<const float4*>(sa + frag_offset(wm + i * 16 + g, t));
+        const float4 hi = *reinterpret_cast<const float4*>(sa + frag_offset(wm + i * 16 + g + 8, t));
+        const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+        for (int j = 0; j < FN; ++j) mma_16816_f64(acc[i][j], a, b[j]);
+    }
+}
+
+/// The epilogue of a warp's tiles: c[2r + e] of tile (i, j) is C[r0 + 16i + g + 8r][c0 + 8j +
+/// 2t + e], stored where the row is below `p.m` and the column below `c_end`; two columns at
+/// once with `pairs` (an 8-byte aligned pair: even `ldc` and `c0`, aligned base).
+template <class T, class Epi, int FM, int FN, class P>
+__device__ __forceinline__ void store(const double (&acc)[FM][FN][4], const P& p, i64 r0, i64 c0,
+                                      i64 c_end, bool pairs, int g, int t) {
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const i64 row = r0 + i * 16 + g + r * 8;
+            if (row >= p.m) continue;
+            T* out_row = p.c + row * p.ldc;
+#pragma unroll
+            for (int j = 0; j < FN; ++j) {
+                const i64 col = c0 + j * 8 + t * 2;
+                if (col >= c_end) continue;
+                const float v0 = Epi::apply((float)acc[i][j][2 * r], 0.0f, row, col, p);
+                if (col + 1 < c_end) {
+                    const float v1 = Epi::apply((float)acc[i][j][2 * r + 1], 0.0f, row, col + 1, p);
+                    if (pairs) {
+                        *reinterpret_cast<float2*>(out_row + col) = make_float2(v0, v1);
+                    } else {
+                        out_row[col] = from_f32<T>(v0);
+                        out_row[col + 1] = from_f32<T>(v1);
+                    }
+                } else {
+                    out_row[col] = from_f32<T>(v0);
+                }
+            }
+        }
+}
+
 }  // namespace dmma_detail
 
 /// The f32 GEMM on FP64 tensor cores. Launch with `kThreads` threads, grid
@@ -131,78 +216,20 @@ struct GemmDmma {
         const i64 n0 = (i64)blockIdx.y * BN;
 
         double acc[FM][FN][4];
-#pragma unroll
-        for (int i = 0; i < FM; ++i)
-#pragma unroll
-            for (int j = 0; j < FN; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0;
+        dmma_detail::zero(acc);
 
-        const i64 ktiles = (p.k + BK - 1) / BK;
-#pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s) {
-            if (s < ktiles) load(p, smem0 + (u32)(s * kStageFloats * 4), m0, n0, s, tid);
-            mma_detail::cp_async_commit();
-        }
-        for (i64 kt = 0; kt < ktiles; ++kt) {
-            // Slice kt has landed (for this thread's copies; the barrier makes it everyone's),
-            // and every warp is done with slice kt - 1, whose stage the next copy refills.
-            mma_detail::cp_async_wait<STAGES - 2>();
-            __syncthreads();
-            const i64 next = kt + STAGES - 1;
-            if (next < ktiles) {
-                load(p, smem0 + (u32)((int)(next % STAGES) * kStageFloats * 4), m0, n0, next, tid);
-            }
-            mma_detail::cp_async_commit();
+        dmma_detail::ring<STAGES>(
+            (p.k + BK - 1) / BK,
+            [&](i64 kt, int stage) {
+                load(p, smem0 + (u32)(stage * kStageFloats * 4), m0, n0, kt, tid);
+            },
+            [&](int stage) {
+                const float* sa = smem + stage * kStageFloats;
+                dmma_detail::slice(sa, sa + BM * BK, wm, wn, g, t, acc);
+            });
 
-            const float* sa = smem + (int)(kt % STAGES) * kStageFloats;
-            const float* sb = sa + BM * BK;
-            double b[FN][4];
-#pragma unroll
-            for (int j = 0; j < FN; ++j) {
-                const float4 v = *reinterpret_cast<const float4*>(
-                    sb + dmma_detail::frag_offset(wn + j * 8 + g, t));
-                b[j][0] = v.x; b[j][1] = v.y; b[j][2] = v.z; b[j][3] = v.w;
-            }
-#pragma unroll
-            for (int i = 0; i < FM; ++i) {
-                const float4 lo = *reinterpret_cast<const float4*>(
-                    sa + dmma_detail::frag_offset(wm + i * 16 + g, t));
-                const float4 hi = *reinterpret_cast<const float4*>(
-                    sa + dmma_detail::frag_offset(wm + i * 16 + g + 8, t));
-                const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
-#pragma unroll
-                for (int j = 0; j < FN; ++j) dmma_detail::mma_16816_f64(acc[i][j], a, b[j]);
-            }
-        }
-
-        // Epilogue: c[2r + e] of tile (i, j) is C[m0 + wm + 16i + g + 8r][n0 + wn + 8j + 2t + e].
         const bool pairs = p.ldc % 2 == 0 && is_aligned(p.c, 8);
-#pragma unroll
-        for (int i = 0; i < FM; ++i)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const i64 row = m0 + wm + i * 16 + g + r * 8;
-                if (row >= p.m) continue;
-                T* out_row = p.c + row * p.ldc;
-#pragma unroll
-                for (int j = 0; j < FN; ++j) {
-                    const i64 col = n0 + wn + j * 8 + t * 2;
-                    if (col >= p.n) continue;
-                    const float v0 = Epi::apply((float)acc[i][j][2 * r], 0.0f, row, col, p);
-                    if (col + 1 < p.n) {
-                        const float v1 = Epi::apply((float)acc[i][j][2 * r + 1], 0.0f, row, col + 1, p);
-                        if (pairs) {
-                            *reinterpret_cast<float2*>(out_row + col) = make_float2(v0, v1);
-                        } else {
-                            out_row[col] = from_f32<T>(v0);
-                            out_row[col + 1] = from_f32<T>(v1);
-                        }
-                    } else {
-                        out_row[col] = from_f32<T>(v0);
-                    }
-                }
-            }
+        dmma_detail::store<T, Epi>(acc, p, m0 + wm, n0 + wn, p.n, pairs, g, t);
     }
 };
 

@@ -390,15 +390,17 @@ fn the_model_is_the_templates_data_placement() {
         "stage_addr + (u32)((row * BK + q * 4) * 4)",
         "const int wm = (warp / Cfg::WARPS_N) * Cfg::WM;",
         "const int wn = (warp % Cfg::WARPS_N) * Cfg::WN;",
-        "const float* sb = sa + BM * BK;",
-        "sb + dmma_detail::frag_offset(wn + j * 8 + g, t));",
+        "dmma_detail::slice(sa, sa + BM * BK, wm, wn, g, t, acc);",
+        "sb + frag_offset(wn + j * 8 + g, t));",
         "b[j][0] = v.x; b[j][1] = v.y; b[j][2] = v.z; b[j][3] = v.w;",
-        "sa + dmma_detail::frag_offset(wm + i * 16 + g, t));",
-        "sa + dmma_detail::frag_offset(wm + i * 16 + g + 8, t));",
+        "(sa + frag_offset(wm + i * 16 + g, t));",
+        "(sa + frag_offset(wm + i * 16 + g + 8, t));",
         "const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};",
-        "for (int j = 0; j < FN; ++j) dmma_detail::mma_16816_f64(acc[i][j], a, b[j]);",
-        "const i64 row = m0 + wm + i * 16 + g + r * 8;",
-        "const i64 col = n0 + wn + j * 8 + t * 2;",
+        "for (int j = 0; j < FN; ++j) mma_16816_f64(acc[i][j], a, b[j]);",
+        "dmma_detail::store<T, Epi>(acc, p, m0 + wm, n0 + wn, p.n, pairs, g, t);",
+        "const i64 row = r0 + i * 16 + g + r * 8;",
+        "const i64 col = c0 + j * 8 + t * 2;",
+        "if (col >= c_end) continue;",
         "Epi::apply((float)acc[i][j][2 * r], 0.0f, row, col, p);",
         "Epi::apply((float)acc[i][j][2 * r + 1], 0.0f, row, col + 1, p);",
     ] {
@@ -620,6 +622,7 @@ fn emulate_bsr(m: usize, pattern: &mlpc_ir::BlockPattern, a: &[f32], packed: &[f
 
 #[test]
 fn the_block_sparse_model_is_the_templates_data_placement() {
+    // The fragments, mmas and stores are `dmma_detail`'s, checked with the dense kernel.
     for line in [
         "static constexpr int WM = BM / kWarps;",
         "static constexpr int FM = WM / 16, FN = BN / 8;",
@@ -632,16 +635,11 @@ fn the_block_sparse_model_is_the_templates_data_placement() {
         "in = in && nr < BR;",
         "src = p.b + (i64)blk * (BR * BC) + nr * BC + bk;",
         "stage_addr + (u32)((row * BK + q * 4) * 4)",
-        "const int blk = first + s / kKSub;",
-        "s % kKSub, tid);",
+        "const int blk = first + (int)s / kKSub;",
+        "(int)s % kKSub, tid);",
         "const int wm = warp * WM;",
-        "sb + dmma_detail::frag_offset(j * 8 + g, t));",
-        "sa + dmma_detail::frag_offset(wm + i * 16 + g, t));",
-        "sa + dmma_detail::frag_offset(wm + i * 16 + g + 8, t));",
-        "const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};",
-        "const i64 row = m0 + wm + i * 16 + g + r * 8;",
-        "const i64 col = n0 + j * 8 + t * 2;",
-        "if (col >= n_end) continue;",
+        "dmma_detail::slice(sa, sa + BM * BK, wm, 0, g, t, acc);",
+        "dmma_detail::store<T, Epi>(acc, p, m0 + wm, n0, n_end, pairs, g, t);",
     ] {
         assert!(
             BSR_TEMPLATE.contains(line),
