@@ -415,21 +415,27 @@ fn the_model_is_the_templates_data_placement() {
     }
 }
 
+/// `n` values in [-1, 1), deterministic in `seed` (24 significant bits: exact in f32).
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
 /// The k order of the fragments (logical k = t + 4j read from k = 4t + j of the slice) and the
 /// rest of the data placement compute the GEMM, on tails in M, N and K (K a multiple of 4: the
 /// copies' condition).
 #[test]
 fn the_emulated_kernel_computes_the_gemm() {
     for (m, n, k) in [(200, 136, 40), (128, 128, 16), (1, 8, 4), (130, 250, 68)] {
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        };
-        let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
-        let b: Vec<f32> = (0..n * k).map(|_| next()).collect();
+        let a = random(m * k, 1);
+        let b = random(n * k, 2);
         let got = emulate(m, n, k, &a, &b);
         for r in 0..m {
             for c in 0..n {
@@ -629,15 +635,8 @@ fn the_emulated_block_sparse_kernel_computes_the_pruned_gemm() {
         let pat = &sg.pattern;
         let [br, bc] = pat.block.map(|v| v as usize);
         let (n, k) = (pat.out as usize, pat.inp as usize);
-        let mut s = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        };
-        let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
-        let packed: Vec<f32> = (0..pat.kept.len() * br * bc).map(|_| next()).collect();
+        let a = random(m * k, 3);
+        let packed = random(pat.kept.len() * br * bc, 4);
         let mut w = vec![0.0f64; n * k];
         for (i, &(r, c)) in pat.kept.iter().enumerate() {
             for y in 0..br {
