@@ -453,7 +453,7 @@ struct GemmBsrDmma {
 
         // Only the block row's columns: up to n_end.
         const bool pairs = p.ldc % 2 == 0 && n0 % 2 == 0 && is_aligned(p.c, 8);
-        dmma_detail::store<T, Epi>(acc, p, m0 + wm, n0, n_end, pairs, g, t);
+        dmma_detail::store<T, Epi>(acc, acc, p, m0 + wm, n0, n_end, pairs, g, t);
     }
 };
 

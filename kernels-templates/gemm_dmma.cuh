@@ -1,6 +1,7 @@
 // mlpc kernel templates: f32 GEMM on the FP64 tensor cores (sm_90: `mma.sync` m16n8k16 in f64).
 //
-//   C[m, n] = Epi(sum_k A[m, k] * B[k, n])      (plain GEMMs, A [M, K] and B stored [N, K])
+//   C[m, n] = Epi(sum_k A[m, k] * B[k, n])           (plain, A [M, K] and B stored [N, K])
+//   C[m, n] = Out(Gate(A @ Bg) * Up(A @ Bu))[m, n]   (dual: both accumulators in one CTA)
 //
 // Every f32 value is exact in f64 and every product of two is exact in f64 (48 significant bits
 // of 53), so the sum is accumulated in f64 from exact products and rounded to f32 once, before
@@ -11,10 +12,11 @@
 //
 // Structure of one CTA (a BM x BN tile of C, 16-deep k slices):
 //   - a STAGES-deep ring of shared-memory stages, each the A slice as [BM][16] and the B slice as
-//     [BN][16] f32 (k contiguous, as both operands are stored), filled by 16-byte `cp.async` with
-//     zero-fill outside the matrix;
+//     [BN][16] f32 (then, for a dual GEMM, the up B slice), k contiguous as the operands are
+//     stored, filled by 16-byte `cp.async` with zero-fill outside the matrix;
 //   - WARPS_M x WARPS_N warps, each owning a WM x WN sub-tile as FM x FN m16n8 tiles of f64
-//     accumulators; fragments are read as float4 along k and converted to f64;
+//     accumulators (two sets for a dual GEMM, each A fragment serving both); fragments are read
+//     as float4 along k and converted to f64;
 //   - the epilogue runs on the accumulators (rounded to f32) and stores straight to global memory.
 // Inputs the 16-byte copies cannot take (K or a row stride not a multiple of 4 elements, a base
 // not 16-byte aligned) run the FFMA kernel instead, with the same launch.
@@ -97,33 +99,71 @@ __device__ __forceinline__ void zero(double (&acc)[FM][FN][4]) {
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0;
 }
 
-/// One warp's share of a 16-deep slice: A rows `wm ..` of the [.][16] slice at `sa`, B rows
-/// (output columns) `wn ..` of the one at `sb`, FM x FN m16n8 tiles into `acc`.
-template <int FM, int FN>
-__device__ __forceinline__ void slice(const float* sa, const float* sb, int wm, int wn, int g,
-                                      int t, double (&acc)[FM][FN][4]) {
-    double b[FN][4];
+/// The B fragments of FN m16n8 tiles: rows (output columns) `wn ..` of the [.][16] slice at `sb`.
+template <int FN>
+__device__ __forceinline__ void b_frags(const float* sb, int wn, int g, int t, double (&b)[FN][4]) {
 #pragma unroll
     for (int j = 0; j < FN; ++j) {
         const float4 v = *reinterpret_cast<const float4*>(sb + frag_offset(wn + j * 8 + g, t));
         b[j][0] = v.x; b[j][1] = v.y; b[j][2] = v.z; b[j][3] = v.w;
     }
+}
+
+/// The A fragment of the m16 tile at row `row` of the [.][16] slice at `sa`, as the float4s of
+/// its rows g and g + 8.
+__device__ __forceinline__ void a_rows(const float* sa, int row, int g, int t, float4& lo,
+                                       float4& hi) {
+    lo = *reinterpret_cast<const float4*>(sa + frag_offset(row + g, t));
+    hi = *reinterpret_cast<const float4*>(sa + frag_offset(row + g + 8, t));
+}
+
+/// One warp's share of a 16-deep slice: A rows `wm ..` of the slice at `sa`, B rows (output
+/// columns) `wn ..` of the one at `sb`, FM x FN m16n8 tiles into `acc`.
+template <int FM, int FN>
+__device__ __forceinline__ void slice(const float* sa, const float* sb, int wm, int wn, int g,
+                                      int t, double (&acc)[FM][FN][4]) {
+    double b[FN][4];
+    b_frags(sb, wn, g, t, b);
 #pragma unroll
     for (int i = 0; i < FM; ++i) {
-        const float4 lo = *reinterpret_cast<const float4*>(sa + frag_offset(wm + i * 16 + g, t));
-        const float4 hi = *reinterpret_cast<const float4*>(sa + frag_offset(wm + i * 16 + g + 8, t));
+        float4 lo, hi;
+        a_rows(sa, wm + i * 16, g, t, lo, hi);
         const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
 #pragma unroll
         for (int j = 0; j < FN; ++j) mma_16816_f64(acc[i][j], a, b[j]);
     }
 }
 
+/// `slice` of a dual GEMM: each A fragment serves the gate (`sb`) and the up (`sbu`) tiles.
+template <int FM, int FN>
+__device__ __forceinline__ void slice_dual(const float* sa, const float* sb, const float* sbu,
+                                           int wm, int wn, int g, int t,
+                                           double (&acc)[FM][FN][4], double (&acc_up)[FM][FN][4]) {
+    double b[FN][4], bu[FN][4];
+    b_frags(sb, wn, g, t, b);
+    b_frags(sbu, wn, g, t, bu);
+#pragma unroll
+    for (int i = 0; i < FM; ++i) {
+        float4 lo, hi;
+        a_rows(sa, wm + i * 16, g, t, lo, hi);
+        const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+        for (int j = 0; j < FN; ++j) {
+            mma_16816_f64(acc[i][j], a, b[j]);
+            mma_16816_f64(acc_up[i][j], a, bu[j]);
+        }
+    }
+}
+
 /// The epilogue of a warp's tiles: c[2r + e] of tile (i, j) is C[r0 + 16i + g + 8r][c0 + 8j +
 /// 2t + e], stored where the row is below `p.m` and the column below `c_end`; two columns at
-/// once with `pairs` (an 8-byte aligned pair: even `ldc` and `c0`, aligned base).
+/// once with `pairs` (an 8-byte aligned pair: even `ldc` and `c0`, aligned base). `acc_up` is
+/// the up accumulator of a dual GEMM, read only when `Epi::kDual`.
 template <class T, class Epi, int FM, int FN, class P>
-__device__ __forceinline__ void store(const double (&acc)[FM][FN][4], const P& p, i64 r0, i64 c0,
-                                      i64 c_end, bool pairs, int g, int t) {
+__device__ __forceinline__ void store(const double (&acc)[FM][FN][4],
+                                      const double (&acc_up)[FM][FN][4], const P& p, i64 r0,
+                                      i64 c0, i64 c_end, bool pairs, int g, int t) {
+    auto up = [&](int i, int j, int e) { return Epi::kDual ? (float)acc_up[i][j][e] : 0.0f; };
 #pragma unroll
     for (int i = 0; i < FM; ++i)
 #pragma unroll
@@ -135,9 +175,10 @@ __device__ __forceinline__ void store(const double (&acc)[FM][FN][4], const P& p
             for (int j = 0; j < FN; ++j) {
                 const i64 col = c0 + j * 8 + t * 2;
                 if (col >= c_end) continue;
-                const float v0 = Epi::apply((float)acc[i][j][2 * r], 0.0f, row, col, p);
+                const float v0 = Epi::apply((float)acc[i][j][2 * r], up(i, j, 2 * r), row, col, p);
                 if (col + 1 < c_end) {
-                    const float v1 = Epi::apply((float)acc[i][j][2 * r + 1], 0.0f, row, col + 1, p);
+                    const float v1 = Epi::apply((float)acc[i][j][2 * r + 1], up(i, j, 2 * r + 1),
+                                                row, col + 1, p);
                     if (pairs) {
                         *reinterpret_cast<float2*>(out_row + col) = make_float2(v0, v1);
                     } else {
@@ -159,11 +200,13 @@ template <class T, Layout LA, Layout LB, class Cfg, class Epi>
 struct GemmDmma {
     static_assert(sizeof(T) == 4, "the FP64 tensor-core GEMM takes f32 operands");
     static_assert(LA == Layout::N && LB == Layout::T, "both operands k-contiguous");
-    static_assert(!Epi::kDual, "plain GEMMs only");
+    static constexpr bool kDual = Epi::kDual;
     static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
     static constexpr int FM = Cfg::FM, FN = Cfg::FN;
     static constexpr int kThreads = Cfg::kThreads;
-    static constexpr int kStageFloats = (BM + BN) * BK;
+    /// A stage: the A slice, then the B slice (and, for a dual GEMM, the up B slice).
+    static constexpr int kBRows = kDual ? 2 * BN : BN;
+    static constexpr int kStageFloats = (BM + kBRows) * BK;
     static constexpr int kSmemBytes = STAGES * kStageFloats * 4;
 
     /// Inputs the copies cannot take: the FFMA kernel with the same threads and tile.
@@ -171,23 +214,25 @@ struct GemmDmma {
     static_assert(Fallback::kThreads == kThreads, "the fallback takes the same launch");
     static_assert(Fallback::kSmemBytes <= kSmemBytes, "the fallback fits the shared memory");
 
-    /// Copies the k slice `kt` of A and B into stage `stage` (16-byte chunks, zero outside).
+    /// Copies the k slice `kt` of A and B (and Bu) into stage `stage` (16-byte chunks, zero
+    /// outside).
     template <class P>
     __device__ __forceinline__ static void load(const P& p, u32 stage_addr, i64 m0, i64 n0, i64 kt,
                                                 int tid) {
         const i64 k0 = kt * BK;
-        constexpr int kChunks = (BM + BN) * (BK / 4);
+        constexpr int kChunks = (BM + kBRows) * (BK / 4);
 #pragma unroll
         for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
             const int c = tid + it * kThreads;
             if (kChunks % kThreads != 0 && c >= kChunks) break;
             const int row = c / (BK / 4), q = c % (BK / 4);
             const bool is_a = row < BM;
-            const i64 grow = is_a ? m0 + row : n0 + (row - BM);
+            const bool is_up = kDual && row >= BM + BN;
+            const i64 grow = is_a ? m0 + row : n0 + (is_up ? row - BM - BN : row - BM);
             const i64 rows = is_a ? p.m : p.n;
             const i64 gk = k0 + q * 4;
-            const T* base = is_a ? p.a : p.b;
-            const i64 ld = is_a ? p.lda : p.ldb;
+            const T* base = is_a ? p.a : is_up ? p.b_up : p.b;
+            const i64 ld = is_a ? p.lda : is_up ? p.ldb_up : p.ldb;
             const bool in = grow < rows && gk < p.k;
             // A chunk is wholly inside or outside: K is a multiple of 4 on this path.
             const T* src = in ? base + grow * ld + gk : base;
@@ -198,7 +243,8 @@ struct GemmDmma {
     template <class P>
     __device__ __forceinline__ static void run(const P& p) {
         const bool copies = p.k % 4 == 0 && p.lda % 4 == 0 && p.ldb % 4 == 0 &&
-                            is_aligned(p.a, 16) && is_aligned(p.b, 16);
+                            is_aligned(p.a, 16) && is_aligned(p.b, 16) &&
+                            (!kDual || (p.ldb_up % 4 == 0 && is_aligned(p.b_up, 16)));
         if (!copies) {
             Fallback::run(p);
             return;
@@ -216,7 +262,9 @@ struct GemmDmma {
         const i64 n0 = (i64)blockIdx.y * BN;
 
         double acc[FM][FN][4];
+        double acc_up[kDual ? FM : 1][kDual ? FN : 1][4];
         dmma_detail::zero(acc);
+        dmma_detail::zero(acc_up);
 
         dmma_detail::ring<STAGES>(
             (p.k + BK - 1) / BK,
@@ -225,11 +273,20 @@ struct GemmDmma {
             },
             [&](int stage) {
                 const float* sa = smem + stage * kStageFloats;
-                dmma_detail::slice(sa, sa + BM * BK, wm, wn, g, t, acc);
+                if constexpr (kDual) {
+                    dmma_detail::slice_dual(sa, sa + BM * BK, sa + (BM + BN) * BK, wm, wn, g, t,
+                                            acc, acc_up);
+                } else {
+                    dmma_detail::slice(sa, sa + BM * BK, wm, wn, g, t, acc);
+                }
             });
 
         const bool pairs = p.ldc % 2 == 0 && is_aligned(p.c, 8);
-        dmma_detail::store<T, Epi>(acc, p, m0 + wm, n0 + wn, p.n, pairs, g, t);
+        if constexpr (kDual) {
+            dmma_detail::store<T, Epi>(acc, acc_up, p, m0 + wm, n0 + wn, p.n, pairs, g, t);
+        } else {
+            dmma_detail::store<T, Epi>(acc, acc, p, m0 + wm, n0 + wn, p.n, pairs, g, t);
+        }
     }
 };
 

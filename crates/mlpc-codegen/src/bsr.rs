@@ -556,7 +556,8 @@ pub(crate) fn tile_candidates(
     ctx: &Ctx<'_>,
     sg: &SparseGemm,
 ) -> Option<(TileKey, Vec<TileChoice>)> {
-    f32_key(ctx, sg).map(|key| (key, f32_candidates()))
+    let cfg = choose(DType::F32, false, sg.pattern.block);
+    f32_key(ctx, sg).map(|key| (key, f32_candidates(cfg.bm, cfg.bn)))
 }
 
 pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenError> {
@@ -653,7 +654,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     let cfg = choose(dtype, dual, p.block);
     // f32 where `ctx.tiles` asks for it: `GemmBsrDmma`, with `GemmBsrSimt`'s launch and the
     // larger of the two kernels' shared memory.
-    let dmma = f32_on_fp64_tensor(ctx, f32_key(ctx, sg))?;
+    let dmma = f32_on_fp64_tensor(ctx, f32_key(ctx, sg), &f32_candidates(cfg.bm, cfg.bn))?;
     // Kept blocks are read as the `[N, K]` weight, B layout `t`.
     let (threads, smem, min_blocks, bm) = match hopper {
         Some(h) => (h.threads(), h.smem_bytes(br, dual), 1, h.bm),

@@ -135,9 +135,9 @@ impl Config {
     }
 }
 
-/// The f32 GEMM on the FP64 tensor cores (`GemmDmma` in `gemm_dmma.cuh`): 128 x 128 tiles, 8
-/// warps as 2 x 4 of 64 x 32, `STAGES` 16-deep slices of 16 KB. It keeps the FFMA kernel's
-/// launch (threads and grid), which it runs itself for inputs its copies cannot take.
+/// The f32 GEMM on the FP64 tensor cores (`GemmDmma` in `gemm_dmma.cuh`): the FFMA kernel's
+/// tile and launch (threads and grid), which it runs itself for inputs its copies cannot take;
+/// 8 warps as 2 x 4, `stages` 16-deep slices.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct DmmaConfig {
     pub(crate) bm: u32,
@@ -145,16 +145,23 @@ pub(crate) struct DmmaConfig {
     pub(crate) warps_m: u32,
     pub(crate) warps_n: u32,
     pub(crate) stages: u32,
+    pub(crate) dual: bool,
 }
 
 impl DmmaConfig {
-    pub(crate) const DEFAULT: DmmaConfig = DmmaConfig {
-        bm: 128,
-        bn: 128,
-        warps_m: 2,
-        warps_n: 4,
-        stages: 4,
-    };
+    /// Plain GEMMs: 128 x 128 tiles, warps of 64 x 32 (128 f64 accumulator registers a thread),
+    /// 4 stages of 16 KB. Dual GEMMs: 64 x 128 tiles, warps of 32 x 32 for the gate and the up
+    /// accumulators (the same 128 registers), 4 stages of 20 KB.
+    pub(crate) fn for_gemm(dual: bool) -> DmmaConfig {
+        DmmaConfig {
+            bm: if dual { 64 } else { 128 },
+            bn: 128,
+            warps_m: 2,
+            warps_n: 4,
+            stages: 4,
+            dual,
+        }
+    }
 
     pub(crate) fn threads(&self) -> u32 {
         self.warps_m * self.warps_n * 32
@@ -162,7 +169,8 @@ impl DmmaConfig {
 
     /// Mirrors `GemmDmma::kSmemBytes` (checked by the generated file's `static_assert`).
     pub(crate) fn smem_bytes(&self) -> u32 {
-        self.stages * (self.bm + self.bn) * 16 * 4
+        let b_rows = if self.dual { 2 * self.bn } else { self.bn };
+        self.stages * (self.bm + b_rows) * 16 * 4
     }
 
     pub(crate) fn template(&self) -> String {
@@ -331,13 +339,12 @@ impl Operands {
         is_one(&self.c.col_stride) && self.c.row_stride.as_constant().is_some_and(|s| s % 8 == 0)
     }
 
-    /// The tuning key of a plain f32 GEMM that the FP64 tensor-core kernel can run (sm_90 or
-    /// sm_90a, both operands k-contiguous, constant K and N); its choices are
+    /// The tuning key of an f32 GEMM (plain or dual) that the FP64 tensor-core kernel can run
+    /// (sm_90 or sm_90a, both operands k-contiguous, constant K and N); its choices are
     /// [`f32_candidates`].
     fn f32_tunable(&self, ctx: &Ctx<'_>, dual: bool) -> Option<TileKey> {
         let fits = matches!(ctx.opts.arch, Arch::Sm90 | Arch::Sm90a)
             && ctx.out.ty.dtype == DType::F32
-            && !dual
             && self.la == MatLayout::N
             && self.lb == MatLayout::T;
         fits.then_some(())?;
@@ -373,39 +380,45 @@ pub(crate) fn tile_candidates(
     let dual = g.dual.is_some();
     let ops = Operands::new(ctx, g)?;
     if let Some(key) = ops.f32_tunable(ctx, dual) {
-        return Ok(Some((key, f32_candidates())));
+        let cfg = Config::choose(DType::F32, dual);
+        return Ok(Some((key, f32_candidates(cfg.bm, cfg.bn))));
     }
     Ok(ops
         .tunable(ctx, dual)
         .map(|(key, h)| (key, crate::wgmma::candidates(h, dual, key.n))))
 }
 
-/// The choices of a tunable f32 GEMM: the FFMA kernel (the heuristic's: it is the one measured
-/// against the peers so far) and the FP64 tensor-core kernel.
-pub(crate) fn f32_candidates() -> Vec<TileChoice> {
-    vec![TileChoice::new(128, 1), TileChoice::fp64_tensor()]
+/// The choices of a tunable f32 GEMM whose FFMA kernel takes `bm` x `bn` tiles: that kernel (the
+/// heuristic's: it is the one measured against the peers so far) and the FP64 tensor-core
+/// kernel, which keeps its launch.
+pub(crate) fn f32_candidates(bm: u32, bn: u32) -> Vec<TileChoice> {
+    let ffma = TileChoice {
+        bm,
+        ..TileChoice::new(bn, 1)
+    };
+    vec![ffma, ffma.on_fp64_tensor_cores()]
 }
 
-/// Whether a tunable f32 GEMM runs on the FP64 tensor cores: the choice in `ctx.tiles` for its
-/// key, which must be one of [`f32_candidates`].
+/// Whether a tunable f32 GEMM (its key, if it has one, and its [`f32_candidates`]) runs on the
+/// FP64 tensor cores: the choice in `ctx.tiles` for its key, which must be one of them.
 pub(crate) fn f32_on_fp64_tensor(
     ctx: &Ctx<'_>,
     key: Option<TileKey>,
+    candidates: &[TileChoice],
 ) -> Result<bool, CodegenError> {
     let Some(key) = key else {
         return Ok(false);
     };
     match ctx.tiles.get(&key) {
         None => Ok(false),
-        Some(c) if f32_candidates().contains(&c) => Ok(c.fp64_tensor),
+        Some(c) if candidates.contains(&c) => Ok(c.fp64_tensor),
         Some(c) => Err(CodegenError::TileChoice {
             kernel: ctx.name(),
             key: key.to_string(),
             choice: c.to_string(),
             reason: format!(
-                "an f32 GEMM takes `{}` (FFMA) or `{}`",
-                TileChoice::new(128, 1),
-                TileChoice::fp64_tensor()
+                "this f32 GEMM takes `{}` (FFMA) or `{}`",
+                candidates[0], candidates[1]
             ),
         }),
     }
@@ -416,7 +429,13 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let dtype = ctx.out.ty.dtype;
     let dual = g.dual.is_some();
     let ops = Operands::new(ctx, g)?;
-    let dmma = f32_on_fp64_tensor(ctx, ops.f32_tunable(ctx, dual))?.then_some(DmmaConfig::DEFAULT);
+    let cfg = Config::choose(dtype, dual);
+    let dmma = f32_on_fp64_tensor(
+        ctx,
+        ops.f32_tunable(ctx, dual),
+        &f32_candidates(cfg.bm, cfg.bn),
+    )?
+    .then(|| DmmaConfig::for_gemm(dual));
     let hopper = match ops.tunable(ctx, dual) {
         Some((key, h)) => match ctx.tiles.get(&key) {
             Some(choice) => Some(crate::wgmma::with_choice(h, dual, key.n, choice).map_err(
@@ -455,7 +474,6 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     arg_names.extend(epi.arg_names);
     arg_names.push("out".into());
 
-    let cfg = Config::choose(dtype, dual);
     // sm_90a: K-major f16 / bf16 operands take the wgmma family (see wgmma.rs), with the tile
     // of the heuristic or of `ctx.tiles`.
     // f32 on sm_90 / sm_90a where `ctx.tiles` chooses it: the FP64 tensor-core kernel, which

@@ -69,33 +69,38 @@ fn plan() -> Plan {
     p.finish()
 }
 
+/// The FFMA choice of a `bm` x `bn` tile and the same tile on the FP64 tensor cores.
+fn choices(bm: u32, bn: u32) -> Vec<TileChoice> {
+    let ffma = TileChoice {
+        bm,
+        ..TileChoice::new(bn, 1)
+    };
+    vec![ffma, ffma.on_fp64_tensor_cores()]
+}
+
 #[test]
-fn plain_k_major_f32_gemms_on_sm_90_offer_the_fp64_tensor_cores() {
+fn k_major_f32_gemms_on_sm_90_offer_the_fp64_tensor_cores() {
     let p = plan();
     for arch in [Arch::Sm90, Arch::Sm90a] {
         let cands = plan_tile_candidates(&p, &opts(arch)).unwrap();
-        assert_eq!(cands.len(), 1, "{arch:?}: {cands:?}");
-        assert_eq!(cands[0].kernel, "plain");
-        assert_eq!(
-            (
-                cands[0].key.dtype,
-                cands[0].key.dual,
-                cands[0].key.k,
-                cands[0].key.n
-            ),
-            (DType::F32, false, 768, 3000)
-        );
-        assert_eq!(
-            cands[0].choices,
-            vec![TileChoice::new(128, 1), TileChoice::fp64_tensor()]
-        );
+        let names: Vec<&str> = cands.iter().map(|c| c.kernel.as_str()).collect();
+        assert_eq!(names, ["plain", "dual"], "{arch:?}");
+        for (c, dual) in cands.iter().zip([false, true]) {
+            assert_eq!(
+                (c.key.dtype, c.key.dual, c.key.k, c.key.n, c.key.sparse),
+                (DType::F32, dual, 768, 3000, false)
+            );
+        }
+        // The FFMA kernel's tiles: 128 x 128, and 64 x 128 with two accumulators.
+        assert_eq!(cands[0].choices, choices(128, 128));
+        assert_eq!(cands[1].choices, choices(64, 128));
     }
     assert!(plan_tile_candidates(&p, &opts(Arch::Sm80))
         .unwrap()
         .is_empty());
     assert_eq!(
-        TileChoice::fp64_tensor().to_string(),
-        "128x128 x1 CTA, FP64 tensor cores"
+        choices(64, 128)[1].to_string(),
+        "64x128 x1 CTA, FP64 tensor cores"
     );
 }
 
@@ -110,7 +115,7 @@ fn the_default_is_the_ffma_kernel_and_the_choice_changes_only_its_kernel() {
     tiles.insert(key, TileChoice::new(128, 1));
     assert_eq!(generate_tiled(&p, &o, &tiles).unwrap(), heuristic);
 
-    tiles.insert(key, TileChoice::fp64_tensor());
+    tiles.insert(key, choices(128, 128)[1]);
     let forced = generate_tiled(&p, &o, &tiles).unwrap();
     for (f, h) in forced.iter().zip(&heuristic) {
         assert_eq!(f == h, f.name != "plain", "{}", f.name);
@@ -157,9 +162,9 @@ fn other_choices_for_an_f32_gemm_are_errors_and_f16_refuses_the_fp64_tensor_core
     // A bf16 GEMM on the TMA kernel: not a choice of its.
     let bf16 = samples::linear_bias_bf16();
     let c = &plan_tile_candidates(&bf16, &o).unwrap()[0];
-    assert!(!c.choices.contains(&TileChoice::fp64_tensor()));
+    assert!(c.choices.iter().all(|c| !c.fp64_tensor));
     let mut tiles = TileOverrides::new();
-    tiles.insert(c.key, TileChoice::fp64_tensor());
+    tiles.insert(c.key, choices(128, 128)[1]);
     let e = generate_tiled(&bf16, &o, &tiles).unwrap_err();
     assert!(e.to_string().contains("f32 GEMMs only"), "{e}");
 }
@@ -168,7 +173,7 @@ fn other_choices_for_an_f32_gemm_are_errors_and_f16_refuses_the_fp64_tensor_core
 fn forced(p: &Plan, o: &CodegenOptions) -> Vec<mlpc_codegen::CudaKernel> {
     let mut tiles = TileOverrides::new();
     for c in plan_tile_candidates(p, o).unwrap() {
-        tiles.insert(c.key, TileChoice::fp64_tensor());
+        tiles.insert(c.key, c.choices[0].on_fp64_tensor_cores());
     }
     assert!(!tiles.is_empty(), "{}", p.name);
     generate_tiled(p, o, &tiles).unwrap()
@@ -188,8 +193,13 @@ fn compiles_without_local_memory(p: &Plan) {
             cache_dir: None,
         };
         let compiled = compile_all(&kernels, &jit).unwrap_or_else(|e| panic!("{e}"));
+        let forced = plan_tile_candidates(p, &opts(arch)).unwrap().len();
+        let mut seen = 0;
         for (k, c) in kernels.iter().zip(&compiled) {
-            assert!(k.entry.ends_with("_dmma"), "{}", k.entry);
+            if !k.entry.ends_with("_dmma") {
+                continue;
+            }
+            seen += 1;
             for needle in [
                 "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64",
                 "cp.async.cg.shared.global",
@@ -204,15 +214,17 @@ fn compiles_without_local_memory(p: &Plan) {
                 c.log
             );
         }
+        assert_eq!(seen, forced, "{}", p.name);
     }
 }
 
-/// The GPT-2 MLP's two f32 GEMMs (bias, GELU).
+/// The GPT-2 MLP's two f32 GEMMs (bias, GELU); a plain and a dual GEMM.
 #[test]
 fn the_fp64_tensor_kernels_compile_without_local_memory() {
     let p = samples::gpt2_mlp_f32();
     assert_eq!(forced(&p, &opts(Arch::Sm90)).len(), 2);
     compiles_without_local_memory(&p);
+    compiles_without_local_memory(&plan());
 }
 
 const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_dmma.cuh");
@@ -326,29 +338,49 @@ fn scatter(
 }
 
 /// `GemmDmma` on the CPU, line for line where it places data (the lines are checked against the
-/// template below): C = A B^T for A `[m, k]` and B `[n, k]`, row-major, with the default config.
-fn emulate(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
-    const BM: usize = 128;
+/// template below): C = A B^T for A `[m, k]` and B `[n, k]`, row-major, with the configuration
+/// of `DmmaConfig::for_gemm`; for a dual GEMM (`bu`, the up weight) also A Bu^T, the second
+/// result (the epilogue combines the two).
+fn emulate(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    bu: Option<&[f32]>,
+) -> (Vec<f64>, Vec<f64>) {
+    let dual = bu.is_some();
+    let bm = if dual { 64 } else { 128 };
     const BN: usize = 128;
     const BK: usize = 16;
     const WARPS_N: usize = 4;
-    const WM: usize = 64;
-    const WN: usize = 32;
-    const FM: usize = WM / 16;
-    const FN: usize = WN / 8;
+    let (wm_size, wn_size) = (bm / 2, BN / WARPS_N);
+    let (fm, fn_) = (wm_size / 16, wn_size / 8);
+    let b_rows = if dual { 2 * BN } else { BN };
     let mut out = vec![f64::NAN; m * n];
-    for bx in 0..m.div_ceil(BM) {
+    let mut out_up = vec![f64::NAN; m * n];
+    for bx in 0..m.div_ceil(bm) {
         for by in 0..n.div_ceil(BN) {
-            let (m0, n0) = (bx * BM, by * BN);
-            let mut acc = vec![[[[0.0f64; 4]; 32]; FN * FM]; 8];
+            let (m0, n0) = (bx * bm, by * BN);
+            let mut acc = vec![vec![[[0.0f64; 4]; 32]; fn_ * fm]; 8];
+            let mut acc_up = acc.clone();
             for kt in 0..k.div_ceil(BK) {
-                // `load`: 16-byte chunks, A rows then B rows, zero outside.
-                let mut stage = vec![f32::NAN; (BM + BN) * BK];
-                for c in 0..(BM + BN) * (BK / 4) {
+                // `load`: 16-byte chunks, A rows, then B rows, then Bu rows, zero outside.
+                let mut stage = vec![f32::NAN; (bm + b_rows) * BK];
+                for c in 0..(bm + b_rows) * (BK / 4) {
                     let (row, q) = (c / (BK / 4), c % (BK / 4));
-                    let is_a = row < BM;
-                    let grow = if is_a { m0 + row } else { n0 + (row - BM) };
-                    let (rows, src) = if is_a { (m, a) } else { (n, b) };
+                    let is_a = row < bm;
+                    let is_up = dual && row >= bm + BN;
+                    let grow = match (is_a, is_up) {
+                        (true, _) => m0 + row,
+                        (false, true) => n0 + (row - bm - BN),
+                        (false, false) => n0 + (row - bm),
+                    };
+                    let (rows, src) = match (is_a, bu) {
+                        (true, _) => (m, a),
+                        (false, Some(bu)) if is_up => (n, bu),
+                        _ => (n, b),
+                    };
                     let gk = kt * BK + q * 4;
                     for e in 0..4 {
                         let inside = grow < rows && gk < k;
@@ -356,30 +388,36 @@ fn emulate(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
                             if inside { src[grow * k + gk + e] } else { 0.0 };
                     }
                 }
-                let (sa, sb) = stage.split_at(BM * BK);
-                for (warp, wacc) in acc.iter_mut().enumerate() {
-                    let wm = (warp / WARPS_N) * WM;
-                    let wn = (warp % WARPS_N) * WN;
-                    warp_slice(sa, sb, wm, wn, FM, FN, wacc);
+                let (sa, sbs) = stage.split_at(bm * BK);
+                let (sb, sbu) = sbs.split_at(BN * BK);
+                for warp in 0..8 {
+                    let wm = (warp / WARPS_N) * wm_size;
+                    let wn = (warp % WARPS_N) * wn_size;
+                    warp_slice(sa, sb, wm, wn, fm, fn_, &mut acc[warp]);
+                    if dual {
+                        warp_slice(sa, sbu, wm, wn, fm, fn_, &mut acc_up[warp]);
+                    }
                 }
             }
-            for (warp, wacc) in acc.iter().enumerate() {
-                let wm = (warp / WARPS_N) * WM;
-                let wn = (warp % WARPS_N) * WN;
+            for warp in 0..8 {
+                let wm = (warp / WARPS_N) * wm_size;
+                let wn = (warp % WARPS_N) * wn_size;
+                let keep = |r: usize, c: usize| r < m && c < n;
+                scatter(&acc[warp], m0 + wm, n0 + wn, fm, fn_, keep, n, &mut out);
                 scatter(
-                    wacc,
+                    &acc_up[warp],
                     m0 + wm,
                     n0 + wn,
-                    FM,
-                    FN,
-                    |r, c| r < m && c < n,
+                    fm,
+                    fn_,
+                    keep,
                     n,
-                    &mut out,
+                    &mut out_up,
                 );
             }
         }
     }
-    out
+    (out, out_up)
 }
 
 #[test]
@@ -387,26 +425,34 @@ fn the_model_is_the_templates_data_placement() {
     // The lines `emulate` transcribes; a change to either side must change both.
     for line in [
         "__device__ __forceinline__ int frag_offset(int row, int t) { return row * 16 + t * 4; }",
+        "static constexpr int kBRows = kDual ? 2 * BN : BN;",
         "const int row = c / (BK / 4), q = c % (BK / 4);",
         "const bool is_a = row < BM;",
-        "const i64 grow = is_a ? m0 + row : n0 + (row - BM);",
+        "const bool is_up = kDual && row >= BM + BN;",
+        "const i64 grow = is_a ? m0 + row : n0 + (is_up ? row - BM - BN : row - BM);",
+        "const T* base = is_a ? p.a : is_up ? p.b_up : p.b;",
         "const i64 gk = k0 + q * 4;",
         "stage_addr + (u32)((row * BK + q * 4) * 4)",
         "const int wm = (warp / Cfg::WARPS_N) * Cfg::WM;",
         "const int wn = (warp % Cfg::WARPS_N) * Cfg::WN;",
         "dmma_detail::slice(sa, sa + BM * BK, wm, wn, g, t, acc);",
+        "dmma_detail::slice_dual(sa, sa + BM * BK, sa + (BM + BN) * BK, wm, wn, g, t,",
         "sb + frag_offset(wn + j * 8 + g, t));",
         "b[j][0] = v.x; b[j][1] = v.y; b[j][2] = v.z; b[j][3] = v.w;",
-        "(sa + frag_offset(wm + i * 16 + g, t));",
-        "(sa + frag_offset(wm + i * 16 + g + 8, t));",
+        "b_frags(sbu, wn, g, t, bu);",
+        "a_rows(sa, wm + i * 16, g, t, lo, hi);",
+        "lo = *reinterpret_cast<const float4*>(sa + frag_offset(row + g, t));",
+        "hi = *reinterpret_cast<const float4*>(sa + frag_offset(row + g + 8, t));",
         "const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};",
         "for (int j = 0; j < FN; ++j) mma_16816_f64(acc[i][j], a, b[j]);",
-        "dmma_detail::store<T, Epi>(acc, p, m0 + wm, n0 + wn, p.n, pairs, g, t);",
+        "mma_16816_f64(acc_up[i][j], a, bu[j]);",
+        "dmma_detail::store<T, Epi>(acc, acc, p, m0 + wm, n0 + wn, p.n, pairs, g, t);",
+        "dmma_detail::store<T, Epi>(acc, acc_up, p, m0 + wm, n0 + wn, p.n, pairs, g, t);",
         "const i64 row = r0 + i * 16 + g + r * 8;",
         "const i64 col = c0 + j * 8 + t * 2;",
         "if (col >= c_end) continue;",
-        "Epi::apply((float)acc[i][j][2 * r], 0.0f, row, col, p);",
-        "Epi::apply((float)acc[i][j][2 * r + 1], 0.0f, row, col + 1, p);",
+        "Epi::apply((float)acc[i][j][2 * r], up(i, j, 2 * r), row, col, p);",
+        "Epi::apply((float)acc[i][j][2 * r + 1], up(i, j, 2 * r + 1),",
     ] {
         assert!(
             TEMPLATE.contains(line),
@@ -433,10 +479,7 @@ fn random(n: usize, seed: u64) -> Vec<f32> {
 /// copies' condition).
 #[test]
 fn the_emulated_kernel_computes_the_gemm() {
-    for (m, n, k) in [(200, 136, 40), (128, 128, 16), (1, 8, 4), (130, 250, 68)] {
-        let a = random(m * k, 1);
-        let b = random(n * k, 2);
-        let got = emulate(m, n, k, &a, &b);
+    let check = |got: &[f64], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize)| {
         for r in 0..m {
             for c in 0..n {
                 let want: f64 = (0..k)
@@ -449,6 +492,15 @@ fn the_emulated_kernel_computes_the_gemm() {
                 );
             }
         }
+    };
+    for (m, n, k) in [(200, 136, 40), (128, 128, 16), (1, 8, 4), (130, 250, 68)] {
+        let a = random(m * k, 1);
+        let b = random(n * k, 2);
+        let bu = random(n * k, 3);
+        check(&emulate(m, n, k, &a, &b, None).0, &a, &b, (m, n, k));
+        let (gate, up) = emulate(m, n, k, &a, &b, Some(&bu));
+        check(&gate, &a, &b, (m, n, k));
+        check(&up, &a, &bu, (m, n, k));
     }
 }
 
@@ -472,12 +524,10 @@ fn f32_block_sparse_gemms_with_small_blocks_offer_the_fp64_tensor_cores() {
                 "bsr_gemm_relu_f32_nt_b24x8"
             ]
         );
-        for c in &cands {
+        // The FFMA kernel's tiles: 128 rows by the block height rounded up to 16.
+        for (c, bn) in cands.iter().zip([32, 16, 32]) {
             assert!(c.key.sparse && c.key.dtype == DType::F32 && !c.key.dual);
-            assert_eq!(
-                c.choices,
-                vec![TileChoice::new(128, 1), TileChoice::fp64_tensor()]
-            );
+            assert_eq!(c.choices, choices(128, bn));
         }
         assert_eq!((cands[0].key.k, cands[0].key.n), (256, 128));
     }
@@ -614,7 +664,7 @@ fn the_block_sparse_model_is_the_templates_data_placement() {
         "(int)s % kKSub, tid);",
         "const int wm = warp * WM;",
         "dmma_detail::slice(sa, sa + BM * BK, wm, 0, g, t, acc);",
-        "dmma_detail::store<T, Epi>(acc, p, m0 + wm, n0, n_end, pairs, g, t);",
+        "dmma_detail::store<T, Epi>(acc, acc, p, m0 + wm, n0, n_end, pairs, g, t);",
     ] {
         assert!(
             BSR_TEMPLATE.contains(line),
