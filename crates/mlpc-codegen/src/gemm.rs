@@ -417,8 +417,12 @@ pub(crate) fn f32_on_fp64_tensor(
             key: key.to_string(),
             choice: c.to_string(),
             reason: format!(
-                "this f32 GEMM takes `{}` (FFMA) or `{}`",
-                candidates[0], candidates[1]
+                "this f32 GEMM takes {}",
+                candidates
+                    .iter()
+                    .map(|c| format!("`{c}`"))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
             ),
         }),
     }
