@@ -386,31 +386,17 @@ struct GemmBsrDmma {
         kRingBytes > Fallback::kSmemBytes ? kRingBytes : Fallback::kSmemBytes;
 
     /// Copies slice `ks` of kept block `blk` (block column `bcol`) and its A piece into the
-    /// stage at `stage_addr`; `nb0` is the CTA's first row of the block.
+    /// stage at `stage_addr`, A first; `nb0` is the CTA's first row of the block. Zero past the
+    /// block's width, past M and past the block's rows.
     template <class P>
     __device__ __forceinline__ static void load(const P& p, u32 stage_addr, i64 m0, int nb0,
                                                 int blk, int bcol, int ks, int tid) {
-        constexpr int kChunks = (BM + BN) * (BK / 4);
-#pragma unroll
-        for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
-            const int c = tid + it * kThreads;
-            if (kChunks % kThreads != 0 && c >= kChunks) break;
-            const int row = c / (BK / 4), q = c % (BK / 4);
-            const int bk = ks * BK + q * 4;
-            bool in = bk < BC;
-            const float* src;
-            if (row < BM) {
-                const i64 grow = m0 + row;
-                in = in && grow < p.m;
-                src = p.a + grow * p.lda + (i64)bcol * BC + bk;
-            } else {
-                const int nr = nb0 + (row - BM);
-                in = in && nr < BR;
-                src = p.b + (i64)blk * (BR * BC) + nr * BC + bk;
-            }
-            mma_detail::cp_async_16(stage_addr + (u32)((row * BK + q * 4) * 4), in ? src : p.a,
-                                    in ? 16 : 0);
-        }
+        const int k0 = ks * BK;
+        dmma_detail::copy_slice<BM, kThreads>(stage_addr, p.a + (i64)bcol * BC + k0, p.lda, m0,
+                                              p.m, 0, BC - k0, tid);
+        dmma_detail::copy_slice<BN, kThreads>(stage_addr + BM * BK * 4,
+                                              p.b + (i64)blk * (BR * BC) + k0, BC, nb0, BR, 0,
+                                              BC - k0, tid);
     }
 
     template <class P>

@@ -68,6 +68,26 @@ __device__ __forceinline__ void mma_16816_f64(double (&d)[4], const double (&a)[
 /// Float offset of the float4 of k (4t .. 4t + 3) of row `row` in a [ROWS][16] slice.
 __device__ __forceinline__ int frag_offset(int row, int t) { return row * 16 + t * 4; }
 
+/// Copies a [ROWS][16] slice of a k-contiguous operand into shared memory at `dst` by 16-byte
+/// chunks, THREADS threads: rows `row0 ..` (valid below `rows`) and k `k0 ..` (valid below
+/// `k`, a multiple of 4 away from `k0`) of the matrix at `base` with row stride `ld`; zero
+/// outside.
+template <int ROWS, int THREADS, class T>
+__device__ __forceinline__ void copy_slice(u32 dst, const T* base, i64 ld, i64 row0, i64 rows,
+                                           i64 k0, i64 k, int tid) {
+    constexpr int kChunks = ROWS * 4;
+#pragma unroll
+    for (int it = 0; it < (kChunks + THREADS - 1) / THREADS; ++it) {
+        const int c = tid + it * THREADS;
+        if (kChunks % THREADS != 0 && c >= kChunks) break;
+        const int row = c / 4, q = c % 4;
+        const i64 grow = row0 + row, gk = k0 + q * 4;
+        const bool in = grow < rows && gk < k;
+        mma_detail::cp_async_16(dst + (u32)(c * 16), in ? base + grow * ld + gk : base,
+                                in ? 16 : 0);
+    }
+}
+
 /// The cp.async ring over `slices` slices: `load(slice, stage)` issues one slice's copies into a
 /// stage, `compute(stage)` runs on a landed one. Slice s has landed for every thread once each
 /// has waited for its own copies of it and passed the barrier, by which point every warp is
@@ -99,16 +119,6 @@ __device__ __forceinline__ void zero(double (&acc)[FM][FN][4]) {
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0;
 }
 
-/// The B fragments of FN m16n8 tiles: rows (output columns) `wn ..` of the [.][16] slice at `sb`.
-template <int FN>
-__device__ __forceinline__ void b_frags(const float* sb, int wn, int g, int t, double (&b)[FN][4]) {
-#pragma unroll
-    for (int j = 0; j < FN; ++j) {
-        const float4 v = *reinterpret_cast<const float4*>(sb + frag_offset(wn + j * 8 + g, t));
-        b[j][0] = v.x; b[j][1] = v.y; b[j][2] = v.z; b[j][3] = v.w;
-    }
-}
-
 /// The A fragment of the m16 tile at row `row` of the [.][16] slice at `sa`, as the float4s of
 /// its rows g and g + 8.
 __device__ __forceinline__ void a_rows(const float* sa, int row, int g, int t, float4& lo,
@@ -117,20 +127,65 @@ __device__ __forceinline__ void a_rows(const float* sa, int row, int g, int t, f
     hi = *reinterpret_cast<const float4*>(sa + frag_offset(row + g + 8, t));
 }
 
+/// The B fragment of the n8 tile at row (output column) `row` of the [.][16] slice at `sb`.
+__device__ __forceinline__ void b_frag(const float* sb, int row, int g, int t, double (&b)[4]) {
+    const float4 v = *reinterpret_cast<const float4*>(sb + frag_offset(row + g, t));
+    b[0] = v.x; b[1] = v.y; b[2] = v.z; b[3] = v.w;
+}
+
+/// The B fragments of FN n8 tiles: rows (output columns) `wn ..` of the [.][16] slice at `sb`.
+template <int FN>
+__device__ __forceinline__ void b_frags(const float* sb, int wn, int g, int t, double (&b)[FN][4]) {
+#pragma unroll
+    for (int j = 0; j < FN; ++j) b_frag(sb, wn + j * 8, g, t, b[j]);
+}
+
+/// The A fragments of FM m16 tiles at rows `wm ..` of the [.][16] slice at `sa`.
+template <int FM>
+__device__ __forceinline__ void a_frags(const float* sa, int wm, int g, int t, double (&a)[FM][8]) {
+#pragma unroll
+    for (int i = 0; i < FM; ++i) {
+        float4 lo, hi;
+        a_rows(sa, wm + i * 16, g, t, lo, hi);
+        a[i][0] = lo.x; a[i][1] = hi.x; a[i][2] = lo.y; a[i][3] = hi.y;
+        a[i][4] = lo.z; a[i][5] = hi.z; a[i][6] = lo.w; a[i][7] = hi.w;
+    }
+}
+
+/// Whether a warp of FM x FN tiles holds its A fragments through the slice and reads the B
+/// fragments one n8 tile at a time (`A_STATIONARY`), or the other way round: whichever operand
+/// takes fewer registers held (A: 8 doubles a tile, B: 4).
+template <int FM, int FN>
+struct SliceOrder {
+    static constexpr bool A_STATIONARY = 2 * FM <= FN && FM < 4;
+};
+
 /// One warp's share of a 16-deep slice: A rows `wm ..` of the slice at `sa`, B rows (output
 /// columns) `wn ..` of the one at `sb`, FM x FN m16n8 tiles into `acc`.
 template <int FM, int FN>
 __device__ __forceinline__ void slice(const float* sa, const float* sb, int wm, int wn, int g,
                                       int t, double (&acc)[FM][FN][4]) {
-    double b[FN][4];
-    b_frags(sb, wn, g, t, b);
+    if constexpr (SliceOrder<FM, FN>::A_STATIONARY) {
+        double a[FM][8];
+        a_frags(sa, wm, g, t, a);
 #pragma unroll
-    for (int i = 0; i < FM; ++i) {
-        float4 lo, hi;
-        a_rows(sa, wm + i * 16, g, t, lo, hi);
-        const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
+        for (int j = 0; j < FN; ++j) {
+            double b[4];
+            b_frag(sb, wn + j * 8, g, t, b);
 #pragma unroll
-        for (int j = 0; j < FN; ++j) mma_16816_f64(acc[i][j], a, b[j]);
+            for (int i = 0; i < FM; ++i) mma_16816_f64(acc[i][j], a[i], b);
+        }
+    } else {
+        double b[FN][4];
+        b_frags(sb, wn, g, t, b);
+#pragma unroll
+        for (int i = 0; i < FM; ++i) {
+            float4 lo, hi;
+            a_rows(sa, wm + i * 16, g, t, lo, hi);
+            const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+            for (int j = 0; j < FN; ++j) mma_16816_f64(acc[i][j], a, b[j]);
+        }
     }
 }
 
@@ -139,18 +194,34 @@ template <int FM, int FN>
 __device__ __forceinline__ void slice_dual(const float* sa, const float* sb, const float* sbu,
                                            int wm, int wn, int g, int t,
                                            double (&acc)[FM][FN][4], double (&acc_up)[FM][FN][4]) {
-    double b[FN][4], bu[FN][4];
-    b_frags(sb, wn, g, t, b);
-    b_frags(sbu, wn, g, t, bu);
-#pragma unroll
-    for (int i = 0; i < FM; ++i) {
-        float4 lo, hi;
-        a_rows(sa, wm + i * 16, g, t, lo, hi);
-        const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
+    if constexpr (SliceOrder<FM, FN>::A_STATIONARY) {
+        double a[FM][8];
+        a_frags(sa, wm, g, t, a);
 #pragma unroll
         for (int j = 0; j < FN; ++j) {
-            mma_16816_f64(acc[i][j], a, b[j]);
-            mma_16816_f64(acc_up[i][j], a, bu[j]);
+            double b[4], bu[4];
+            b_frag(sb, wn + j * 8, g, t, b);
+            b_frag(sbu, wn + j * 8, g, t, bu);
+#pragma unroll
+            for (int i = 0; i < FM; ++i) {
+                mma_16816_f64(acc[i][j], a[i], b);
+                mma_16816_f64(acc_up[i][j], a[i], bu);
+            }
+        }
+    } else {
+        double b[FN][4], bu[FN][4];
+        b_frags(sb, wn, g, t, b);
+        b_frags(sbu, wn, g, t, bu);
+#pragma unroll
+        for (int i = 0; i < FM; ++i) {
+            float4 lo, hi;
+            a_rows(sa, wm + i * 16, g, t, lo, hi);
+            const double a[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+            for (int j = 0; j < FN; ++j) {
+                mma_16816_f64(acc[i][j], a, b[j]);
+                mma_16816_f64(acc_up[i][j], a, bu[j]);
+            }
         }
     }
 }
@@ -214,29 +285,18 @@ struct GemmDmma {
     static_assert(Fallback::kThreads == kThreads, "the fallback takes the same launch");
     static_assert(Fallback::kSmemBytes <= kSmemBytes, "the fallback fits the shared memory");
 
-    /// Copies the k slice `kt` of A and B (and Bu) into stage `stage` (16-byte chunks, zero
-    /// outside).
+    /// Copies the k slice `kt` of A, B (and Bu) into the stage at `stage_addr`, one after the
+    /// other (16-byte chunks, zero outside; K is a multiple of 4 on this path).
     template <class P>
     __device__ __forceinline__ static void load(const P& p, u32 stage_addr, i64 m0, i64 n0, i64 kt,
                                                 int tid) {
         const i64 k0 = kt * BK;
-        constexpr int kChunks = (BM + kBRows) * (BK / 4);
-#pragma unroll
-        for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
-            const int c = tid + it * kThreads;
-            if (kChunks % kThreads != 0 && c >= kChunks) break;
-            const int row = c / (BK / 4), q = c % (BK / 4);
-            const bool is_a = row < BM;
-            const bool is_up = kDual && row >= BM + BN;
-            const i64 grow = is_a ? m0 + row : n0 + (is_up ? row - BM - BN : row - BM);
-            const i64 rows = is_a ? p.m : p.n;
-            const i64 gk = k0 + q * 4;
-            const T* base = is_a ? p.a : is_up ? p.b_up : p.b;
-            const i64 ld = is_a ? p.lda : is_up ? p.ldb_up : p.ldb;
-            const bool in = grow < rows && gk < p.k;
-            // A chunk is wholly inside or outside: K is a multiple of 4 on this path.
-            const T* src = in ? base + grow * ld + gk : base;
-            mma_detail::cp_async_16(stage_addr + (u32)((row * BK + q * 4) * 4), src, in ? 16 : 0);
+        dmma_detail::copy_slice<BM, kThreads>(stage_addr, p.a, p.lda, m0, p.m, k0, p.k, tid);
+        dmma_detail::copy_slice<BN, kThreads>(stage_addr + BM * BK * 4, p.b, p.ldb, n0, p.n, k0,
+                                              p.k, tid);
+        if constexpr (kDual) {
+            dmma_detail::copy_slice<BN, kThreads>(stage_addr + (BM + BN) * BK * 4, p.b_up,
+                                                  p.ldb_up, n0, p.n, k0, p.k, tid);
         }
     }
 

@@ -25,7 +25,7 @@
 
 use crate::cpp::{self, Symbols};
 use crate::gemm::{
-    a_layout, check_output_columns, epilogue_code, f32_candidates, f32_on_fp64_tensor,
+    a_layout, check_output_columns, epilogue_code, f32_candidates, f32_fp64_choice,
     output_store_map, Config,
 };
 use crate::view::{is_one, matrix_view};
@@ -654,7 +654,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     let cfg = choose(dtype, dual, p.block);
     // f32 where `ctx.tiles` asks for it: `GemmBsrDmma`, with `GemmBsrSimt`'s launch and the
     // larger of the two kernels' shared memory.
-    let dmma = f32_on_fp64_tensor(ctx, f32_key(ctx, sg), &f32_candidates(cfg.bm, cfg.bn))?;
+    let dmma = f32_fp64_choice(ctx, f32_key(ctx, sg), &f32_candidates(cfg.bm, cfg.bn))?.is_some();
     // Kept blocks are read as the `[N, K]` weight, B layout `t`.
     let (threads, smem, min_blocks, bm) = match hopper {
         Some(h) => (h.threads(), h.smem_bytes(br, dual), 1, h.bm),

@@ -151,11 +151,13 @@ pub(crate) struct DmmaConfig {
 impl DmmaConfig {
     /// Plain GEMMs: 128 x 128 tiles, warps of 64 x 32 (128 f64 accumulator registers a thread),
     /// 4 stages of 16 KB. Dual GEMMs: 64 x 128 tiles, warps of 32 x 32 for the gate and the up
-    /// accumulators (the same 128 registers), 4 stages of 20 KB.
+    /// accumulators (the same 128 registers), 4 stages of 20 KB. One CTA per SM: half as wide
+    /// tiles at two CTAs per SM (64 accumulator registers, 128 in all) spilled.
     pub(crate) fn for_gemm(dual: bool) -> DmmaConfig {
+        let cfg = Config::choose(DType::F32, dual);
         DmmaConfig {
-            bm: if dual { 64 } else { 128 },
-            bn: 128,
+            bm: cfg.bm,
+            bn: cfg.bn,
             warps_m: 2,
             warps_n: 4,
             stages: 4,
@@ -399,19 +401,20 @@ pub(crate) fn f32_candidates(bm: u32, bn: u32) -> Vec<TileChoice> {
     vec![ffma, ffma.on_fp64_tensor_cores()]
 }
 
-/// Whether a tunable f32 GEMM (its key, if it has one, and its [`f32_candidates`]) runs on the
-/// FP64 tensor cores: the choice in `ctx.tiles` for its key, which must be one of them.
-pub(crate) fn f32_on_fp64_tensor(
+/// The FP64 tensor-core choice of a tunable f32 GEMM (its key, if it has one, and its
+/// candidates), or `None` for the FFMA kernel: the choice in `ctx.tiles` for its key, which
+/// must be one of the candidates.
+pub(crate) fn f32_fp64_choice(
     ctx: &Ctx<'_>,
     key: Option<TileKey>,
     candidates: &[TileChoice],
-) -> Result<bool, CodegenError> {
+) -> Result<Option<TileChoice>, CodegenError> {
     let Some(key) = key else {
-        return Ok(false);
+        return Ok(None);
     };
     match ctx.tiles.get(&key) {
-        None => Ok(false),
-        Some(c) if candidates.contains(&c) => Ok(c.fp64_tensor),
+        None => Ok(None),
+        Some(c) if candidates.contains(&c) => Ok(c.fp64_tensor.then_some(c)),
         Some(c) => Err(CodegenError::TileChoice {
             kernel: ctx.name(),
             key: key.to_string(),
@@ -434,12 +437,12 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let dual = g.dual.is_some();
     let ops = Operands::new(ctx, g)?;
     let cfg = Config::choose(dtype, dual);
-    let dmma = f32_on_fp64_tensor(
+    let dmma = f32_fp64_choice(
         ctx,
         ops.f32_tunable(ctx, dual),
         &f32_candidates(cfg.bm, cfg.bn),
     )?
-    .then(|| DmmaConfig::for_gemm(dual));
+    .map(|_| DmmaConfig::for_gemm(dual));
     let hopper = match ops.tunable(ctx, dual) {
         Some((key, h)) => match ctx.tiles.get(&key) {
             Some(choice) => Some(crate::wgmma::with_choice(h, dual, key.n, choice).map_err(
