@@ -28,7 +28,9 @@
 # $OUT/counters.md.
 #
 # `micro` builds and runs the wgmma issue-rate microbenchmark (`scripts/gpu/wgmma_issue.cu`, nvcc
-# of the machine's toolkit; a few seconds) instead, its table in $OUT/wgmma_issue.txt.
+# of the machine's toolkit; a few seconds) instead, its table in $OUT/wgmma_issue.txt, then the
+# FP64 tensor-core one (`scripts/gpu/dmma_issue.cu`: DMMA, f32 -> f64 conversion and FFMA rates),
+# its table in $OUT/dmma_issue.txt.
 #
 # `tune` runs `mlpc compile --autotune` on every example at its benchmark size instead (every
 # candidate tile checked against the reference, then timed; tables in $OUT/tune-*.txt), with its
@@ -63,7 +65,13 @@ if [ "$what" = micro ]; then
     nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -diag-suppress 1886 \
         -I kernels-templates scripts/gpu/wgmma_issue.cu -o /tmp/wgmma_issue || exit 1
     timeout 120 /tmp/wgmma_issue | tee "$OUT/wgmma_issue.txt"
-    exit "${PIPESTATUS[0]}"
+    rc=${PIPESTATUS[0]}
+    echo "== FP64 tensor-core microbenchmark"
+    nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 -I kernels-templates \
+        scripts/gpu/dmma_issue.cu -o /tmp/dmma_issue || exit 1
+    timeout 120 /tmp/dmma_issue | tee "$OUT/dmma_issue.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    exit "$rc"
 fi
 
 echo "== smoke: tiled kernels (T > 64) of gpt2-mlp and seed-geglu on the default target"

@@ -717,3 +717,47 @@ fn the_emulated_block_sparse_kernel_computes_the_pruned_gemm() {
         }
     }
 }
+
+/// The FP64 tensor-core microbenchmark (`scripts/gpu/dmma_issue.cu`, built with nvcc on a CUDA
+/// machine) reuses the template's mma wrapper: its device part must keep compiling with it, the
+/// mma as `DMMA` (not a fallback), and no entry may spill (a spilling entry would time local
+/// memory, not the pipes).
+#[test]
+fn the_dmma_microbenchmark_compiles_with_the_template() {
+    use mlpc_jit::{compile_all, JitOptions};
+    let template = forced(&samples::gpt2_mlp_f32(), &opts(Arch::Sm90)).remove(0);
+    let kernel = mlpc_codegen::CudaKernel {
+        name: "dmma_issue".to_string(),
+        entry: "dmma_issue_kernel_mix".to_string(),
+        source: include_str!("../../../scripts/gpu/dmma_issue.cu").to_string(),
+        small_m: None,
+        relayouts: Vec::new(),
+        ..template
+    };
+    let jit = JitOptions {
+        arch: Arch::Sm90,
+        no_cache: true,
+        cache_dir: None,
+    };
+    let c = compile_all(std::slice::from_ref(&kernel), &jit)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .remove(0);
+    assert_eq!(c.ptx.matches(".entry dmma_issue_").count(), 5);
+    assert!(c
+        .ptx
+        .contains("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64"));
+    assert!(c.ptx.contains("cvt.f64.f32"));
+    // ptxas reports every entry: none may spill or keep a stack frame.
+    let frames: Vec<&str> = c
+        .log
+        .lines()
+        .filter(|l| l.contains("bytes stack frame"))
+        .collect();
+    assert_eq!(frames.len(), 5, "{}", c.log);
+    for line in frames {
+        assert!(
+            line.contains(" 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+            "{line}"
+        );
+    }
+}
