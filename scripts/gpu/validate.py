@@ -7,7 +7,12 @@ compared with the reference interpreter within the dtype's tolerance). Then the 
 (`gpu_guards`: inputs of the wrong dtype, shape, rank, strides or name are refused), then
 `compute-sanitizer --tool memcheck` on a few models. Writes a markdown report.
 
+With --f32-fp64-tensor-cores: the f32 models of tests/cases and f32 copies of the examples
+(llama left out: its reference takes minutes), every f32 GEMM that offers it on the FP64 tensor
+cores (mlpc's option of that name), and the sanitizer on two of the copies; no guard cases.
+
 usage: validate.py --mlpc BIN --guards BIN --out REPORT.md [--jobs N] [--quick]
+                   [--f32-fp64-tensor-cores]
 """
 import argparse
 import concurrent.futures as cf
@@ -22,9 +27,27 @@ import sys
 LINE = re.compile(r"^(ok  |FAIL) (\S+) on cuda: output `([^`]+)` (\w+)\[([^\]]*)\]: relative error (\S+) \(tolerance (\S+)\)")
 
 
-def models(quick):
+def f32_copies(examples, into):
+    """f32 copies of the example models in the directory `into` (llama left out)."""
+    os.makedirs(into, exist_ok=True)
+    out = []
+    for m in examples:
+        if "llama" in m:
+            continue
+        model = json.load(open(m))
+        model["dtype"] = "f32"
+        path = os.path.join(into, os.path.basename(os.path.dirname(m)) + "-f32.json")
+        json.dump(model, open(path, "w"))
+        out.append(path)
+    return out
+
+
+def models(quick, fp64=None):
     cases = sorted(glob.glob("tests/cases/*/model.json"))
     examples = sorted(glob.glob("examples/*/model.json"))
+    if fp64 is not None:
+        cases = [m for m in cases if json.load(open(m)).get("dtype") == "f32"]
+        examples = f32_copies(examples, fp64)
     jobs = []
     # Token counts cover the small-M buckets (8, 16, 32, 64), their edges, the decode sizes the
     # small-T goal names (1, 2, 3, 7, 16, 64) and the tiled kernels.
@@ -44,10 +67,10 @@ def models(quick):
     return jobs
 
 
-def check(mlpc, model, t, cache, target):
+def check(mlpc, model, t, cache, target, extra):
     env = dict(os.environ, MLPC_CACHE_DIR=cache)
     cmd = [mlpc, "check", model, "--backend", "cuda", "--bind", f"T={t}", "--bind", "B=3", "--seed", str(t)]
-    cmd += [] if target == "auto" else ["--target", target]
+    cmd += ([] if target == "auto" else ["--target", target]) + extra
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     rows = []
     for line in p.stdout.splitlines():
@@ -70,27 +93,38 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--target", default="cuda:sm_90", help="the CUDA target the models are compiled for; `auto`: mlpc's default (the GPU's own architecture)")
     ap.add_argument("--sanitize", default="tests/cases/seed-geglu/model.json,tests/cases/batched-bf16/model.json,tests/cases/prime-dims-f16/model.json,tests/cases/residual/model.json,tests/cases/transposed-input/model.json,tests/cases/sparse-geglu-b16/model.json,tests/cases/sparse-residual-b64/model.json,tests/cases/sparse-pairs-b32/model.json")
+    ap.add_argument("--f32-fp64-tensor-cores", action="store_true",
+                    help="f32 models only, their GEMMs on the FP64 tensor cores (see the module docs)")
     a = ap.parse_args()
     dev = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
     cache = os.path.abspath(os.path.join(os.path.dirname(a.out) or ".", "kernel-cache"))
     # Compile every model once (fills the kernel cache) so the parallel checks do not race on it.
-    jobs = models(a.quick)
+    fp64 = a.f32_fp64_tensor_cores
+    extra = ["--f32-fp64-tensor-cores"] if fp64 else []
+    jobs = models(a.quick, os.path.join(cache, "f32-models") if fp64 else None)
+    if fp64:
+        a.sanitize = ",".join(m for m, _ in jobs if m.endswith(("gpt2-mlp-f32.json", "bert-sparse-ffn-f32.json")))
+        a.sanitize = ",".join(sorted(set(a.sanitize.split(","))))
     rows = []
     with cf.ThreadPoolExecutor(a.jobs) as ex:
-        for r in ex.map(lambda j: check(a.mlpc, j[0], j[1], cache + "/" + re.sub(r"\W", "_", j[0]), a.target), jobs):
+        for r in ex.map(lambda j: check(a.mlpc, j[0], j[1], cache + "/" + re.sub(r"\W", "_", j[0]), a.target, extra),
+                        jobs):
             rows.extend(r)
             for x in r:
                 print(("ok  " if x["ok"] else "FAIL"), x["model"], "T=%d" % x["T"], x["output"], "%.2e" % x["error"],
                       x.get("message", ""), flush=True)
-    g = subprocess.run([a.guards, "tests/cases/gpt2-mlp/model.json"], capture_output=True, text=True,
-                       env=dict(os.environ, MLPC_CACHE_DIR=cache + "/guards"))
+    if fp64:
+        g = subprocess.CompletedProcess([], 0, "not run (--f32-fp64-tensor-cores)", "")
+    else:
+        g = subprocess.run([a.guards, "tests/cases/gpt2-mlp/model.json"], capture_output=True, text=True,
+                           env=dict(os.environ, MLPC_CACHE_DIR=cache + "/guards"))
     print(g.stdout, g.stderr, flush=True)
     san = []
     for m in [s for s in a.sanitize.split(",") if s]:
         p = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "9", a.mlpc, "check", m,
                             "--backend", "cuda", "--bind", "T=129", "--bind", "B=3"]
-                           + ([] if a.target == "auto" else ["--target", a.target]),
+                           + ([] if a.target == "auto" else ["--target", a.target]) + extra,
                            capture_output=True, text=True,
                            env=dict(os.environ, MLPC_CACHE_DIR=cache + "/san"))
         summary = [l for l in (p.stdout + p.stderr).splitlines() if "ERROR SUMMARY" in l]
@@ -100,8 +134,12 @@ def main():
     ok = sum(r["ok"] for r in rows)
     out = []
     out.append("# GPU validation\n")
-    out.append(f"Generated by `scripts/gpu/validate.py --target {a.target}` on {datetime.date.today().isoformat()}, "
-               f"device: {dev}.\n")
+    flag = " --f32-fp64-tensor-cores" if fp64 else ""
+    out.append(f"Generated by `scripts/gpu/validate.py --target {a.target}{flag}` on "
+               f"{datetime.date.today().isoformat()}, device: {dev}.\n")
+    if fp64:
+        out.append("The f32 models of `tests/cases/` and f32 copies of the examples (llama left out), every f32 "
+                   "GEMM that offers it on the FP64 tensor cores (`--f32-fp64-tensor-cores`).\n")
     out.append("Every kernel of every model in `tests/cases/` and `examples/` ran through `mlpc check --backend cuda`: "
                "fresh random inputs, outputs and intermediates filled with NaN before the run, each output compared "
                "with the reference interpreter (f64) by relative Frobenius error. Tolerances: f32 1e-5, f16 2e-3, "

@@ -164,6 +164,11 @@ struct CompileArgs {
     /// `compile --autotune`): the heuristic's tiles.
     #[arg(long)]
     no_autotune_cache: bool,
+    /// Run f32 GEMMs on the FP64 tensor cores (sm_90 / sm_90a: exact products summed in f64,
+    /// rounded to f32 once) wherever the kernel offers it, instead of the FFMA pipes (also:
+    /// MLPC_F32_FP64_TENSOR_CORES=1).
+    #[arg(long)]
+    f32_fp64_tensor_cores: bool,
 }
 
 impl CompileArgs {
@@ -171,6 +176,9 @@ impl CompileArgs {
         let mut c = Compiler::new()
             .no_cache(self.no_cache)
             .autotune_cache(!self.no_autotune_cache);
+        if self.f32_fp64_tensor_cores {
+            c = c.f32_on_fp64_tensor_cores(true);
+        }
         if let Some(p) = &self.passes {
             c = c.passes(p.clone());
         }
@@ -550,6 +558,21 @@ mod tests {
                 assert!(opts.no_autotune_cache);
             }
             other => panic!("{other:?}"),
+        }
+        for cmd in ["compile", "bench", "check", "run"] {
+            let mut args = vec!["mlpc", cmd, "m.json", "--f32-fp64-tensor-cores"];
+            if cmd == "run" {
+                args.extend(["-i", "in.safetensors", "-o", "out.safetensors"]);
+            }
+            match parse(&args) {
+                Ok(
+                    Command::Compile { opts, .. }
+                    | Command::Bench { opts, .. }
+                    | Command::Check { opts, .. }
+                    | Command::Run { opts, .. },
+                ) => assert!(opts.f32_fp64_tensor_cores && !opts.no_autotune_cache),
+                other => panic!("{cmd}: {other:?}"),
+            }
         }
         for cmd in ["bench", "check", "run"] {
             let mut args = vec!["mlpc", cmd, "m.json", "--no-autotune-cache"];

@@ -26,6 +26,14 @@ pub enum CudaKernels {
     Skip,
 }
 
+/// Whether f32 GEMMs run on the FP64 tensor cores unless told
+/// ([`Compiler::f32_on_fp64_tensor_cores`]): when the environment variable
+/// `MLPC_F32_FP64_TENSOR_CORES` is set to anything but empty or `0`.
+pub(crate) fn f32_fp64_tensor_by_default() -> bool {
+    std::env::var("MLPC_F32_FP64_TENSOR_CORES")
+        .is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
+}
+
 /// Compiles models. Every option has a sane default; [`Compiler::new`] gives the standard
 /// pipeline, CUDA kernels for `sm_90` when NVRTC is present, and the kernel cache.
 #[derive(Clone, Debug, Default)]
@@ -47,6 +55,9 @@ pub struct Compiler {
     no_autotune_cache: bool,
     /// The symbol values whose row counts pick the autotune cache's M bucket.
     tile_bindings: Vec<(String, u64)>,
+    /// f32 GEMMs on the FP64 tensor cores wherever a kernel offers it. `None`:
+    /// [`f32_fp64_tensor_by_default`].
+    f32_fp64_tensor: Option<bool>,
 }
 
 impl Compiler {
@@ -133,6 +144,22 @@ impl Compiler {
         self
     }
 
+    /// Run f32 GEMMs on the FP64 tensor cores (sm_90 / sm_90a: exact products summed in f64,
+    /// rounded to f32 once) wherever the kernel offers that choice: dense GEMMs with
+    /// k-contiguous operands and constant K and N, block-sparse ones with blocks of at most 32
+    /// rows. Off by default (the FFMA kernels, or the autotune cache's choice), unless the
+    /// environment variable `MLPC_F32_FP64_TENSOR_CORES` is set (to anything but empty or `0`);
+    /// on, it overrides the cache for those kernels, in the artifacts and in runs on a device.
+    pub fn f32_on_fp64_tensor_cores(mut self, on: bool) -> Compiler {
+        self.f32_fp64_tensor = Some(on);
+        self
+    }
+
+    fn uses_f32_fp64_tensor(&self) -> bool {
+        self.f32_fp64_tensor
+            .unwrap_or_else(f32_fp64_tensor_by_default)
+    }
+
     /// The symbol values (e.g. `[("T", 8192)]`) the runs are expected at: the autotune cache's
     /// entry for the matching row count is taken. Without them, or for a row count never
     /// measured, the entry measured at the largest row count of the key is taken.
@@ -180,13 +207,15 @@ impl Compiler {
         let cuda = match self.cuda {
             CudaKernels::Skip => None,
             mode => {
-                let kernels = mlpc_codegen::generate(
-                    &plan,
-                    &CodegenOptions {
-                        arch: self.arch.unwrap_or(Arch::Sm90),
-                        allow_tf32: model.allow_tf32,
-                    },
-                )?;
+                let opts = CodegenOptions {
+                    arch: self.arch.unwrap_or(Arch::Sm90),
+                    allow_tf32: model.allow_tf32,
+                };
+                let mut tiles = TileOverrides::new();
+                if self.uses_f32_fp64_tensor() {
+                    crate::tiles::force_fp64_tensor(&plan, &opts, &mut tiles)?;
+                }
+                let kernels = mlpc_codegen::generate_tiled(&plan, &opts, &tiles)?;
                 let jit = self.jit_options();
                 let compiled = match mode {
                     CudaKernels::Require => Some(mlpc_jit::compile_all(&kernels, &jit)?),
@@ -394,6 +423,25 @@ impl Compiled {
             arch,
             allow_tf32: self.model.allow_tf32,
         };
+        let (mut tiles, mut notes) = self.chosen_tiles(&opts, device)?;
+        if self.compiler.uses_f32_fp64_tensor() {
+            for key in crate::tiles::force_fp64_tensor(&self.plan, &opts, &mut tiles)? {
+                for n in notes.iter_mut().filter(|n| n.key == key) {
+                    n.choice = tiles.get(&key).unwrap_or(n.choice);
+                    n.source = crate::tiles::TileSource::Forced;
+                }
+            }
+        }
+        Ok((tiles, notes))
+    }
+
+    /// [`Compiled::device_tiles`] before the f32 GEMMs' FP64 tensor-core option.
+    fn chosen_tiles(
+        &self,
+        opts: &CodegenOptions,
+        device: &str,
+    ) -> Result<(TileOverrides, Vec<TileNote>), Error> {
+        let (arch, opts) = (opts.arch, opts.clone());
         if let Some(t) = &self.forced_tiles {
             return Ok((t.clone(), crate::tiles::forced_notes(&self.plan, &opts, t)?));
         }

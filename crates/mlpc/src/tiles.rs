@@ -152,7 +152,8 @@ pub enum TileSource {
     Cache {
         m_bucket: u64,
     },
-    /// An explicit choice (a candidate being measured).
+    /// An explicit choice (a candidate being measured, or the f32 GEMMs' FP64 tensor-core
+    /// option).
     Forced,
 }
 
@@ -242,6 +243,24 @@ pub(crate) fn cached_tiles(
         });
     }
     Ok((tiles, notes))
+}
+
+/// The f32 GEMMs' FP64 tensor-core option ([`crate::Compiler::f32_on_fp64_tensor_cores`]): the
+/// first FP64 tensor-core choice of every tunable kernel that has one, forced into `tiles`;
+/// returns their keys.
+pub(crate) fn force_fp64_tensor(
+    plan: &Plan,
+    opts: &CodegenOptions,
+    tiles: &mut TileOverrides,
+) -> Result<Vec<TileKey>, Error> {
+    let mut keys = Vec::new();
+    for c in mlpc_codegen::plan_tile_candidates(plan, opts)? {
+        if let Some(&choice) = c.choices.iter().find(|c| c.fp64_tensor) {
+            tiles.insert(c.key, choice);
+            keys.push(c.key);
+        }
+    }
+    Ok(keys)
 }
 
 /// The notes of a run with explicitly chosen `tiles` (every tunable kernel: forced or heuristic).
@@ -544,5 +563,60 @@ mod tests {
         assert_eq!(notes[0].source, TileSource::Forced);
         assert_eq!(notes[0].choice, choice);
         assert_eq!(v.plan(), c.plan());
+    }
+
+    #[test]
+    fn the_fp64_tensor_option_forces_every_f32_gemm_that_offers_it() {
+        // A dense f32 GEMM (bias, GELU), then a block-sparse one of 32 x 32 blocks.
+        let text = r#"{ "mlpc": 1, "dtype": "f32", "seed": 1,
+            "inputs": { "x": { "shape": ["T", 64] } },
+            "layers": [ { "op": "linear", "name": "a", "out": 128 }, { "op": "gelu" },
+                        { "op": "linear", "name": "b", "out": 64 } ],
+            "sparsity": { "b.weight": { "block": [32, 32], "density": 0.5 } } }"#;
+        let model = |c: crate::Compiler| {
+            c.cuda_kernels(crate::CudaKernels::Skip)
+                .autotune_cache(false)
+                .compile_model(mlpc_frontend::parse_model(text, Path::new("."), "m.json").unwrap())
+                .unwrap()
+        };
+        let plain = model(crate::Compiler::new());
+        let (tiles, notes) = plain.device_tiles(Arch::Sm90a, "GPU").unwrap();
+        assert!(tiles.is_empty());
+        assert_eq!(notes.len(), 2);
+        assert!(notes.iter().all(|n| !n.choice.fp64_tensor));
+        let on = model(crate::Compiler::new().f32_on_fp64_tensor_cores(true));
+        for arch in [Arch::Sm90, Arch::Sm90a] {
+            let (tiles, notes) = on.device_tiles(arch, "GPU").unwrap();
+            assert_eq!(tiles.iter().count(), 2, "{arch}");
+            assert_eq!(notes.len(), 2);
+            for n in &notes {
+                assert!(n.choice.fp64_tensor, "{n}");
+                assert_eq!(n.source, TileSource::Forced);
+                assert!(n.to_string().contains("FP64 tensor cores"), "{n}");
+            }
+            assert!(notes.iter().any(|n| n.key.sparse));
+        }
+        assert!(on.device_tiles(Arch::Sm80, "GPU").unwrap().1.is_empty());
+        // The artifacts (generated for sm_90, not compiled here) take the option too.
+        let artifacts = |c: crate::Compiler| {
+            c.cuda_kernels(crate::CudaKernels::IfNvrtc)
+                .no_cache(true)
+                .compile_model(mlpc_frontend::parse_model(text, Path::new("."), "m.json").unwrap())
+                .unwrap()
+        };
+        let sources = |c: &crate::Compiled| -> Vec<String> {
+            c.cuda_kernels()
+                .unwrap()
+                .iter()
+                .map(|k| k.source.clone())
+                .collect()
+        };
+        let dflt = sources(&artifacts(crate::Compiler::new()));
+        assert!(dflt.iter().all(|s| !s.contains("Dmma<")));
+        let fp64 = sources(&artifacts(
+            crate::Compiler::new().f32_on_fp64_tensor_cores(true),
+        ));
+        assert!(fp64[0].contains("mlpc::GemmDmma<"), "{}", fp64[0]);
+        assert!(fp64[1].contains("mlpc::GemmBsrDmma<"), "{}", fp64[1]);
     }
 }
