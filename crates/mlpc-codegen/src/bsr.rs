@@ -534,7 +534,9 @@ fn f32_key(ctx: &Ctx<'_>, sg: &SparseGemm) -> Option<TileKey> {
         && br % 8 == 0
         && br <= 32
         && bc % 4 == 0;
-    fits.then_some(())?;
+    if !fits {
+        return None;
+    }
     let v = matrix_view(&ctx.args[0].ty).ok()?;
     let a = match sg.gemm.a {
         MatLayout::N => v,

@@ -349,7 +349,9 @@ impl Operands {
             && ctx.out.ty.dtype == DType::F32
             && self.la == MatLayout::N
             && self.lb == MatLayout::T;
-        fits.then_some(())?;
+        if !fits {
+            return None;
+        }
         Some(TileKey {
             dtype: DType::F32,
             dual,
