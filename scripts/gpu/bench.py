@@ -114,8 +114,14 @@ def heated_bench(fn, warmup=25, rep=200):
     return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
+# The error of a row a `+fp64` target does not time (the option only changes f32 GEMMs).
+NOT_F32 = "not timed: the +fp64 targets time the f32 rows only"
+
+
 def bench_mlpc(mlpc, path, T, iters, target):
-    flags = [] if target == "auto" else ["--target", target]
+    # TARGET, or TARGET+fp64: f32 GEMMs on the FP64 tensor cores (`--f32-fp64-tensor-cores`).
+    base, _, option = target.partition("+")
+    flags = ([] if base == "auto" else ["--target", base]) + (["--f32-fp64-tensor-cores"] if option == "fp64" else [])
     p = subprocess.run([mlpc, "bench", path, "--bind", f"T={T}", "--iters", str(iters), "--warmup", "10",
                         "--heat-ms", str(int(HEAT_S * 1000)), "--flush-l2", *flags, "--json", "/dev/stdout"],
                        capture_output=True, text=True)
@@ -295,7 +301,7 @@ def table(rows, targets):
         for t, m in zip(targets, done):
             if m is None:
                 err = (r["error"].get(t) or "").replace("|", "/")[:80]
-                cells += [f"failed: {err}", "", ""]
+                cells += ["-", "-", "-"] if err == NOT_F32 else [f"failed: {err}", "", ""]
                 continue
             ms = m["median_ms"]
             tf = r["flops"] / (ms * 1e-3) / 1e12
@@ -350,7 +356,9 @@ def main():
                          "mode=\"max-autotune\"; tens of seconds of compilation per model")
     ap.add_argument("--targets", default="auto",
                     help="comma-separated CUDA targets to time mlpc for; `auto` is mlpc's default (the GPU's own "
-                         "architecture: sm_90a on Hopper); add `cuda:sm_90` to time the portable mma.sync family too")
+                         "architecture: sm_90a on Hopper); add `cuda:sm_90` to time the portable mma.sync family too, "
+                         "`auto+fp64` to time the f32 rows with their GEMMs on the FP64 tensor cores "
+                         "(`--f32-fp64-tensor-cores`)")
     a = ap.parse_args()
     if a.render:
         rows, targets = load_report(a.render)
@@ -376,6 +384,9 @@ def main():
         row = dict(name=name, T=T, dims=dims, act=act, gated=gated, bias=bias, dtype=dtype,
                    flops=flops(T, dims, gated), mlpc={}, error={})
         for target in targets:
+            if target.endswith("+fp64") and dtype != "f32":
+                row["mlpc"][target], row["error"][target] = None, NOT_F32
+                continue
             res, err = bench_mlpc(a.mlpc, path, T, iters, target)
             row["mlpc"][target], row["error"][target] = res, err
             print(name, target, "mlpc", res and res["median_ms"], err or "", flush=True)
