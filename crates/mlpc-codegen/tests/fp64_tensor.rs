@@ -761,3 +761,15 @@ fn the_dmma_microbenchmark_compiles_with_the_template() {
         );
     }
 }
+
+/// Snapshots of the kernels the FP64 tensor-core choice generates (sm_90): the GPT-2 MLP's
+/// two f32 GEMMs, and the block-sparse plan's three, so that every change to them is reviewed as
+/// a diff (the default generation's snapshots keep the FFMA kernels).
+#[test]
+fn fp64_tensor_kernels_snapshots() {
+    for p in [samples::gpt2_mlp_f32(), samples::bsr_fp64_tensor_f32()] {
+        for k in forced(&p, &opts(Arch::Sm90)) {
+            insta::assert_snapshot!(format!("{}__{}", p.name, k.name), k.listing());
+        }
+    }
+}
