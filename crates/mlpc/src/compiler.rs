@@ -424,7 +424,8 @@ impl Compiled {
             allow_tf32: self.model.allow_tf32,
         };
         let (mut tiles, mut notes) = self.chosen_tiles(&opts, device)?;
-        if self.compiler.uses_f32_fp64_tensor() {
+        // The option overrides the heuristic and the cache, not a candidate being measured.
+        if self.compiler.uses_f32_fp64_tensor() && self.forced_tiles.is_none() {
             for key in crate::tiles::force_fp64_tensor(&self.plan, &opts, &mut tiles)? {
                 for n in notes.iter_mut().filter(|n| n.key == key) {
                     n.choice = tiles.get(&key).unwrap_or(n.choice);
@@ -441,15 +442,15 @@ impl Compiled {
         opts: &CodegenOptions,
         device: &str,
     ) -> Result<(TileOverrides, Vec<TileNote>), Error> {
-        let (arch, opts) = (opts.arch, opts.clone());
+        let arch = opts.arch;
         if let Some(t) = &self.forced_tiles {
-            return Ok((t.clone(), crate::tiles::forced_notes(&self.plan, &opts, t)?));
+            return Ok((t.clone(), crate::tiles::forced_notes(&self.plan, opts, t)?));
         }
         let none = TileOverrides::new();
         if arch != Arch::Sm90a || !self.compiler.uses_autotune_cache() {
             return Ok((
                 none.clone(),
-                crate::tiles::forced_notes(&self.plan, &opts, &none)?,
+                crate::tiles::forced_notes(&self.plan, opts, &none)?,
             ));
         }
         // With no cache directory at all there is nothing to look up: the heuristic's tiles
@@ -463,7 +464,7 @@ impl Compiled {
             // A conflicting repeat keeps the first value: the bucket is a speed hint only.
             let _ = bindings.bind(&s.as_str().into(), *v);
         }
-        crate::tiles::cached_tiles(&self.plan, &opts, &cache, device, &bindings)
+        crate::tiles::cached_tiles(&self.plan, opts, &cache, device, &bindings)
     }
 
     /// This compilation with the Hopper GEMM tiles `tiles` forced for runs on a device (the

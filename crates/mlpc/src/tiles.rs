@@ -289,6 +289,7 @@ pub(crate) fn forced_notes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mlpc_codegen::TileOverride;
     use mlpc_ir::DType;
 
     fn key(n: u64) -> TileKey {
@@ -597,6 +598,24 @@ mod tests {
             assert!(notes.iter().any(|n| n.key.sparse));
         }
         assert!(on.device_tiles(Arch::Sm80, "GPU").unwrap().1.is_empty());
+        // A candidate being measured (the autotuner's FFMA choice) wins over the option.
+        let (tiles, notes) = on.device_tiles(Arch::Sm90a, "GPU").unwrap();
+        let ffma: TileOverrides = notes
+            .iter()
+            .map(|n| TileOverride {
+                key: n.key,
+                choice: TileChoice {
+                    fp64_tensor: false,
+                    ..tiles.get(&n.key).unwrap()
+                },
+            })
+            .collect::<Vec<_>>()
+            .into();
+        let (measured, _) = on
+            .with_tiles(ffma.clone())
+            .device_tiles(Arch::Sm90a, "GPU")
+            .unwrap();
+        assert_eq!(measured, ffma);
         // The artifacts (generated for sm_90, not compiled here) take the option too.
         let artifacts = |c: crate::Compiler| {
             c.cuda_kernels(crate::CudaKernels::IfNvrtc)
