@@ -11,9 +11,12 @@
 // (`gemm_simt.cuh`) near half the pipe's peak are not in its way.
 //
 // Structure of one CTA (a BM x BN tile of C, 16-deep k slices):
-//   - a STAGES-deep ring of shared-memory stages, each the A slice as [BM][16] and the B slice as
-//     [BN][16] f32 (then, for a dual GEMM, the up B slice), k contiguous as the operands are
-//     stored, filled by 16-byte `cp.async` with zero-fill outside the matrix;
+//   - a STAGES-deep ring of shared-memory stages, each SLICES consecutive 16-deep slices, each
+//     slice the A slice as [BM][16] and the B slice as [BN][16] f32 (then, for a dual GEMM, the
+//     up B slice), k contiguous as the operands are stored, filled by 16-byte `cp.async` with
+//     zero-fill outside the matrix; the CTA meets at a barrier once a stage, so four slices a
+//     stage (two stages) cut the barriers to a quarter (8 % faster than four stages of one on
+//     the H200, docs/perf-notes.md);
 //   - WARPS_M x WARPS_N warps, each owning a WM x WN sub-tile as FM x FN m16n8 tiles of f64
 //     accumulators (two sets for a dual GEMM, each A fragment serving both); fragments are read
 //     as float4 along k and converted to f64;
@@ -38,11 +41,12 @@
 namespace mlpc {
 
 /// Tile configuration: a BM x BN tile of C per CTA, WARPS_M x WARPS_N warps, STAGES stages of
-/// 16-deep k slices.
-template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
+/// SLICES 16-deep k slices.
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int SLICES_>
 struct DmmaConfig {
     static constexpr int BM = BM_, BN = BN_, BK = 16;
     static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
+    static constexpr int SLICES = SLICES_;
     static constexpr int kThreads = WARPS_M * WARPS_N * 32;
     /// Warp tile and the number of m16n8 tiles in it.
     static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
@@ -50,6 +54,7 @@ struct DmmaConfig {
     static_assert(BM % WARPS_M == 0 && BN % WARPS_N == 0, "warps must divide the tile");
     static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tiles are whole m16n8 tiles");
     static_assert(STAGES >= 2, "at least double buffering");
+    static_assert(SLICES >= 1, "at least one slice a stage");
 };
 
 namespace dmma_detail {
@@ -273,11 +278,14 @@ struct GemmDmma {
     static_assert(LA == Layout::N && LB == Layout::T, "both operands k-contiguous");
     static constexpr bool kDual = Epi::kDual;
     static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
+    static constexpr int SLICES = Cfg::SLICES;
     static constexpr int FM = Cfg::FM, FN = Cfg::FN;
     static constexpr int kThreads = Cfg::kThreads;
-    /// A stage: the A slice, then the B slice (and, for a dual GEMM, the up B slice).
+    /// A slice: the A slice, then the B slice (and, for a dual GEMM, the up B slice); a stage:
+    /// SLICES of them.
     static constexpr int kBRows = kDual ? 2 * BN : BN;
-    static constexpr int kStageFloats = (BM + kBRows) * BK;
+    static constexpr int kSliceFloats = (BM + kBRows) * BK;
+    static constexpr int kStageFloats = SLICES * kSliceFloats;
     static constexpr int kSmemBytes = STAGES * kStageFloats * 4;
 
     /// Inputs the copies cannot take: the FFMA kernel with the same threads and tile.
@@ -285,18 +293,23 @@ struct GemmDmma {
     static_assert(Fallback::kThreads == kThreads, "the fallback takes the same launch");
     static_assert(Fallback::kSmemBytes <= kSmemBytes, "the fallback fits the shared memory");
 
-    /// Copies the k slice `kt` of A, B (and Bu) into the stage at `stage_addr`, one after the
-    /// other (16-byte chunks, zero outside; K is a multiple of 4 on this path).
+    /// Copies the k slices of stage `kt` (slices `kt * SLICES ..`) of A, B (and Bu) into the
+    /// stage at `stage_addr`, each slice's operands one after the other (16-byte chunks, zero
+    /// outside; K is a multiple of 4 on this path).
     template <class P>
     __device__ __forceinline__ static void load(const P& p, u32 stage_addr, i64 m0, i64 n0, i64 kt,
                                                 int tid) {
-        const i64 k0 = kt * BK;
-        dmma_detail::copy_slice<BM, kThreads>(stage_addr, p.a, p.lda, m0, p.m, k0, p.k, tid);
-        dmma_detail::copy_slice<BN, kThreads>(stage_addr + BM * BK * 4, p.b, p.ldb, n0, p.n, k0,
-                                              p.k, tid);
-        if constexpr (kDual) {
-            dmma_detail::copy_slice<BN, kThreads>(stage_addr + (BM + BN) * BK * 4, p.b_up,
-                                                  p.ldb_up, n0, p.n, k0, p.k, tid);
+#pragma unroll
+        for (int s = 0; s < SLICES; ++s) {
+            const i64 k0 = (kt * SLICES + s) * BK;
+            const u32 at = stage_addr + (u32)(s * kSliceFloats * 4);
+            dmma_detail::copy_slice<BM, kThreads>(at, p.a, p.lda, m0, p.m, k0, p.k, tid);
+            dmma_detail::copy_slice<BN, kThreads>(at + BM * BK * 4, p.b, p.ldb, n0, p.n, k0, p.k,
+                                                  tid);
+            if constexpr (kDual) {
+                dmma_detail::copy_slice<BN, kThreads>(at + (BM + BN) * BK * 4, p.b_up, p.ldb_up,
+                                                      n0, p.n, k0, p.k, tid);
+            }
         }
     }
 
@@ -327,17 +340,20 @@ struct GemmDmma {
         dmma_detail::zero(acc_up);
 
         dmma_detail::ring<STAGES>(
-            (p.k + BK - 1) / BK,
+            (p.k + SLICES * BK - 1) / (SLICES * BK),
             [&](i64 kt, int stage) {
                 load(p, smem0 + (u32)(stage * kStageFloats * 4), m0, n0, kt, tid);
             },
             [&](int stage) {
-                const float* sa = smem + stage * kStageFloats;
-                if constexpr (kDual) {
-                    dmma_detail::slice_dual(sa, sa + BM * BK, sa + (BM + BN) * BK, wm, wn, g, t,
-                                            acc, acc_up);
-                } else {
-                    dmma_detail::slice(sa, sa + BM * BK, wm, wn, g, t, acc);
+#pragma unroll
+                for (int s = 0; s < SLICES; ++s) {
+                    const float* sa = smem + stage * kStageFloats + s * kSliceFloats;
+                    if constexpr (kDual) {
+                        dmma_detail::slice_dual(sa, sa + BM * BK, sa + (BM + BN) * BK, wm, wn, g,
+                                                t, acc, acc_up);
+                    } else {
+                        dmma_detail::slice(sa, sa + BM * BK, wm, wn, g, t, acc);
+                    }
                 }
             });
 

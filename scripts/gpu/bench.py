@@ -114,14 +114,17 @@ def heated_bench(fn, warmup=25, rep=200):
     return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
-# The error of a row a `+fp64` target does not time (the option only changes f32 GEMMs).
-NOT_F32 = "not timed: the +fp64 targets time the f32 rows only"
+# The error of a row a `+fp64` / `+ffma` target does not time (the options change f32 GEMMs only).
+NOT_F32 = "not timed: the +fp64 / +ffma targets time the f32 rows only"
+# The f32 GEMM kernel a target's suffix forces.
+F32_OPTIONS = {"": [], "fp64": ["--f32-fp64-tensor-cores"], "ffma": ["--f32-ffma"]}
 
 
 def bench_mlpc(mlpc, path, T, iters, target):
-    # TARGET, or TARGET+fp64: f32 GEMMs on the FP64 tensor cores (`--f32-fp64-tensor-cores`).
+    # TARGET, or TARGET+fp64 / TARGET+ffma: every f32 GEMM forced onto the FP64 tensor cores
+    # (`--f32-fp64-tensor-cores`) or the FFMA pipes (`--f32-ffma`).
     base, _, option = target.partition("+")
-    flags = ([] if base == "auto" else ["--target", base]) + (["--f32-fp64-tensor-cores"] if option == "fp64" else [])
+    flags = ([] if base == "auto" else ["--target", base]) + F32_OPTIONS[option]
     p = subprocess.run([mlpc, "bench", path, "--bind", f"T={T}", "--iters", str(iters), "--warmup", "10",
                         "--heat-ms", str(int(HEAT_S * 1000)), "--flush-l2", *flags, "--json", "/dev/stdout"],
                        capture_output=True, text=True)
@@ -357,8 +360,8 @@ def main():
     ap.add_argument("--targets", default="auto",
                     help="comma-separated CUDA targets to time mlpc for; `auto` is mlpc's default (the GPU's own "
                          "architecture: sm_90a on Hopper); add `cuda:sm_90` to time the portable mma.sync family too, "
-                         "`auto+fp64` to time the f32 rows with their GEMMs on the FP64 tensor cores "
-                         "(`--f32-fp64-tensor-cores`)")
+                         "`auto+ffma` / `auto+fp64` to time the f32 rows with every f32 GEMM forced onto the "
+                         "FFMA pipes (`--f32-ffma`) / the FP64 tensor cores (`--f32-fp64-tensor-cores`)")
     a = ap.parse_args()
     if a.render:
         rows, targets = load_report(a.render)
@@ -367,6 +370,9 @@ def main():
     if not a.mlpc:
         ap.error("--mlpc is required unless --render is given")
     targets = a.targets.split(",")
+    for t in targets:
+        if t.partition("+")[2] not in F32_OPTIONS:
+            ap.error(f"--targets: {t}: the suffix must be +fp64 or +ffma")
     kept = []
     if a.merge:
         old = a.out.replace(".md", ".json")
@@ -384,7 +390,7 @@ def main():
         row = dict(name=name, T=T, dims=dims, act=act, gated=gated, bias=bias, dtype=dtype,
                    flops=flops(T, dims, gated), mlpc={}, error={})
         for target in targets:
-            if target.endswith("+fp64") and dtype != "f32":
+            if "+" in target and dtype != "f32":
                 row["mlpc"][target], row["error"][target] = None, NOT_F32
                 continue
             res, err = bench_mlpc(a.mlpc, path, T, iters, target)

@@ -14,7 +14,9 @@ cluster size.
 usage: counters.py --mlpc SIDE [--mlpc SIDE ...] [--out FILE.md] [--shapes 8192x768x3072,...]
                    [--dtype bf16|f32]
 (shapes M x K x N; run from the repository root on a CUDA machine with Nsight Compute). In f32
-both sides are exact FFMA GEMMs: TF32 is off for torch.mm, as for the harness's f32 peers.
+both sides are exact: TF32 is off for torch.mm (cuBLAS's FFMA kernels), as for the harness's f32
+peers, and mlpc's f32 GEMMs run on the FP64 tensor cores (or the FFMA pipes with a side's
+`--f32-ffma`-equivalent `MLPC_F32_FP64_TENSOR_CORES=0`).
 
 SIDE is an mlpc binary, optionally preceded by environment settings for it, as in power.py:
 "MLPC_CACHE_DIR=/tmp/tiles target/release/mlpc" (one argument). About 10 s per shape and side.

@@ -3,7 +3,7 @@
 # eat the session), then the full validation, then the benchmark. Run from the repository root
 # after `scripts/gpu/build.sh` (binaries carried over); results go to $OUT (default /tmp/mlpc-gpu).
 #
-#   scripts/gpu/run_all.sh [validate|validate-fp64|bench|all|tune|micro|power|counters] [extra arguments...]
+#   scripts/gpu/run_all.sh [validate|validate-f32|bench|all|tune|micro|power|counters] [extra arguments...]
 #
 # Wall times on the H200 (2026-11-29, warm machine): smoke 15 s, validate 120 s (228 outputs,
 # guards, sanitizer), bench 120 s, `bench_goals.py` 70 s, `tune` about 45 s per model.
@@ -27,9 +27,10 @@
 # wavefronts; about 10 s per shape and side; extra arguments as for `power`), table in
 # $OUT/counters.md.
 #
-# `validate-fp64` validates the f32 models with every f32 GEMM that offers it on the FP64 tensor
-# cores (`validate.py --f32-fp64-tensor-cores`; about a minute), report in
-# docs/gpu-validation-fp64.md.
+# `validate-f32` validates the f32 models and f32 copies of the examples twice, every f32 GEMM
+# that offers the choice forced onto the FP64 tensor cores, then onto the FFMA pipes
+# (`validate.py --f32-kernel fp64|ffma`; about a minute each), reports in
+# docs/gpu-validation-fp64.md and docs/gpu-validation-ffma.md.
 #
 # `micro` builds and runs the wgmma issue-rate microbenchmark (`scripts/gpu/wgmma_issue.cu`, nvcc
 # of the machine's toolkit; a few seconds) instead, its table in $OUT/wgmma_issue.txt, then the
@@ -123,15 +124,20 @@ if [ "$what" = validate ] || [ "$what" = all ]; then
     tail -5 "$OUT/validate.log"
     cp docs/gpu-validation.md "$OUT/"
 fi
-if [ "$what" = validate-fp64 ]; then
-    echo "== validate the f32 models with their GEMMs on the FP64 tensor cores"
-    timeout 400 python3 scripts/gpu/validate.py --mlpc "$MLPC" \
-        --guards target/release/examples/gpu_guards --out docs/gpu-validation-fp64.md \
-        --target auto --f32-fp64-tensor-cores >"$OUT/validate-fp64.log" 2>&1
-    echo "validate exit $?"
-    tail -5 "$OUT/validate-fp64.log"
-    cp docs/gpu-validation-fp64.md "$OUT/"
-    exit 0
+if [ "$what" = validate-f32 ]; then
+    rc=0
+    for kernel in fp64 ffma; do
+        echo "== validate the f32 models with their GEMMs forced onto $kernel"
+        timeout 300 python3 scripts/gpu/validate.py --mlpc "$MLPC" \
+            --guards target/release/examples/gpu_guards --out "docs/gpu-validation-$kernel.md" \
+            --target auto --f32-kernel "$kernel" >"$OUT/validate-$kernel.log" 2>&1
+        status=$?
+        echo "validate exit $status"
+        [ "$status" -eq 0 ] || rc=1
+        tail -5 "$OUT/validate-$kernel.log"
+        cp "docs/gpu-validation-$kernel.md" "$OUT/"
+    done
+    exit "$rc"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     echo "== bench"

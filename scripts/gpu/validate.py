@@ -7,12 +7,13 @@ compared with the reference interpreter within the dtype's tolerance). Then the 
 (`gpu_guards`: inputs of the wrong dtype, shape, rank, strides or name are refused), then
 `compute-sanitizer --tool memcheck` on a few models. Writes a markdown report.
 
-With --f32-fp64-tensor-cores: the f32 models of tests/cases and f32 copies of the examples
-(llama left out: its reference takes minutes), every f32 GEMM that offers it on the FP64 tensor
-cores (mlpc's option of that name), and the sanitizer on two of the copies; no guard cases.
+With --f32-kernel fp64 (or ffma): the f32 models of tests/cases and f32 copies of the examples
+(llama left out: its reference takes minutes), every f32 GEMM that offers the choice forced onto
+the FP64 tensor cores (mlpc's `--f32-fp64-tensor-cores`; the heuristic's choice) or the FFMA
+pipes (`--f32-ffma`), and the sanitizer on two of the copies; no guard cases.
 
 usage: validate.py --mlpc BIN --guards BIN --out REPORT.md [--jobs N] [--quick]
-                   [--f32-fp64-tensor-cores]
+                   [--f32-kernel fp64|ffma]
 """
 import argparse
 import concurrent.futures as cf
@@ -24,6 +25,9 @@ import re
 import subprocess
 import sys
 
+# `--f32-kernel`: mlpc's option forcing that kernel, and its name in the report.
+F32_FLAGS = {"fp64": "--f32-fp64-tensor-cores", "ffma": "--f32-ffma"}
+F32_NAMES = {"fp64": "the FP64 tensor cores", "ffma": "the FFMA pipes"}
 LINE = re.compile(r"^(ok  |FAIL) (\S+) on cuda: output `([^`]+)` (\w+)\[([^\]]*)\]: relative error (\S+) \(tolerance (\S+)\)")
 
 
@@ -42,12 +46,12 @@ def f32_copies(examples, into):
     return out
 
 
-def models(quick, fp64=None):
+def models(quick, f32_dir=None):
     cases = sorted(glob.glob("tests/cases/*/model.json"))
     examples = sorted(glob.glob("examples/*/model.json"))
-    if fp64 is not None:
+    if f32_dir is not None:
         cases = [m for m in cases if json.load(open(m)).get("dtype") == "f32"]
-        examples = f32_copies(examples, fp64)
+        examples = f32_copies(examples, f32_dir)
     jobs = []
     # Token counts cover the small-M buckets (8, 16, 32, 64), their edges, the decode sizes the
     # small-T goal names (1, 2, 3, 7, 16, 64) and the tiled kernels.
@@ -93,17 +97,17 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--target", default="cuda:sm_90", help="the CUDA target the models are compiled for; `auto`: mlpc's default (the GPU's own architecture)")
     ap.add_argument("--sanitize", default="tests/cases/seed-geglu/model.json,tests/cases/batched-bf16/model.json,tests/cases/prime-dims-f16/model.json,tests/cases/residual/model.json,tests/cases/transposed-input/model.json,tests/cases/sparse-geglu-b16/model.json,tests/cases/sparse-residual-b64/model.json,tests/cases/sparse-pairs-b32/model.json")
-    ap.add_argument("--f32-fp64-tensor-cores", action="store_true",
-                    help="f32 models only, their GEMMs on the FP64 tensor cores (see the module docs)")
+    ap.add_argument("--f32-kernel", choices=sorted(F32_FLAGS),
+                    help="f32 models only, their GEMMs forced onto this kernel (see the module docs)")
     a = ap.parse_args()
     dev = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
     cache = os.path.abspath(os.path.join(os.path.dirname(a.out) or ".", "kernel-cache"))
     # Compile every model once (fills the kernel cache) so the parallel checks do not race on it.
-    fp64 = a.f32_fp64_tensor_cores
-    extra = ["--f32-fp64-tensor-cores"] if fp64 else []
-    jobs = models(a.quick, os.path.join(cache, "f32-models") if fp64 else None)
-    if fp64:
+    f32 = a.f32_kernel
+    extra = [F32_FLAGS[f32]] if f32 else []
+    jobs = models(a.quick, os.path.join(cache, "f32-models") if f32 else None)
+    if f32:
         a.sanitize = ",".join(m for m, _ in jobs if m.endswith(("gpt2-mlp-f32.json", "bert-sparse-ffn-f32.json")))
         a.sanitize = ",".join(sorted(set(a.sanitize.split(","))))
     rows = []
@@ -114,8 +118,8 @@ def main():
             for x in r:
                 print(("ok  " if x["ok"] else "FAIL"), x["model"], "T=%d" % x["T"], x["output"], "%.2e" % x["error"],
                       x.get("message", ""), flush=True)
-    if fp64:
-        g = subprocess.CompletedProcess([], 0, "not run (--f32-fp64-tensor-cores)", "")
+    if f32:
+        g = subprocess.CompletedProcess([], 0, f"not run (--f32-kernel {f32})", "")
     else:
         g = subprocess.run([a.guards, "tests/cases/gpt2-mlp/model.json"], capture_output=True, text=True,
                            env=dict(os.environ, MLPC_CACHE_DIR=cache + "/guards"))
@@ -134,12 +138,12 @@ def main():
     ok = sum(r["ok"] for r in rows)
     out = []
     out.append("# GPU validation\n")
-    flag = " --f32-fp64-tensor-cores" if fp64 else ""
+    flag = f" --f32-kernel {f32}" if f32 else ""
     out.append(f"Generated by `scripts/gpu/validate.py --target {a.target}{flag}` on "
                f"{datetime.date.today().isoformat()}, device: {dev}.\n")
-    if fp64:
+    if f32:
         out.append("The f32 models of `tests/cases/` and f32 copies of the examples (llama left out), every f32 "
-                   "GEMM that offers it on the FP64 tensor cores (`--f32-fp64-tensor-cores`).\n")
+                   f"GEMM that offers the choice on {F32_NAMES[f32]} (`{F32_FLAGS[f32]}`).\n")
     out.append("Every kernel of every model in `tests/cases/` and `examples/` ran through `mlpc check --backend cuda`: "
                "fresh random inputs, outputs and intermediates filled with NaN before the run, each output compared "
                "with the reference interpreter (f64) by relative Frobenius error. Tolerances: f32 1e-5, f16 2e-3, "

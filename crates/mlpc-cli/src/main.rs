@@ -164,11 +164,16 @@ struct CompileArgs {
     /// `compile --autotune`): the heuristic's tiles.
     #[arg(long)]
     no_autotune_cache: bool,
-    /// Run f32 GEMMs on the FP64 tensor cores (sm_90 / sm_90a: exact products summed in f64,
-    /// rounded to f32 once) wherever the kernel offers it, instead of the FFMA pipes (also:
-    /// MLPC_F32_FP64_TENSOR_CORES=1).
-    #[arg(long)]
+    /// Run every f32 GEMM that offers the choice on the FP64 tensor cores (sm_90 / sm_90a:
+    /// exact products summed in f64, rounded to f32 once), over the autotune cache (also:
+    /// MLPC_F32_FP64_TENSOR_CORES=1). Without either option they run there unless the autotune
+    /// cache measured the FFMA kernel faster.
+    #[arg(long, conflicts_with = "f32_ffma")]
     f32_fp64_tensor_cores: bool,
+    /// Run every f32 GEMM on the FFMA pipes, over the heuristic and the autotune cache (also:
+    /// MLPC_F32_FP64_TENSOR_CORES=0).
+    #[arg(long)]
+    f32_ffma: bool,
 }
 
 impl CompileArgs {
@@ -176,8 +181,8 @@ impl CompileArgs {
         let mut c = Compiler::new()
             .no_cache(self.no_cache)
             .autotune_cache(!self.no_autotune_cache);
-        if self.f32_fp64_tensor_cores {
-            c = c.f32_on_fp64_tensor_cores(true);
+        if self.f32_fp64_tensor_cores || self.f32_ffma {
+            c = c.f32_on_fp64_tensor_cores(self.f32_fp64_tensor_cores);
         }
         if let Some(p) = &self.passes {
             c = c.passes(p.clone());
@@ -573,6 +578,18 @@ mod tests {
                 ) => assert!(opts.f32_fp64_tensor_cores && !opts.no_autotune_cache),
                 other => panic!("{cmd}: {other:?}"),
             }
+            args[3] = "--f32-ffma";
+            match parse(&args) {
+                Ok(
+                    Command::Compile { opts, .. }
+                    | Command::Bench { opts, .. }
+                    | Command::Check { opts, .. }
+                    | Command::Run { opts, .. },
+                ) => assert!(opts.f32_ffma && !opts.f32_fp64_tensor_cores),
+                other => panic!("{cmd}: {other:?}"),
+            }
+            args.push("--f32-fp64-tensor-cores");
+            assert!(parse(&args).is_err(), "{cmd}: both f32 kernels forced");
         }
         for cmd in ["bench", "check", "run"] {
             let mut args = vec!["mlpc", cmd, "m.json", "--no-autotune-cache"];

@@ -1,6 +1,8 @@
 //! Block-sparse GEMM kernels: a plan `sparse_gemm` / `sparse_dual_gemm` becomes an instantiation of
 //! `GemmBsrWgmma` (`gemm_bsr_wgmma.cuh`: sm_90a, f16 / bf16), `GemmBsrMma` (other f16 / bf16) or
-//! `GemmBsrSimt` (f32) from `gemm_bsr.cuh`.
+//! `GemmBsrDmma` (f32 on the FP64 tensor cores: sm_90 / sm_90a, A k-contiguous, blocks of 8 to 32
+//! rows in multiples of 8 and widths in multiples of 4) or `GemmBsrSimt` (other f32) from
+//! `gemm_bsr.cuh`.
 //!
 //! The block pattern is compiled into the source as `__device__ const int` arrays, so the kernel
 //! ABI is unchanged (buffers and symbolic dims only). The packed weight buffers are
@@ -654,8 +656,8 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     let hopper = select_wgmma(ctx.opts.arch, dtype, dual, (la, &lda), p)
         .map(|h| h.with_tma_store(br, dual, storable));
     let cfg = choose(dtype, dual, p.block);
-    // f32 where `ctx.tiles` asks for it: `GemmBsrDmma`, with `GemmBsrSimt`'s launch and the
-    // larger of the two kernels' shared memory.
+    // f32 where it has a key, unless `ctx.tiles` asks for the FFMA kernel: `GemmBsrDmma`, with
+    // `GemmBsrSimt`'s launch and the larger of the two kernels' shared memory.
     let dmma = f32_fp64_choice(ctx, f32_key(ctx, sg), &f32_candidates(cfg.bm, cfg.bn))?.is_some();
     // Kept blocks are read as the `[N, K]` weight, B layout `t`.
     let (threads, smem, min_blocks, bm) = match hopper {

@@ -137,7 +137,7 @@ impl Config {
 
 /// The f32 GEMM on the FP64 tensor cores (`GemmDmma` in `gemm_dmma.cuh`): the FFMA kernel's
 /// tile and launch (threads and grid), which it runs itself for inputs its copies cannot take;
-/// 8 warps as 2 x 4, `stages` 16-deep slices.
+/// 8 warps as 2 x 4, `stages` stages of `slices` 16-deep k slices.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct DmmaConfig {
     pub(crate) bm: u32,
@@ -145,14 +145,18 @@ pub(crate) struct DmmaConfig {
     pub(crate) warps_m: u32,
     pub(crate) warps_n: u32,
     pub(crate) stages: u32,
+    pub(crate) slices: u32,
     pub(crate) dual: bool,
 }
 
 impl DmmaConfig {
     /// Plain GEMMs: 128 x 128 tiles, warps of 64 x 32 (128 f64 accumulator registers a thread),
-    /// 4 stages of 16 KB. Dual GEMMs: 64 x 128 tiles, warps of 32 x 32 for the gate and the up
-    /// accumulators (the same 128 registers), 4 stages of 20 KB. One CTA per SM: half as wide
-    /// tiles at two CTAs per SM (64 accumulator registers, 128 in all) spilled.
+    /// 2 stages of four slices of 16 KB. Dual GEMMs: 64 x 128 tiles, warps of 32 x 32 for the
+    /// gate and the up accumulators (the same 128 registers), 2 stages of four slices of 20 KB.
+    /// One CTA per SM: half as wide tiles at two CTAs per SM (64 accumulator registers, 128 in
+    /// all) spilled. Stages x slices on the H200 (gpt2-mlp and bert-large f32, T = 8192):
+    /// 4 x 1 1.632 / 2.865 ms, 3 x 2 1.566 / 2.740, 4 x 2 1.576 / 2.737, 2 x 4 1.501 / 2.614,
+    /// 3 x 4 1.504 / 2.625: a barrier a stage is what costs.
     pub(crate) fn for_gemm(dual: bool) -> DmmaConfig {
         let cfg = Config::choose(DType::F32, dual);
         DmmaConfig {
@@ -160,7 +164,8 @@ impl DmmaConfig {
             bn: cfg.bn,
             warps_m: 2,
             warps_n: 4,
-            stages: 4,
+            stages: 2,
+            slices: 4,
             dual,
         }
     }
@@ -172,13 +177,13 @@ impl DmmaConfig {
     /// Mirrors `GemmDmma::kSmemBytes` (checked by the generated file's `static_assert`).
     pub(crate) fn smem_bytes(&self) -> u32 {
         let b_rows = if self.dual { 2 * self.bn } else { self.bn };
-        self.stages * (self.bm + b_rows) * 16 * 4
+        self.stages * self.slices * (self.bm + b_rows) * 16 * 4
     }
 
     pub(crate) fn template(&self) -> String {
         format!(
-            "mlpc::DmmaConfig<{}, {}, {}, {}, {}>",
-            self.bm, self.bn, self.warps_m, self.warps_n, self.stages
+            "mlpc::DmmaConfig<{}, {}, {}, {}, {}, {}>",
+            self.bm, self.bn, self.warps_m, self.warps_n, self.stages, self.slices
         )
     }
 
@@ -392,20 +397,20 @@ pub(crate) fn tile_candidates(
         .map(|(key, h)| (key, crate::wgmma::candidates(h, dual, key.n))))
 }
 
-/// The choices of a tunable f32 GEMM whose FFMA kernel takes `bm` x `bn` tiles: that kernel (the
-/// heuristic's: it is the one measured against the peers so far) and the FP64 tensor-core
-/// kernel, which keeps its launch.
+/// The choices of a tunable f32 GEMM whose FFMA kernel takes `bm` x `bn` tiles: the FP64
+/// tensor-core kernel on that tile and launch (the heuristic's: 1.4x the FFMA kernel on the
+/// H200, 2x on block-sparse GEMMs; docs/perf-notes.md), then the FFMA kernel.
 pub(crate) fn f32_candidates(bm: u32, bn: u32) -> Vec<TileChoice> {
     let ffma = TileChoice {
         bm,
         ..TileChoice::new(bn, 1)
     };
-    vec![ffma, ffma.on_fp64_tensor_cores()]
+    vec![ffma.on_fp64_tensor_cores(), ffma]
 }
 
 /// The FP64 tensor-core choice of a tunable f32 GEMM (its key, if it has one, and its
 /// candidates), or `None` for the FFMA kernel: the choice in `ctx.tiles` for its key, which
-/// must be one of the candidates.
+/// must be one of the candidates, else the heuristic's (the first candidate).
 pub(crate) fn f32_fp64_choice(
     ctx: &Ctx<'_>,
     key: Option<TileKey>,
@@ -415,7 +420,7 @@ pub(crate) fn f32_fp64_choice(
         return Ok(None);
     };
     match ctx.tiles.get(&key) {
-        None => Ok(None),
+        None => Ok(candidates.first().copied().filter(|c| c.fp64_tensor)),
         Some(c) if candidates.contains(&c) => Ok(c.fp64_tensor.then_some(c)),
         Some(c) => Err(CodegenError::TileChoice {
             kernel: ctx.name(),

@@ -10,9 +10,9 @@
 //!
 //! Only GEMMs whose K and N are constants have a key, and of those the ones that take the TMA
 //! kernel (sm_90a, f16 / bf16, K-major operands with constant row strides) and the f32 GEMMs
-//! (plain or dual) with K-major operands on sm_90 / sm_90a, whose choices are the FFMA kernel (the
-//! heuristic's, named by its tile, e.g. `128x128 x1 CTA`) and the FP64 tensor-core kernel on the
-//! same tile ([`TileChoice::on_fp64_tensor_cores`]),
+//! (plain or dual) with K-major operands on sm_90 / sm_90a, whose choices are the FP64 tensor-core
+//! kernel (the heuristic's, [`TileChoice::on_fp64_tensor_cores`]) and the FFMA kernel on the same
+//! tile (named by its tile, e.g. `128x128 x1 CTA`),
 //! and the plain f32 block-sparse GEMMs with A k-contiguous and blocks the FP64 tensor-core
 //! kernel takes (heights 8 to 32 in multiples of 8, widths in multiples of 4; [`TileKey::sparse`],
 //! the same two choices); every other kernel is not tunable.

@@ -1,6 +1,6 @@
 //! The f32 GEMM on the FP64 tensor cores (`gemm_dmma.cuh`): which f32 GEMMs offer it as a tile
-//! choice, what the forced choice generates, that it compiles for sm_90 and sm_90a without local
-//! memory, and that the default stays the FFMA kernel.
+//! choice, what it generates, that it compiles for sm_90 and sm_90a without local memory, that it
+//! is the heuristic's choice, and that the FFMA choice changes only its kernel.
 
 use mlpc_codegen::samples::{self, PlanBuilder};
 use mlpc_codegen::{
@@ -69,13 +69,14 @@ fn plan() -> Plan {
     p.finish()
 }
 
-/// The FFMA choice of a `bm` x `bn` tile and the same tile on the FP64 tensor cores.
+/// The choices of a `bm` x `bn` tile: on the FP64 tensor cores (the heuristic's), then the FFMA
+/// kernel.
 fn choices(bm: u32, bn: u32) -> Vec<TileChoice> {
     let ffma = TileChoice {
         bm,
         ..TileChoice::new(bn, 1)
     };
-    vec![ffma, ffma.on_fp64_tensor_cores()]
+    vec![ffma.on_fp64_tensor_cores(), ffma]
 }
 
 #[test]
@@ -99,38 +100,41 @@ fn k_major_f32_gemms_on_sm_90_offer_the_fp64_tensor_cores() {
         .unwrap()
         .is_empty());
     assert_eq!(
-        choices(64, 128)[1].to_string(),
+        choices(64, 128)[0].to_string(),
         "64x128 x1 CTA, FP64 tensor cores"
     );
 }
 
 #[test]
-fn the_default_is_the_ffma_kernel_and_the_choice_changes_only_its_kernel() {
+fn the_default_is_the_fp64_tensor_kernel_and_the_ffma_choice_changes_only_its_kernel() {
     let p = plan();
     let o = opts(Arch::Sm90);
     let heuristic = generate(&p, &o).unwrap();
-    assert!(heuristic.iter().all(|k| !k.source.contains("GemmDmma")));
+    assert!(heuristic[0].source.contains("GemmDmma<"));
+    assert!(heuristic[1].source.contains("GemmDmma<"));
+    assert_eq!(forced(&p, &o), heuristic);
     let key = plan_tile_candidates(&p, &o).unwrap()[0].key;
     let mut tiles = TileOverrides::new();
-    tiles.insert(key, TileChoice::new(128, 1));
+    tiles.insert(key, choices(128, 128)[0]);
     assert_eq!(generate_tiled(&p, &o, &tiles).unwrap(), heuristic);
 
-    tiles.insert(key, choices(128, 128)[1]);
-    let forced = generate_tiled(&p, &o, &tiles).unwrap();
-    for (f, h) in forced.iter().zip(&heuristic) {
+    tiles.insert(key, TileChoice::new(128, 1));
+    let ffma = generate_tiled(&p, &o, &tiles).unwrap();
+    for (f, h) in ffma.iter().zip(&heuristic) {
         assert_eq!(f == h, f.name != "plain", "{}", f.name);
     }
-    let k = &forced[0];
+    assert!(ffma[0].source.contains("mlpc::GemmSimt<"));
+    let k = &heuristic[0];
     assert_eq!(k.entry, "mlpc_gemm_f32_nt_128x128x16_dmma");
     assert!(k.source.contains("#include \"gemm_dmma.cuh\""));
     assert!(k
         .source
-        .contains("using Config = mlpc::DmmaConfig<128, 128, 2, 4, 4>;"));
+        .contains("using Config = mlpc::DmmaConfig<128, 128, 2, 4, 2, 4>;"));
     assert!(k.source.contains(
         "using Kernel = mlpc::GemmDmma<float, mlpc::Layout::N, mlpc::Layout::T, Config, Epilogue>;"
     ));
     // The FFMA kernel's launch, with the ring's shared memory.
-    let h = &heuristic[0];
+    let h = &ffma[0];
     assert_eq!(k.launch.block, h.launch.block);
     assert_eq!(k.launch.grid, h.launch.grid);
     assert!(matches!(
@@ -141,7 +145,7 @@ fn the_default_is_the_ffma_kernel_and_the_choice_changes_only_its_kernel() {
             ..
         }
     ));
-    assert_eq!(k.launch.smem_bytes, 4 * (128 + 128) * 16 * 4);
+    assert_eq!(k.launch.smem_bytes, 2 * 4 * (128 + 128) * 16 * 4);
 }
 
 #[test]
@@ -164,19 +168,25 @@ fn other_choices_for_an_f32_gemm_are_errors_and_f16_refuses_the_fp64_tensor_core
     let c = &plan_tile_candidates(&bf16, &o).unwrap()[0];
     assert!(c.choices.iter().all(|c| !c.fp64_tensor));
     let mut tiles = TileOverrides::new();
-    tiles.insert(c.key, choices(128, 128)[1]);
+    tiles.insert(c.key, choices(128, 128)[0]);
     let e = generate_tiled(&bf16, &o, &tiles).unwrap_err();
     assert!(e.to_string().contains("f32 GEMMs only"), "{e}");
 }
 
-/// Every tunable kernel of `p` with the FP64 tensor cores chosen.
-fn forced(p: &Plan, o: &CodegenOptions) -> Vec<mlpc_codegen::CudaKernel> {
+/// Every tunable kernel of `p` with the FP64 tensor cores chosen (`fp64`) or the FFMA kernel.
+fn chosen(p: &Plan, o: &CodegenOptions, fp64: bool) -> Vec<mlpc_codegen::CudaKernel> {
     let mut tiles = TileOverrides::new();
     for c in plan_tile_candidates(p, o).unwrap() {
-        tiles.insert(c.key, c.choices[0].on_fp64_tensor_cores());
+        let choice = c.choices.iter().find(|c| c.fp64_tensor == fp64).unwrap();
+        tiles.insert(c.key, *choice);
     }
     assert!(!tiles.is_empty(), "{}", p.name);
     generate_tiled(p, o, &tiles).unwrap()
+}
+
+/// Every tunable kernel of `p` with the FP64 tensor cores chosen.
+fn forced(p: &Plan, o: &CodegenOptions) -> Vec<mlpc_codegen::CudaKernel> {
+    chosen(p, o, true)
 }
 
 /// Every FP64 tensor-core choice of every tunable kernel of `p` compiles for sm_90 and sm_90a:
@@ -357,6 +367,7 @@ fn emulate(
     let bm = if dual { 64 } else { 128 };
     const BN: usize = 128;
     const BK: usize = 16;
+    const SLICES: usize = 4;
     const WARPS_N: usize = 4;
     let (wm_size, wn_size) = (bm / 2, BN / WARPS_N);
     let (fm, fn_) = (wm_size / 16, wn_size / 8);
@@ -368,38 +379,46 @@ fn emulate(
             let (m0, n0) = (bx * bm, by * BN);
             let mut acc = vec![vec![[[0.0f64; 4]; 32]; fn_ * fm]; 8];
             let mut acc_up = acc.clone();
-            for kt in 0..k.div_ceil(BK) {
-                // `load`: 16-byte chunks, A rows, then B rows, then Bu rows, zero outside.
-                let mut stage = vec![f32::NAN; (bm + b_rows) * BK];
-                for c in 0..(bm + b_rows) * (BK / 4) {
-                    let (row, q) = (c / (BK / 4), c % (BK / 4));
-                    let is_a = row < bm;
-                    let is_up = dual && row >= bm + BN;
-                    let grow = match (is_a, is_up) {
-                        (true, _) => m0 + row,
-                        (false, true) => n0 + (row - bm - BN),
-                        (false, false) => n0 + (row - bm),
-                    };
-                    let (rows, src) = match (is_a, bu) {
-                        (true, _) => (m, a),
-                        (false, Some(bu)) if is_up => (n, bu),
-                        _ => (n, b),
-                    };
-                    let gk = kt * BK + q * 4;
-                    for e in 0..4 {
-                        let inside = grow < rows && gk < k;
-                        stage[row * BK + q * 4 + e] =
-                            if inside { src[grow * k + gk + e] } else { 0.0 };
+            let slice_floats = (bm + b_rows) * BK;
+            for kt in 0..k.div_ceil(SLICES * BK) {
+                // `load`: SLICES slices, each in 16-byte chunks, A rows, then B rows, then Bu
+                // rows, zero outside.
+                let mut stage = vec![f32::NAN; SLICES * slice_floats];
+                for s in 0..SLICES {
+                    let k0 = (kt * SLICES + s) * BK;
+                    let at = s * slice_floats;
+                    for c in 0..(bm + b_rows) * (BK / 4) {
+                        let (row, q) = (c / (BK / 4), c % (BK / 4));
+                        let is_a = row < bm;
+                        let is_up = dual && row >= bm + BN;
+                        let grow = match (is_a, is_up) {
+                            (true, _) => m0 + row,
+                            (false, true) => n0 + (row - bm - BN),
+                            (false, false) => n0 + (row - bm),
+                        };
+                        let (rows, src) = match (is_a, bu) {
+                            (true, _) => (m, a),
+                            (false, Some(bu)) if is_up => (n, bu),
+                            _ => (n, b),
+                        };
+                        let gk = k0 + q * 4;
+                        for e in 0..4 {
+                            let inside = grow < rows && gk < k;
+                            stage[at + row * BK + q * 4 + e] =
+                                if inside { src[grow * k + gk + e] } else { 0.0 };
+                        }
                     }
                 }
-                let (sa, sbs) = stage.split_at(bm * BK);
-                let (sb, sbu) = sbs.split_at(BN * BK);
-                for warp in 0..8 {
-                    let wm = (warp / WARPS_N) * wm_size;
-                    let wn = (warp % WARPS_N) * wn_size;
-                    warp_slice(sa, sb, wm, wn, fm, fn_, &mut acc[warp]);
-                    if dual {
-                        warp_slice(sa, sbu, wm, wn, fm, fn_, &mut acc_up[warp]);
+                for slice in stage.chunks(slice_floats) {
+                    let (sa, sbs) = slice.split_at(bm * BK);
+                    let (sb, sbu) = sbs.split_at(BN * BK);
+                    for warp in 0..8 {
+                        let wm = (warp / WARPS_N) * wm_size;
+                        let wn = (warp % WARPS_N) * wn_size;
+                        warp_slice(sa, sb, wm, wn, fm, fn_, &mut acc[warp]);
+                        if dual {
+                            warp_slice(sa, sbu, wm, wn, fm, fn_, &mut acc_up[warp]);
+                        }
                     }
                 }
             }
@@ -433,14 +452,20 @@ fn the_model_is_the_templates_data_placement() {
         "const i64 grow = row0 + row, gk = k0 + q * 4;",
         "const bool in = grow < rows && gk < k;",
         "mma_detail::cp_async_16(dst + (u32)(c * 16), in ? base + grow * ld + gk : base,",
-        "dmma_detail::copy_slice<BM, kThreads>(stage_addr, p.a, p.lda, m0, p.m, k0, p.k, tid);",
-        "dmma_detail::copy_slice<BN, kThreads>(stage_addr + BM * BK * 4, p.b, p.ldb, n0, p.n, k0,",
-        "dmma_detail::copy_slice<BN, kThreads>(stage_addr + (BM + BN) * BK * 4, p.b_up,",
-        "p.ldb_up, n0, p.n, k0, p.k, tid);",
+        "(p.k + SLICES * BK - 1) / (SLICES * BK),",
+        "const i64 k0 = (kt * SLICES + s) * BK;",
+        "const u32 at = stage_addr + (u32)(s * kSliceFloats * 4);",
+        "static constexpr int kSliceFloats = (BM + kBRows) * BK;",
+        "static constexpr int kStageFloats = SLICES * kSliceFloats;",
+        "dmma_detail::copy_slice<BM, kThreads>(at, p.a, p.lda, m0, p.m, k0, p.k, tid);",
+        "dmma_detail::copy_slice<BN, kThreads>(at + BM * BK * 4, p.b, p.ldb, n0, p.n, k0, p.k,",
+        "dmma_detail::copy_slice<BN, kThreads>(at + (BM + BN) * BK * 4, p.b_up, p.ldb_up,",
+        "n0, p.n, k0, p.k, tid);",
+        "const float* sa = smem + stage * kStageFloats + s * kSliceFloats;",
         "const int wm = (warp / Cfg::WARPS_N) * Cfg::WM;",
         "const int wn = (warp % Cfg::WARPS_N) * Cfg::WN;",
         "dmma_detail::slice(sa, sa + BM * BK, wm, wn, g, t, acc);",
-        "dmma_detail::slice_dual(sa, sa + BM * BK, sa + (BM + BN) * BK, wm, wn, g, t,",
+        "dmma_detail::slice_dual(sa, sa + BM * BK, sa + (BM + BN) * BK, wm, wn, g,",
         "const float4 v = *reinterpret_cast<const float4*>(sb + frag_offset(row + g, t));",
         "b[0] = v.x; b[1] = v.y; b[2] = v.z; b[3] = v.w;",
         "for (int j = 0; j < FN; ++j) b_frag(sb, wn + j * 8, g, t, b[j]);",
@@ -555,12 +580,14 @@ fn f32_block_sparse_gemms_with_small_blocks_offer_the_fp64_tensor_cores() {
 }
 
 #[test]
-fn the_block_sparse_choice_generates_gemm_bsr_dmma_with_the_ffma_launch() {
+fn the_block_sparse_default_is_gemm_bsr_dmma_with_the_ffma_launch() {
     let p = samples::bsr_fp64_tensor_f32();
     let o = opts(Arch::Sm90);
     let heuristic = generate(&p, &o).unwrap();
-    assert!(heuristic.iter().all(|k| k.source.contains("GemmBsrSimt<")));
     let forced = forced(&p, &o);
+    assert_eq!(forced, heuristic);
+    let ffma = chosen(&p, &o, false);
+    assert!(ffma.iter().all(|k| k.source.contains("GemmBsrSimt<")));
     let want = [
         (
             "mlpc_bsr_gemm_bias_gelu_tanh_f32_nt_b32x32_128x32x16_dmma",
@@ -570,7 +597,7 @@ fn the_block_sparse_choice_generates_gemm_bsr_dmma_with_the_ffma_launch() {
         ("mlpc_bsr_gemm_f32_nt_b8x4_128x16x16_dmma", 8, 64),
         ("mlpc_bsr_gemm_relu_f32_nt_b24x8_128x32x16_dmma", 24, 128),
     ];
-    for ((k, h), (entry, br, threads)) in forced.iter().zip(&heuristic).zip(want) {
+    for ((k, h), (entry, br, threads)) in forced.iter().zip(&ffma).zip(want) {
         assert_eq!(k.entry, entry);
         assert!(
             k.source

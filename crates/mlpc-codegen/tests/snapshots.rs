@@ -86,9 +86,17 @@ fn f16_and_bf16_use_tensor_cores_and_f32_stays_exact() {
                 continue;
             }
             match plan.dtype {
+                // Exact f32: the FFMA kernel, or the FP64 tensor cores (exact products summed
+                // in f64); never the f16 / bf16 tensor-core kernels nor TF32.
                 DType::F32 => {
-                    assert!(k.source.contains("mlpc::GemmSimt<float"), "{}", k.name);
-                    assert!(!k.source.contains("mma"), "{}", k.name);
+                    assert!(
+                        k.source.contains("mlpc::GemmSimt<float")
+                            || k.source.contains("mlpc::GemmDmma<float"),
+                        "{}",
+                        k.name
+                    );
+                    assert!(!k.source.contains("GemmMma<"), "{}", k.name);
+                    assert!(!k.source.to_lowercase().contains("tf32"), "{}", k.name);
                 }
                 DType::F16 | DType::Bf16 => {
                     assert!(k.source.contains("mlpc::GemmMma<"), "{}", k.name)

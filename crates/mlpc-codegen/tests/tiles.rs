@@ -210,15 +210,15 @@ fn candidates_follow_the_heuristics_rules() {
             .unwrap()
             .is_empty());
     }
-    // The sample plans' f32 GEMMs choose between the FFMA kernel and the FP64 tensor cores (see
-    // tests/fp64_tensor.rs); every candidate list starts with a distinct heuristic choice and
-    // holds no duplicates.
+    // The sample plans' f32 GEMMs choose between the FP64 tensor cores (the heuristic's) and the
+    // FFMA kernel on the same tile (see tests/fp64_tensor.rs); every candidate list starts with
+    // a distinct heuristic choice and holds no duplicates.
     for p in samples::all() {
         for t in plan_tile_candidates(&p, &opts(Arch::Sm90a)).unwrap() {
             if t.key.dtype == DType::F32 {
                 assert_eq!(t.choices.len(), 2, "{}", t.kernel);
-                assert!(!t.choices[0].fp64_tensor, "{}", t.kernel);
-                assert_eq!(t.choices[1], t.choices[0].on_fp64_tensor_cores());
+                assert!(!t.choices[1].fp64_tensor, "{}", t.kernel);
+                assert_eq!(t.choices[0], t.choices[1].on_fp64_tensor_cores());
             }
             let mut sorted = t.choices.clone();
             sorted.sort();

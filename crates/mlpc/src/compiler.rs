@@ -26,12 +26,17 @@ pub enum CudaKernels {
     Skip,
 }
 
-/// Whether f32 GEMMs run on the FP64 tensor cores unless told
-/// ([`Compiler::f32_on_fp64_tensor_cores`]): when the environment variable
-/// `MLPC_F32_FP64_TENSOR_CORES` is set to anything but empty or `0`.
-pub(crate) fn f32_fp64_tensor_by_default() -> bool {
-    std::env::var("MLPC_F32_FP64_TENSOR_CORES")
-        .is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
+/// The f32 GEMM kernel forced when the compiler is not told
+/// ([`Compiler::f32_on_fp64_tensor_cores`]), from the environment variable
+/// `MLPC_F32_FP64_TENSOR_CORES`: `0` forces the FFMA kernels, anything else but empty the FP64
+/// tensor cores; unset or empty forces neither.
+pub(crate) fn f32_fp64_tensor_from_env() -> Option<bool> {
+    let v = std::env::var("MLPC_F32_FP64_TENSOR_CORES").ok()?;
+    match v.trim() {
+        "" => None,
+        "0" => Some(false),
+        _ => Some(true),
+    }
 }
 
 /// Compiles models. Every option has a sane default; [`Compiler::new`] gives the standard
@@ -55,8 +60,8 @@ pub struct Compiler {
     no_autotune_cache: bool,
     /// The symbol values whose row counts pick the autotune cache's M bucket.
     tile_bindings: Vec<(String, u64)>,
-    /// f32 GEMMs on the FP64 tensor cores wherever a kernel offers it. `None`:
-    /// [`f32_fp64_tensor_by_default`].
+    /// f32 GEMMs forced onto the FP64 tensor cores (`true`) or the FFMA pipes (`false`)
+    /// wherever a kernel offers the choice. `None`: [`f32_fp64_tensor_from_env`].
     f32_fp64_tensor: Option<bool>,
 }
 
@@ -144,20 +149,21 @@ impl Compiler {
         self
     }
 
-    /// Run f32 GEMMs on the FP64 tensor cores (sm_90 / sm_90a: exact products summed in f64,
-    /// rounded to f32 once) wherever the kernel offers that choice: dense GEMMs with
-    /// k-contiguous operands and constant K and N, block-sparse ones with blocks of at most 32
-    /// rows. Off by default (the FFMA kernels, or the autotune cache's choice), unless the
-    /// environment variable `MLPC_F32_FP64_TENSOR_CORES` is set (to anything but empty or `0`);
-    /// on, it overrides the cache for those kernels, in the artifacts and in runs on a device.
+    /// Force every f32 GEMM that offers the choice onto the FP64 tensor cores (`true`; sm_90 /
+    /// sm_90a: exact products summed in f64, rounded to f32 once) or the FFMA pipes (`false`):
+    /// dense GEMMs with k-contiguous operands and constant K and N, block-sparse ones with A
+    /// k-contiguous and blocks of 8 to 32 rows. Unset, those GEMMs take the autotune cache's
+    /// choice, else the heuristic's (the FP64 tensor cores), unless the environment variable
+    /// `MLPC_F32_FP64_TENSOR_CORES` forces one (`1` or `0`). A forced kernel overrides the cache,
+    /// in the artifacts and in runs on a device.
     pub fn f32_on_fp64_tensor_cores(mut self, on: bool) -> Compiler {
         self.f32_fp64_tensor = Some(on);
         self
     }
 
-    fn uses_f32_fp64_tensor(&self) -> bool {
-        self.f32_fp64_tensor
-            .unwrap_or_else(f32_fp64_tensor_by_default)
+    /// The f32 GEMM kernel forced, if any: `Some(true)` the FP64 tensor cores.
+    fn forced_f32_kernel(&self) -> Option<bool> {
+        self.f32_fp64_tensor.or_else(f32_fp64_tensor_from_env)
     }
 
     /// The symbol values (e.g. `[("T", 8192)]`) the runs are expected at: the autotune cache's
@@ -212,8 +218,8 @@ impl Compiler {
                     allow_tf32: model.allow_tf32,
                 };
                 let mut tiles = TileOverrides::new();
-                if self.uses_f32_fp64_tensor() {
-                    crate::tiles::force_fp64_tensor(&plan, &opts, &mut tiles)?;
+                if let Some(fp64) = self.forced_f32_kernel() {
+                    crate::tiles::force_f32_kernel(&plan, &opts, &mut tiles, fp64)?;
                 }
                 let kernels = mlpc_codegen::generate_tiled(&plan, &opts, &tiles)?;
                 let jit = self.jit_options();
@@ -425,8 +431,9 @@ impl Compiled {
         };
         let (mut tiles, mut notes) = self.chosen_tiles(&opts, device)?;
         // The option overrides the heuristic and the cache, not a candidate being measured.
-        if self.compiler.uses_f32_fp64_tensor() && self.forced_tiles.is_none() {
-            for key in crate::tiles::force_fp64_tensor(&self.plan, &opts, &mut tiles)? {
+        let forced = self.compiler.forced_f32_kernel();
+        if let (Some(fp64), None) = (forced, &self.forced_tiles) {
+            for key in crate::tiles::force_f32_kernel(&self.plan, &opts, &mut tiles, fp64)? {
                 for n in notes.iter_mut().filter(|n| n.key == key) {
                     n.choice = tiles.get(&key).unwrap_or(n.choice);
                     n.source = crate::tiles::TileSource::Forced;

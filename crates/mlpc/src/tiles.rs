@@ -245,17 +245,21 @@ pub(crate) fn cached_tiles(
     Ok((tiles, notes))
 }
 
-/// The f32 GEMMs' FP64 tensor-core option ([`crate::Compiler::f32_on_fp64_tensor_cores`]): the
-/// first FP64 tensor-core choice of every tunable kernel that has one, forced into `tiles`;
-/// returns their keys.
-pub(crate) fn force_fp64_tensor(
+/// The f32 GEMMs' kernel option ([`crate::Compiler::f32_on_fp64_tensor_cores`]): for every
+/// tunable kernel that offers the FP64 tensor cores, its first choice on them (`fp64`) or on the
+/// FFMA pipes (`!fp64`), forced into `tiles`; returns their keys.
+pub(crate) fn force_f32_kernel(
     plan: &Plan,
     opts: &CodegenOptions,
     tiles: &mut TileOverrides,
+    fp64: bool,
 ) -> Result<Vec<TileKey>, Error> {
     let mut keys = Vec::new();
     for c in mlpc_codegen::plan_tile_candidates(plan, opts)? {
-        if let Some(&choice) = c.choices.iter().find(|c| c.fp64_tensor) {
+        if !c.choices.iter().any(|c| c.fp64_tensor) {
+            continue;
+        }
+        if let Some(&choice) = c.choices.iter().find(|c| c.fp64_tensor == fp64) {
             tiles.insert(c.key, choice);
             keys.push(c.key);
         }
@@ -567,7 +571,7 @@ mod tests {
     }
 
     #[test]
-    fn the_fp64_tensor_option_forces_every_f32_gemm_that_offers_it() {
+    fn f32_gemms_take_the_fp64_tensor_cores_unless_the_option_forces_the_ffma_kernel() {
         // A dense f32 GEMM (bias, GELU), then a block-sparse one of 32 x 32 blocks.
         let text = r#"{ "mlpc": 1, "dtype": "f32", "seed": 1,
             "inputs": { "x": { "shape": ["T", 64] } },
@@ -580,24 +584,31 @@ mod tests {
                 .compile_model(mlpc_frontend::parse_model(text, Path::new("."), "m.json").unwrap())
                 .unwrap()
         };
+        // The heuristic: both on the FP64 tensor cores.
         let plain = model(crate::Compiler::new());
         let (tiles, notes) = plain.device_tiles(Arch::Sm90a, "GPU").unwrap();
         assert!(tiles.is_empty());
         assert_eq!(notes.len(), 2);
-        assert!(notes.iter().all(|n| !n.choice.fp64_tensor));
-        let on = model(crate::Compiler::new().f32_on_fp64_tensor_cores(true));
-        for arch in [Arch::Sm90, Arch::Sm90a] {
-            let (tiles, notes) = on.device_tiles(arch, "GPU").unwrap();
-            assert_eq!(tiles.iter().count(), 2, "{arch}");
-            assert_eq!(notes.len(), 2);
-            for n in &notes {
-                assert!(n.choice.fp64_tensor, "{n}");
-                assert_eq!(n.source, TileSource::Forced);
-                assert!(n.to_string().contains("FP64 tensor cores"), "{n}");
-            }
-            assert!(notes.iter().any(|n| n.key.sparse));
+        for n in &notes {
+            assert!(n.choice.fp64_tensor, "{n}");
+            assert_eq!(n.source, TileSource::Heuristic);
         }
-        assert!(on.device_tiles(Arch::Sm80, "GPU").unwrap().1.is_empty());
+        for (fp64, name) in [(true, "FP64 tensor cores"), (false, "x1 CTA")] {
+            let forced = model(crate::Compiler::new().f32_on_fp64_tensor_cores(fp64));
+            for arch in [Arch::Sm90, Arch::Sm90a] {
+                let (tiles, notes) = forced.device_tiles(arch, "GPU").unwrap();
+                assert_eq!(tiles.iter().count(), 2, "{arch}");
+                assert_eq!(notes.len(), 2);
+                for n in &notes {
+                    assert_eq!(n.choice.fp64_tensor, fp64, "{n}");
+                    assert_eq!(n.source, TileSource::Forced);
+                    assert!(n.to_string().contains(name), "{n}");
+                }
+                assert!(notes.iter().any(|n| n.key.sparse));
+            }
+            assert!(forced.device_tiles(Arch::Sm80, "GPU").unwrap().1.is_empty());
+        }
+        let on = model(crate::Compiler::new().f32_on_fp64_tensor_cores(true));
         // A candidate being measured (the autotuner's FFMA choice) wins over the option.
         let (tiles, notes) = on.device_tiles(Arch::Sm90a, "GPU").unwrap();
         let ffma: TileOverrides = notes
@@ -630,12 +641,18 @@ mod tests {
                 .map(|k| k.source.clone())
                 .collect()
         };
-        let dflt = sources(&artifacts(crate::Compiler::new()));
-        assert!(dflt.iter().all(|s| !s.contains("Dmma<")));
-        let fp64 = sources(&artifacts(
-            crate::Compiler::new().f32_on_fp64_tensor_cores(true),
+        let ffma = sources(&artifacts(
+            crate::Compiler::new().f32_on_fp64_tensor_cores(false),
         ));
-        assert!(fp64[0].contains("mlpc::GemmDmma<"), "{}", fp64[0]);
-        assert!(fp64[1].contains("mlpc::GemmBsrDmma<"), "{}", fp64[1]);
+        assert!(ffma.iter().all(|s| !s.contains("Dmma<")));
+        assert!(ffma[0].contains("mlpc::GemmSimt<"), "{}", ffma[0]);
+        for c in [
+            crate::Compiler::new(),
+            crate::Compiler::new().f32_on_fp64_tensor_cores(true),
+        ] {
+            let fp64 = sources(&artifacts(c));
+            assert!(fp64[0].contains("mlpc::GemmDmma<"), "{}", fp64[0]);
+            assert!(fp64[1].contains("mlpc::GemmBsrDmma<"), "{}", fp64[1]);
+        }
     }
 }
