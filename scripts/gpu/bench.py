@@ -54,6 +54,9 @@ MODELS = [
     ("bsr 4096^2 b32 d=0.25 f32", None, 4096, [4096, 4096], None, False, False, "f32"),
     ("gpt2-mlp f32", "examples/gpt2-mlp/model.json", 8192, [768, 3072, 768], "gelu_tanh", False, True, "f32"),
     ("bert-large-ffn f32", "examples/bert-large-ffn/model.json", 8192, [1024, 4096, 1024], "gelu", False, True, "f32"),
+    ("seed-geglu f32", "examples/seed-geglu/model.json", 8192, [768, 3072, 768], "gelu_tanh", True, False, "f32"),
+    ("mlp3-relu f32", "examples/mlp3-relu/model.json", 8192, [1024, 4096, 4096, 1024], "relu", False, True, "f32"),
+    ("llama-swiglu f32", "examples/llama-swiglu/model.json", 4096, [4096, 11008, 4096], "silu", True, False, "f32"),
 ]
 
 
