@@ -564,30 +564,26 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // The compile options of every command that compiles.
+        let compile_opts = |args: &[&str]| match parse(args) {
+            Ok(
+                Command::Compile { opts, .. }
+                | Command::Bench { opts, .. }
+                | Command::Check { opts, .. }
+                | Command::Run { opts, .. },
+            ) => opts,
+            other => panic!("{args:?}: {other:?}"),
+        };
         for cmd in ["compile", "bench", "check", "run"] {
             let mut args = vec!["mlpc", cmd, "m.json", "--f32-fp64-tensor-cores"];
             if cmd == "run" {
                 args.extend(["-i", "in.safetensors", "-o", "out.safetensors"]);
             }
-            match parse(&args) {
-                Ok(
-                    Command::Compile { opts, .. }
-                    | Command::Bench { opts, .. }
-                    | Command::Check { opts, .. }
-                    | Command::Run { opts, .. },
-                ) => assert!(opts.f32_fp64_tensor_cores && !opts.no_autotune_cache),
-                other => panic!("{cmd}: {other:?}"),
-            }
+            let opts = compile_opts(&args);
+            assert!(opts.f32_fp64_tensor_cores && !opts.f32_ffma && !opts.no_autotune_cache);
             args[3] = "--f32-ffma";
-            match parse(&args) {
-                Ok(
-                    Command::Compile { opts, .. }
-                    | Command::Bench { opts, .. }
-                    | Command::Check { opts, .. }
-                    | Command::Run { opts, .. },
-                ) => assert!(opts.f32_ffma && !opts.f32_fp64_tensor_cores),
-                other => panic!("{cmd}: {other:?}"),
-            }
+            let opts = compile_opts(&args);
+            assert!(opts.f32_ffma && !opts.f32_fp64_tensor_cores);
             args.push("--f32-fp64-tensor-cores");
             assert!(parse(&args).is_err(), "{cmd}: both f32 kernels forced");
         }
