@@ -1,7 +1,7 @@
 // mlpc kernel templates: GEMM with a block-sparse weight (BSR), on tensor cores for f16 / bf16
-// (`GemmBsrMma`), on the FFMA pipes for f32 (`GemmBsrSimt`) and, where a tile choice asks for it,
-// for f32 on the FP64 tensor cores (`GemmBsrDmma`, sm_90), with the same compile-time epilogues
-// as the dense families.
+// (`GemmBsrMma`), for f32 on the FP64 tensor cores (`GemmBsrDmma`, sm_90: the default where it
+// applies) or on the FFMA pipes (`GemmBsrSimt`), with the same compile-time epilogues as the
+// dense families.
 //
 //   C[m, n] = Epi(sum over kept blocks (r, c) with r = n / BR of  A[m, c*BC .. c*BC+BC] . W_blk[n % BR, :])
 //
