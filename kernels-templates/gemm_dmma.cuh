@@ -22,7 +22,8 @@
 //     as float4 along k and converted to f64;
 //   - the epilogue runs on the accumulators (rounded to f32) and stores straight to global memory.
 // Inputs the 16-byte copies cannot take (K or a row stride not a multiple of 4 elements, a base
-// not 16-byte aligned) run the FFMA kernel instead, with the same launch.
+// not 16-byte aligned) run the FFMA kernel instead, with the same launch, as does every input on
+// a target before sm_90 (`MLPC_HAS_DMMA`).
 //
 // Fragments of m16n8k16 f64 (PTX ISA, "Matrix Fragments for mma.m16n8k16 with .f64"), with
 // g = lane / 4 and t = lane % 4:
@@ -37,6 +38,15 @@
 
 #include "gemm_mma.cuh"
 #include "gemm_simt.cuh"
+
+// The f64 m16n8k16 mma exists from sm_90 on. Compiled for an older target (a source generated
+// for sm_90 handed to NVRTC for sm_80), the kernels of this file and `GemmBsrDmma` run their
+// FFMA fallback instead.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define MLPC_HAS_DMMA 0
+#else
+#define MLPC_HAS_DMMA 1
+#endif
 
 namespace mlpc {
 
@@ -62,12 +72,16 @@ namespace dmma_detail {
 /// d += a b on the FP64 tensor cores (fragments as in the file comment).
 __device__ __forceinline__ void mma_16816_f64(double (&d)[4], const double (&a)[8],
                                               const double (&b)[4]) {
+#if MLPC_HAS_DMMA
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, {%0, %1, %2, %3};\n"
         : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
         : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]),
           "d"(a[7]), "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+#else
+    __trap();  // unreachable: the kernels take their fallback on such targets
+#endif
 }
 
 /// Float offset of the float4 of k (4t .. 4t + 3) of row `row` in a [ROWS][16] slice.
@@ -318,7 +332,7 @@ struct GemmDmma {
         const bool copies = p.k % 4 == 0 && p.lda % 4 == 0 && p.ldb % 4 == 0 &&
                             is_aligned(p.a, 16) && is_aligned(p.b, 16) &&
                             (!kDual || (p.ldb_up % 4 == 0 && is_aligned(p.b_up, 16)));
-        if (!copies) {
+        if (!MLPC_HAS_DMMA || !copies) {
             Fallback::run(p);
             return;
         }

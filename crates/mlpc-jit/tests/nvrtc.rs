@@ -15,9 +15,18 @@ fn require_nvrtc() {
 }
 
 fn sample_kernels() -> Vec<CudaKernel> {
+    sample_kernels_for(Arch::Sm90)
+}
+
+/// The sample plans' kernels as code generation emits them for `arch`.
+fn sample_kernels_for(arch: Arch) -> Vec<CudaKernel> {
+    let opts = CodegenOptions {
+        arch,
+        ..CodegenOptions::default()
+    };
     samples::all()
         .iter()
-        .flat_map(|p| generate(p, &CodegenOptions::default()).unwrap())
+        .flat_map(|p| generate(p, &opts).unwrap())
         .collect()
 }
 
@@ -93,7 +102,18 @@ fn every_sample_kernel_compiles_for_sm_90_without_spills() {
 
 #[test]
 fn every_sample_kernel_compiles_for_sm_80_without_spills() {
-    check_compiled(Arch::Sm80, &sample_kernels());
+    check_compiled(Arch::Sm80, &sample_kernels_for(Arch::Sm80));
+}
+
+/// Kernels generated for sm_90 (f32 GEMMs on the FP64 tensor cores among them) still compile for
+/// sm_80, where the f64 mma does not exist: those kernels run their FFMA fallback there.
+#[test]
+fn sm_90_kernels_compile_for_sm_80_on_their_ffma_fallback() {
+    let kernels = sample_kernels();
+    assert!(kernels.iter().any(|k| k.source.contains("GemmDmma<")));
+    check_compiled(Arch::Sm80, &kernels);
+    let compiled = compile_all(&kernels, &no_cache(Arch::Sm80)).unwrap();
+    assert!(compiled.iter().all(|c| !c.ptx.contains(".f64.f64.f64.f64")));
 }
 
 #[test]
