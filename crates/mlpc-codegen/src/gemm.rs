@@ -398,7 +398,7 @@ pub(crate) fn tile_candidates(
 }
 
 /// The choices of a tunable f32 GEMM whose FFMA kernel takes `bm` x `bn` tiles: the FP64
-/// tensor-core kernel on that tile and launch (the heuristic's: 1.4x the FFMA kernel on the
+/// tensor-core kernel on that tile and launch (the heuristic's: 1.5x the FFMA kernel on the
 /// H200, 2x on block-sparse GEMMs; docs/perf-notes.md), then the FFMA kernel.
 pub(crate) fn f32_candidates(bm: u32, bn: u32) -> Vec<TileChoice> {
     let ffma = TileChoice {

@@ -12,8 +12,8 @@
 //!   (`gemm_simt.cuh`, exact f32: `allow_tf32` permits but never forces TF32, and no TF32 path
 //!   exists yet), except that f32 GEMMs with k-contiguous operands and constant K and N on sm_90 /
 //!   sm_90a run on the FP64 tensor cores (`gemm_dmma.cuh`: exact products summed in f64, rounded
-//!   to f32 once) unless a tile choice asks for the FFMA kernel ([`TileChoice::fp64_tensor`]). The epilogue chain (bias,
-//!   activations, residual add, mul, and the dual form
+//!   to f32 once) unless a tile choice asks for the FFMA kernel ([`TileChoice::fp64_tensor`]).
+//!   The epilogue chain (bias, activations, residual add, mul, and the dual form
 //!   `epi(gate(A Bg) * up(A Bu))`) is a compile-time type applied in registers.
 //!   When A and the weight are k-contiguous (`x W^T` with an nn.Linear weight), the module also
 //!   holds weight-streaming entries for small M (`gemv.cuh`, see [`SmallM`]).

@@ -31,8 +31,12 @@ pub enum CudaKernels {
 /// `MLPC_F32_FP64_TENSOR_CORES`: `0` forces the FFMA kernels, anything else but empty the FP64
 /// tensor cores; unset or empty forces neither.
 pub(crate) fn f32_fp64_tensor_from_env() -> Option<bool> {
-    let v = std::env::var("MLPC_F32_FP64_TENSOR_CORES").ok()?;
-    match v.trim() {
+    f32_fp64_tensor_setting(std::env::var("MLPC_F32_FP64_TENSOR_CORES").ok()?.as_str())
+}
+
+/// [`f32_fp64_tensor_from_env`] of the variable's value.
+fn f32_fp64_tensor_setting(value: &str) -> Option<bool> {
+    match value.trim() {
         "" => None,
         "0" => Some(false),
         _ => Some(true),
@@ -859,6 +863,17 @@ mod tests {
         c.cuda_kernels(CudaKernels::Skip)
             .compile_model(model)
             .unwrap()
+    }
+
+    #[test]
+    fn the_f32_kernel_variable_forces_fp64_with_1_and_ffma_with_0() {
+        use super::f32_fp64_tensor_setting as setting;
+        assert_eq!(setting("1"), Some(true));
+        assert_eq!(setting(" yes "), Some(true));
+        assert_eq!(setting("0"), Some(false));
+        assert_eq!(setting(" 0\n"), Some(false));
+        assert_eq!(setting(""), None);
+        assert_eq!(setting("  "), None);
     }
 
     #[test]
