@@ -172,26 +172,44 @@ __device__ __forceinline__ float exp2_fast(float x) {
     return y;
 }
 
+/// `1 / x` through the special function unit (`rcp.approx.ftz`): one MUFU, relative error near
+/// 2^-23, without the scaling `__fdividef` applies to denominators above 2^126 (callers whose
+/// denominators stay far below that only).
+__device__ __forceinline__ float rcp_fast(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /// The activations in forms for f16 / bf16 outputs: exp and division through the special
-/// function unit (`exp2_fast`, `__fdividef`: relative errors near 2^-21), arranged so that both
-/// tails stay accurate (no `1 + tanh` or `1 - erf` cancellation), far below the outputs' own
-/// rounding (2^-8 for bf16, 2^-11 for f16) and several times cheaper than `tanhf` / `erff`.
+/// function unit (`exp2_fast`, `rcp_fast`, `__fdividef`: relative errors near 2^-21), arranged
+/// so that both tails stay accurate (no `1 + tanh` or `1 - erf` cancellation), far below the
+/// outputs' own rounding (2^-8 for bf16, 2^-11 for f16) and several times cheaper than `tanhf` /
+/// `erff`. Few FP32-pipe instructions matter more than few MUFUs here (perf-notes 3m).
 /// Constants are pre-multiplied (log2(e) folded in), since the compiler may not reassociate.
 /// f32 outputs keep `activate`.
 template <ActKind A>
 __device__ __forceinline__ float activate_fast(float x) {
     constexpr float kLog2e = 1.4426950408889634f;
     if constexpr (A == ActKind::Gelu) {
-        // erf(z) = 1 - q(t) exp(-z^2), t = 1 / (1 + p z), z = |x| / sqrt 2 (Abramowitz and
-        // Stegun 7.1.26, |error| <= 1.5e-7); gelu = x (1 + sign(x) erf(z)) / 2.
-        const float z = fabsf(x) * 0.70710678118654752f;
-        const float t = __fdividef(1.0f, 1.0f + 0.3275911f * z);
-        const float q =
-            t * (0.254829592f +
-                 t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-        // exp(-z^2) = 2^(-x^2 log2(e) / 2)
-        const float tail = q * exp2_fast(x * x * (-0.5f * kLog2e));  // 1 - erf(z)
-        return 0.5f * x * (x >= 0.0f ? 2.0f - tail : tail);
+        // gelu(x) = x Phi(x) = relu(x) - |x| Phi(-|x|), with the normal tail written through
+        // its Mills ratio: Phi(-z) = t P(t) exp(-z^2 / 2), t = 1 / (1 + p z), P of degree 4
+        // (fitted for the relative error of t P(t) against Phi(-z) exp(z^2 / 2) over the whole
+        // half-line: at most 9.3e-5, so gelu is that accurate in both tails too, down to where
+        // exp2_fast flushes). Ten FP32-pipe instructions and two MUFUs: in a Hopper GEMM's
+        // epilogue the FP32 pipe's instructions are what costs (docs/perf-notes.md, 3m).
+        const float z = fabsf(x);
+        const float t = rcp_fast(fmaf(0.3975f, z, 1.0f));
+        float q = -0.08479484170675278f;
+        q = fmaf(q, t, 0.1480494737625122f);
+        q = fmaf(q, t, 0.1183738261461258f);
+        q = fmaf(q, t, 0.1597810983657837f);
+        q = fmaf(q, t, 0.15856492519378662f);
+        // exp(-x^2 / 2) = 2^(-(x k)^2), k = sqrt(log2(e) / 2)
+        const float y = x * 0.84932180028801907f;
+        const float tail = q * t * exp2_fast(-(y * y));  // Phi(-|x|)
+        // |x| capped so that x = +-inf gives inf and 0, not inf * 0.
+        return fmaf(-fminf(z, 3.0e38f), tail, fmaxf(x, 0.0f));
     } else if constexpr (A == ActKind::GeluTanh) {
         // (1 + tanh u) / 2 = 1 / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3):
         // exp(-2u) = 2^(x (k1 + k2 x^2)), k1 = -2 sqrt(2/pi) log2(e), k2 = 0.044715 k1.

@@ -1,0 +1,113 @@
+//! The f16 / bf16 epilogues' gelu (`activate_fast<ActKind::Gelu>` in `common.cuh`), transcribed
+//! into f32 arithmetic here and held to its stated accuracy against the exact erf: a change of a
+//! coefficient or of the formula in the template must change the transcription too.
+
+const TEMPLATE: &str = include_str!("../../../kernels-templates/common.cuh");
+
+/// The template's coefficients: p of t = 1 / (1 + p z), then P(t) from its highest term.
+const P: f32 = 0.3975;
+const Q: [f32; 5] = [
+    -0.084_794_84,
+    0.148_049_47,
+    0.118_373_83,
+    0.159_781_1,
+    0.158_564_93,
+];
+const K: f32 = 0.849_321_8;
+
+/// `ex2.approx.ftz.f32`: results below the smallest normal flush to zero.
+fn exp2_ftz(x: f32) -> f32 {
+    let y = (x as f64).exp2() as f32;
+    if y < f32::MIN_POSITIVE {
+        0.0
+    } else {
+        y
+    }
+}
+
+/// The template's gelu, operation by operation (`fmaf` as `mul_add`, `rcp.approx` as a
+/// correctly rounded division: the hardware's is within one ulp of it).
+fn gelu_fast(x: f32) -> f32 {
+    let z = x.abs();
+    let t = 1.0 / P.mul_add(z, 1.0);
+    let mut q = Q[0];
+    for c in &Q[1..] {
+        q = q.mul_add(t, *c);
+    }
+    let y = x * K;
+    let tail = q * t * exp2_ftz(-(y * y));
+    (-z.min(3.0e38)).mul_add(tail, x.max(0.0))
+}
+
+fn gelu_exact(x: f64) -> f64 {
+    0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2)
+}
+
+#[test]
+fn the_transcription_is_the_templates_formula() {
+    for line in [
+        "const float t = rcp_fast(fmaf(0.3975f, z, 1.0f));",
+        "float q = -0.08479484170675278f;",
+        "q = fmaf(q, t, 0.1480494737625122f);",
+        "q = fmaf(q, t, 0.1183738261461258f);",
+        "q = fmaf(q, t, 0.1597810983657837f);",
+        "q = fmaf(q, t, 0.15856492519378662f);",
+        "const float y = x * 0.84932180028801907f;",
+        "const float tail = q * t * exp2_fast(-(y * y));  // Phi(-|x|)",
+        "return fmaf(-fminf(z, 3.0e38f), tail, fmaxf(x, 0.0f));",
+    ] {
+        assert!(
+            TEMPLATE.contains(line),
+            "common.cuh no longer says `{line}`"
+        );
+    }
+    // The f32 constants above are the template's decimal ones, rounded.
+    assert_eq!(Q[0], -0.084_794_841_706_752_78_f64 as f32);
+    assert_eq!(Q[4], 0.158_564_925_193_786_62_f64 as f32);
+    assert_eq!(K, 0.849_321_800_288_019_1_f64 as f32);
+}
+
+#[test]
+fn gelu_fast_is_accurate_in_the_middle_and_both_tails() {
+    // Relative error against the exact gelu, by range of x; the template's comment promises
+    // about 1e-4 everywhere above the flush of exp2 (x > -13), the outputs' own rounding being
+    // 2^-9 (bf16) and 2^-12 (f16).
+    let mut worst = [0.0f64; 3];
+    let n = 200_000;
+    for i in 0..=n {
+        let x = -13.0 + 26.0 * i as f64 / n as f64;
+        let exact = gelu_exact(x);
+        if exact == 0.0 {
+            continue;
+        }
+        let got = gelu_fast(x as f32) as f64;
+        let rel = (got - exact).abs() / exact.abs();
+        let band = if x >= 0.0 {
+            0
+        } else if x >= -4.0 {
+            1
+        } else {
+            2
+        };
+        worst[band] = worst[band].max(rel);
+    }
+    for (band, w) in ["x >= 0", "-4 <= x < 0", "-13 < x < -4"].iter().zip(worst) {
+        assert!(w < 1.2e-4, "gelu_fast: relative error {w:.3e} for {band}");
+    }
+    // Near zero the relu - |x| Phi(-|x|) form keeps the same relative accuracy (no cancellation
+    // of a computed 1 - t, say).
+    for x in [1e-30f32, -1e-30, 1e-8, -1e-8, 1e-5, -1e-5, 1e-3, -1e-3] {
+        let rel = (gelu_fast(x) as f64 - gelu_exact(x as f64)).abs() / gelu_exact(x as f64).abs();
+        assert!(rel < 1.2e-4, "gelu_fast({x}): relative error {rel:.3e}");
+    }
+}
+
+#[test]
+fn gelu_fast_keeps_the_limits_and_nan() {
+    assert_eq!(gelu_fast(f32::INFINITY), f32::INFINITY);
+    assert_eq!(gelu_fast(f32::NEG_INFINITY), 0.0);
+    assert_eq!(gelu_fast(1e30), 1e30);
+    assert_eq!(gelu_fast(-1e30), 0.0);
+    assert_eq!(gelu_fast(0.0), 0.0);
+    assert!(gelu_fast(f32::NAN).is_nan());
+}
