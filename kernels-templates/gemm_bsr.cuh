@@ -363,7 +363,8 @@ struct GemmBsrSimt {
 /// in 16-deep slices through a STAGES-deep cp.async ring of [BM][16] A and [BN][16] block
 /// slices, zero past the block, past M and past the block's rows. Inputs the 16-byte copies
 /// cannot take (A's row stride not a multiple of 4 elements, a base not 16-byte aligned) run
-/// `GemmBsrSimt` with the same launch, as does every input on a target before sm_90. Block widths are multiples of 4, heights of 8.
+/// `GemmBsrSimt` with the same launch, as does every input on a target before sm_90. Block
+/// widths are multiples of 4, heights of 8.
 template <class T, Layout LA, int BR, int BC, class Cfg, class Epi, int STAGES>
 struct GemmBsrDmma {
     typedef GemmBsrSimt<T, LA, BR, BC, Cfg, Epi> Fallback;
