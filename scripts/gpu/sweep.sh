@@ -22,9 +22,10 @@
 # CHECKS=0 skips them all (timing-only probes whose results are wrong by design).
 #
 # Prints, per round, a header naming the sides and one line per row: `ROW | MEDIAN | MEDIAN ...`
-# (ms, `mlpc bench` medians of 200 runs after its second of heat and the warm-up, so that every
-# side runs at the clocks of sustained load; in the order of the sides). About 4 s per row and
-# side on an H200, plus the checks (about 40 s for the block-sparse ones).
+# (ms, `mlpc bench` medians after its second of heat, timed as the harness times: 25 ms of
+# warm-up and 200 ms of timed runs, each after a 256 MB flush, as `do_bench` times the peers, so
+# that every side runs at the clocks of that load; in the order of the sides). About 4 s per row
+# and side on an H200, plus the checks (about 40 s for the block-sparse ones).
 set -uo pipefail
 sides=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do
@@ -135,7 +136,8 @@ if [ $failed -ne 0 ]; then
 fi
 
 median() {
-    side "${sides[$1]}" "$caches/$1" bench "$2" --bind T="$3" 2>&1 | grep -o 'median [0-9.]*' | cut -d' ' -f2
+    side "${sides[$1]}" "$caches/$1" bench "$2" --bind T="$3" --flush-l2 --warmup-ms 25 --rep-ms 200 2>&1 |
+        grep -o 'median [0-9.]*' | cut -d' ' -f2
 }
 for round in $(seq "${ROUNDS:-2}"); do
     header="== timings (ms), round $round: ROW"

@@ -110,10 +110,22 @@ enum Command {
         /// runs see the clocks the GPU's power limit holds under sustained load (0: none).
         #[arg(long, value_name = "MS", default_value_t = 1000)]
         heat_ms: u64,
-        #[arg(long, default_value_t = 20)]
+        /// Untimed runs after the heat.
+        #[arg(long, value_name = "N", default_value_t = 20)]
         warmup: usize,
-        #[arg(long, default_value_t = 200)]
+        /// Timed runs.
+        #[arg(long, value_name = "N", default_value_t = 200)]
         iters: usize,
+        /// Untimed runs after the heat for this many milliseconds instead of `--warmup` runs
+        /// (counted from an estimate of one run with its flush, as triton's `do_bench` counts
+        /// its 25 ms of warm-up).
+        #[arg(long, value_name = "MS", conflicts_with = "warmup")]
+        warmup_ms: Option<u64>,
+        /// Timed runs for this many milliseconds instead of `--iters` runs (counted as
+        /// `--warmup-ms`; `do_bench`'s `rep`): a side timed against a `do_bench` peer then spends
+        /// as long at the same duty cycle.
+        #[arg(long, value_name = "MS", conflicts_with = "iters")]
+        rep_ms: Option<u64>,
         /// Zero a 256 MB scratch buffer before every timed run (outside its timing), as
         /// triton's `do_bench` does: the same duty cycle as a peer timed that way.
         #[arg(long)]
@@ -423,6 +435,8 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             heat_ms,
             warmup,
             iters,
+            warmup_ms,
+            rep_ms,
             flush_l2,
             json,
             opts,
@@ -436,8 +450,8 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 &b,
                 mlpc::BenchOptions {
                     heat_ms,
-                    warmup,
-                    iters,
+                    warmup: warmup_ms.map_or(mlpc::Runs::Count(warmup), mlpc::Runs::Millis),
+                    iters: rep_ms.map_or(mlpc::Runs::Count(iters), mlpc::Runs::Millis),
                     flush_l2,
                     ..Default::default()
                 },
@@ -475,6 +489,8 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     "bindings": binds,
                     "kernels": compiled.plan().kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>(),
                     "heat_ms": heat_ms,
+                    "warmup_ms": warmup_ms,
+                    "rep_ms": rep_ms,
                     "flush_l2": flush_l2,
                     "median_ms": r.median_ms,
                     "min_ms": r.min_ms,
@@ -656,6 +672,50 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(parse(&["mlpc", "check", "m.json", "--no-early-launch"]).is_err());
+    }
+
+    #[test]
+    fn bench_phases_are_counts_or_wall_times_not_both() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.command);
+        match parse(&["mlpc", "bench", "m.json"]) {
+            Ok(Command::Bench {
+                warmup,
+                iters,
+                warmup_ms,
+                rep_ms,
+                ..
+            }) => assert_eq!((warmup, iters, warmup_ms, rep_ms), (20, 200, None, None)),
+            other => panic!("{other:?}"),
+        }
+        match parse(&[
+            "mlpc",
+            "bench",
+            "m.json",
+            "--warmup-ms",
+            "25",
+            "--rep-ms",
+            "200",
+        ]) {
+            Ok(Command::Bench {
+                warmup_ms, rep_ms, ..
+            }) => assert_eq!((warmup_ms, rep_ms), (Some(25), Some(200))),
+            other => panic!("{other:?}"),
+        }
+        // One phase counted, the other sized: fine.
+        assert!(parse(&["mlpc", "bench", "m.json", "--warmup", "5", "--rep-ms", "200"]).is_ok());
+        assert!(parse(&["mlpc", "bench", "m.json", "--iters", "5", "--rep-ms", "200"]).is_err());
+        assert!(parse(&[
+            "mlpc",
+            "bench",
+            "m.json",
+            "--warmup",
+            "5",
+            "--warmup-ms",
+            "9"
+        ])
+        .is_err());
+        // The wall times belong to bench only.
+        assert!(parse(&["mlpc", "check", "m.json", "--rep-ms", "200"]).is_err());
     }
 
     #[test]

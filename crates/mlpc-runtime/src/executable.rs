@@ -783,6 +783,35 @@ impl Executable {
     }
 }
 
+/// How many runs a phase of [`time_runs`] takes: a count, or as many as fill a wall time by an
+/// estimate taken first. triton's `do_bench` sizes its phases the second way (25 ms of warm-up,
+/// `rep` ms of timed runs, counted from the mean of five runs, each after its L2 flush), so a
+/// side timed against it spends as long at the same duty cycle, which under a power limit sets
+/// the clocks (docs/perf-notes.md, "Measuring").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runs {
+    Count(usize),
+    Millis(u64),
+}
+
+impl Runs {
+    /// The number of runs, given the estimated time of one (with its flush): at least one for a
+    /// wall time.
+    pub fn count(self, estimate_ms: f64) -> usize {
+        match self {
+            Runs::Count(n) => n,
+            Runs::Millis(ms) => {
+                let n = ms as f64 / estimate_ms;
+                if n.is_finite() && n >= 1.0 {
+                    n as usize
+                } else {
+                    1
+                }
+            }
+        }
+    }
+}
+
 /// How [`time_runs`] times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimingOptions {
@@ -792,16 +821,17 @@ pub struct TimingOptions {
     /// MHz within a second; docs/perf-notes.md, "Measuring").
     pub heat: std::time::Duration,
     /// Untimed runs after the heat.
-    pub warmup: usize,
+    pub warmup: Runs,
     /// Timed runs.
-    pub iters: usize,
+    pub iters: Runs,
     /// Bytes of a scratch buffer zeroed before every timed run, outside its events (0: none):
     /// what triton's `do_bench` does between the runs it times (256 MB), so that a comparison
     /// with it runs both sides at the same duty cycle, which under a power limit sets the clocks.
     pub flush_bytes: usize,
 }
 
-/// Times `o.iters` runs after the heat and `o.warmup` untimed ones (see [`TimingOptions`]),
+/// Times `o.iters` runs after the heat and `o.warmup` untimed ones (see [`TimingOptions`]; where
+/// either is a wall time, five runs, each after its flush, estimate one run's time first),
 /// rotating through `exes` (the same plan with different weights, so that weights do not stay
 /// in L2) and `inputs`, every run with `opts`. Each timed run is bracketed by CUDA events on the
 /// stream; returns the per-run times.
@@ -825,8 +855,6 @@ pub fn time_runs(
     let device = first.device();
     let ctx = device.context();
     let stream = device.stream();
-    let mut pairs = Vec::with_capacity(iters);
-    let mut host_us = Vec::with_capacity(iters);
     let mut graph_runs = 0;
     // Batches of runs, each waited for, keep the queue short (the host enqueues far faster than
     // large plans run); a batch doubles while it takes under 10 ms, so the GPU idles only for a
@@ -854,9 +882,41 @@ pub fn time_runs(
     } else {
         None
     };
+    // Where a phase is a wall time, the time of one run with its flush, as `do_bench` takes it.
+    let mut next = 0usize;
+    let estimate_ms = if matches!(warmup, Runs::Millis(_)) || matches!(iters, Runs::Millis(_)) {
+        let start = ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(driver("creating an event"))?;
+        let end = ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(driver("creating an event"))?;
+        const ESTIMATE_RUNS: usize = 5;
+        start.record(stream).map_err(driver("recording an event"))?;
+        for _ in 0..ESTIMATE_RUNS {
+            if let Some(buf) = scratch.as_mut() {
+                stream
+                    .memset_zeros(buf)
+                    .map_err(driver("clearing the L2 through the scratch buffer"))?;
+            }
+            drop(exes[next % exes.len()].run(&inputs[next % inputs.len()], opts)?);
+            next += 1;
+        }
+        end.record(stream).map_err(driver("recording an event"))?;
+        device.synchronize()?;
+        f64::from(start.elapsed_ms(&end).map_err(driver("reading an event"))?)
+            / ESTIMATE_RUNS as f64
+    } else {
+        f64::NAN
+    };
+    let warmup = warmup.count(estimate_ms);
+    let iters = iters.count(estimate_ms);
+    let mut pairs: Vec<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)> =
+        Vec::with_capacity(iters);
+    let mut host_us = Vec::with_capacity(iters);
     for i in 0..warmup + iters {
-        let exe = exes[i % exes.len()];
-        let inp = &inputs[i % inputs.len()];
+        let exe = exes[(next + i) % exes.len()];
+        let inp = &inputs[(next + i) % inputs.len()];
         if i < warmup {
             drop(exe.run(inp, opts)?);
             continue;
@@ -867,6 +927,16 @@ pub fn time_runs(
         let end = ctx
             .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(driver("creating an event"))?;
+        // At most IN_FLIGHT timed runs queued: a long phase (do_bench's 200 ms are over a
+        // thousand short runs) would otherwise fill the driver's launch queue, and `run` would
+        // block on it and count the GPU's time as host time. A few milliseconds of queued work
+        // keep the GPU as busy as before.
+        const IN_FLIGHT: usize = 32;
+        if pairs.len() >= IN_FLIGHT {
+            let (_, end) = &pairs[pairs.len() - IN_FLIGHT];
+            end.synchronize()
+                .map_err(driver("waiting for a timed run"))?;
+        }
         let before = exe.graph_stats().graph_launches;
         if let Some(buf) = scratch.as_mut() {
             stream
@@ -917,6 +987,22 @@ pub struct Timings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wall_time_counts_runs_from_the_estimate_and_never_none() {
+        // do_bench's sizes: 200 ms of 0.135 ms runs (a GEMM with its flush) are 1481 runs.
+        assert_eq!(Runs::Millis(200).count(0.135), 1481);
+        assert_eq!(Runs::Millis(25).count(0.135), 185);
+        assert_eq!(Runs::Millis(200).count(2.0), 100);
+        // A run longer than the wall time, or an estimate that is no time at all: one run.
+        assert_eq!(Runs::Millis(25).count(40.0), 1);
+        assert_eq!(Runs::Millis(25).count(f64::NAN), 1);
+        assert_eq!(Runs::Millis(25).count(0.0), 1);
+        assert_eq!(Runs::Millis(0).count(0.1), 1);
+        // A count is a count, whatever the estimate.
+        assert_eq!(Runs::Count(200).count(0.135), 200);
+        assert_eq!(Runs::Count(0).count(f64::NAN), 0);
+    }
 
     #[test]
     fn mlpc_no_variables_turn_off_unless_empty_or_zero() {

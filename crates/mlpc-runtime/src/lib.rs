@@ -19,7 +19,7 @@ pub mod tensor_map;
 pub use device::{driver_present, Device, DeviceError, DeviceTensor, TensorRef};
 pub use executable::{
     early_launch_by_default, graphs_by_default, time_runs, Executable, KernelImage, PlannedLaunch,
-    RunOptions, RuntimeError, TimingOptions, Timings,
+    RunOptions, Runs, RuntimeError, TimingOptions, Timings,
 };
 pub use graph::GraphStats;
 pub use guard::{check_guards, GuardError, TensorMeta};

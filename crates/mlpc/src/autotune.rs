@@ -16,6 +16,7 @@ use crate::compiler::Compiled;
 use crate::error::Error;
 use crate::tiles::{default_tile_cache_path, kernel_rows, m_bucket, TileCache, TileCacheEntry};
 use mlpc_codegen::{Arch, CodegenOptions, TileChoice, TileKey, TileOverrides};
+use mlpc_runtime::Runs;
 use std::path::PathBuf;
 
 /// How to measure.
@@ -30,8 +31,8 @@ impl Default for AutotuneOptions {
     fn default() -> AutotuneOptions {
         AutotuneOptions {
             bench: BenchOptions {
-                warmup: 10,
-                iters: 50,
+                warmup: Runs::Count(10),
+                iters: Runs::Count(50),
                 ..BenchOptions::default()
             },
             seed: 0,

@@ -4,6 +4,7 @@ use crate::backend::Backend;
 use crate::compiler::Compiled;
 use crate::error::Error;
 use mlpc_ir::{Bindings, DType, Op, Plan};
+use mlpc_runtime::Runs;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -61,8 +62,10 @@ pub struct BenchOptions {
     /// Milliseconds of untimed runs, back to back, before the warm-up: the timed runs then see
     /// the clocks of sustained load (see [`mlpc_runtime::time_runs`]).
     pub heat_ms: u64,
-    pub warmup: usize,
-    pub iters: usize,
+    /// Untimed runs after the heat: a count, or as many as fill a wall time.
+    pub warmup: Runs,
+    /// Timed runs: a count, or as many as fill a wall time (at least one either way).
+    pub iters: Runs,
     /// Weight sets to rotate through; `None` picks enough to exceed the GPU's L2 (2 to 8).
     pub weight_sets: Option<usize>,
     /// Input sets to rotate through.
@@ -76,8 +79,8 @@ impl Default for BenchOptions {
     fn default() -> BenchOptions {
         BenchOptions {
             heat_ms: 1000,
-            warmup: 20,
-            iters: 200,
+            warmup: Runs::Count(20),
+            iters: Runs::Count(200),
             weight_sets: None,
             input_sets: 4,
             flush_l2: false,
@@ -184,7 +187,8 @@ impl Compiled {
     }
 
     /// Times the CUDA backend: `heat_ms` of untimed runs back to back, warm-up runs, then `iters`
-    /// runs bracketed by CUDA events, rotating through weight sets (other random weights of the
+    /// runs bracketed by CUDA events (either counted, or sized to a wall time from an estimate
+    /// taken first, as triton's `do_bench` sizes them), rotating through weight sets (other random weights of the
     /// same shapes, so that weights do not stay in L2) and input sets. Random data, never zeros.
     /// With CUDA graphs on
     /// ([`crate::Compiler::cuda_graphs`]), every weight set's graph is built during the warm-up
@@ -244,7 +248,10 @@ impl Compiled {
         let timing = mlpc_runtime::TimingOptions {
             heat: std::time::Duration::from_millis(opts.heat_ms),
             warmup: opts.warmup,
-            iters: opts.iters.max(1),
+            iters: match opts.iters {
+                Runs::Count(n) => Runs::Count(n.max(1)),
+                wall => wall,
+            },
             flush_bytes: if opts.flush_l2 { 256 << 20 } else { 0 },
         };
         let timings = mlpc_runtime::time_runs(&exes, &inputs, timing, run)?;

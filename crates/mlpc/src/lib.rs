@@ -43,6 +43,7 @@ pub use compiler::{Compiled, Compiler, CudaKernels, CudaStatus, Summary};
 pub use error::Error;
 pub use mlpc_codegen::{Arch, TileChoice, TileKey, TileOverrides};
 pub use mlpc_passes::PrintAfter;
+pub use mlpc_runtime::Runs;
 pub use respecialize::transpose_inputs;
 pub use tiles::{
     default_tile_cache_path, m_bucket, TileCache, TileCacheEntry, TileNote, TileSource,
