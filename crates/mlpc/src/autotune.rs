@@ -28,11 +28,17 @@ pub struct AutotuneOptions {
 }
 
 impl Default for AutotuneOptions {
+    /// Each candidate timed as the benchmark harness times mlpc (a second of heat, then phases
+    /// sized as triton's `do_bench` sizes them, each timed run after an L2 flush), with 100 ms of
+    /// timed runs instead of 200: under a power limit the clock a tile runs at depends on how
+    /// long and at what duty cycle it is timed, so candidates are ranked as the harness times
+    /// them (docs/perf-notes.md, "Measuring").
     fn default() -> AutotuneOptions {
         AutotuneOptions {
             bench: BenchOptions {
-                warmup: Runs::Count(10),
-                iters: Runs::Count(50),
+                warmup: Runs::Millis(25),
+                iters: Runs::Millis(100),
+                flush_l2: true,
                 ..BenchOptions::default()
             },
             seed: 0,
