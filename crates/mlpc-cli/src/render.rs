@@ -230,6 +230,9 @@ pub fn autotune(
                 }
             }
         }
+        if let Some(c) = &k.confirmation {
+            out.push_str(&confirmation(c));
+        }
     }
     match &report.cache {
         Some(path) => {
@@ -240,9 +243,73 @@ pub fn autotune(
     Ok(out)
 }
 
+/// The lines of a kernel's confirmation: both sides' times, alternately taken, and who won.
+fn confirmation(c: &mlpc::Confirmation) -> String {
+    let times = |v: &[f64]| {
+        let v: Vec<String> = v.iter().map(|ms| format!("{ms:.4}")).collect();
+        if v.is_empty() {
+            "failed".to_string()
+        } else {
+            v.join(" / ")
+        }
+    };
+    format!(
+        "     confirmation, timed alternately: heuristic {}: {} ms; {}: {} ms; {}\n",
+        c.incumbent,
+        times(&c.incumbent_ms),
+        c.challenger,
+        times(&c.challenger_ms),
+        if c.challenger_won {
+            "the challenger wins"
+        } else {
+            "the heuristic's tile stays (the challenger is not faster by the margin)"
+        }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_confirmation_names_both_sides_and_the_winner() {
+        let t = |bn| mlpc::TileChoice {
+            bn,
+            ctas: 1,
+            pingpong: false,
+            cluster: 1,
+            share_b: false,
+            bm: 128,
+            fp64_tensor: false,
+        };
+        let c = mlpc::Confirmation {
+            incumbent: t(128),
+            incumbent_ms: vec![0.61, 0.6202],
+            challenger: t(256),
+            challenger_ms: vec![0.6075, 0.62],
+            challenger_won: false,
+        };
+        let s = confirmation(&c);
+        assert!(
+            s.contains(&format!("heuristic {}: 0.6100 / 0.6202 ms", t(128))),
+            "{s}"
+        );
+        assert!(
+            s.contains(&format!("{}: 0.6075 / 0.6200 ms", t(256))),
+            "{s}"
+        );
+        assert!(s.contains("the heuristic's tile stays"), "{s}");
+        let won = mlpc::Confirmation {
+            challenger_won: true,
+            challenger_ms: vec![],
+            ..c
+        };
+        let s = confirmation(&won);
+        assert!(
+            s.contains("failed") && s.contains("the challenger wins"),
+            "{s}"
+        );
+    }
 
     #[test]
     fn graph_use_says_how_many_runs_replayed() {

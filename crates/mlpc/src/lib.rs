@@ -34,7 +34,7 @@ mod tiles;
 
 pub use artifacts::Artifacts;
 pub use autotune::{
-    AutotuneOptions, AutotuneProgress, AutotuneReport, CandidateResult, KernelTuning,
+    AutotuneOptions, AutotuneProgress, AutotuneReport, CandidateResult, Confirmation, KernelTuning,
 };
 pub use backend::{Backend, UnknownBackend};
 pub use bundle::Bundle;
