@@ -195,8 +195,9 @@ pub(crate) fn select(
         Family::CpAsync
     };
     // Shallow plain GEMMs (K <= 1024: at most 16 slices per tile) spend a large share of each
-    // tile in the epilogue: they take 128-wide tiles with the ping-pong schedule, so that one
-    // consumer warpgroup's epilogue runs under the other's wgmmas. Measured with `--autotune`
+    // tile in the epilogue: they take 128-wide tiles (192-wide where 192 divides N: below) with
+    // the ping-pong schedule, so that one consumer warpgroup's epilogue runs under the other's
+    // wgmmas. Measured with `--autotune`
     // (docs/perf-notes.md 3d) on the gpt2 up-projection: ping-pong 0.142 ms for the whole MLP,
     // two CTAs per SM 0.150, one cooperative CTA 0.163, 256-wide tiles 0.160. Deep ones, and
     // dual GEMMs (two accumulators), keep the cooperative schedule with the widest tile.
@@ -215,8 +216,15 @@ pub(crate) fn select(
     // width that 192 divides but 256 does not, or that makes few 256-wide column tiles (N = 768:
     // 3 of 256 or 4 of 192), takes 192 wide tiles: more, smaller tiles fill the 132 SMs in
     // fuller waves.
+    // Shallow GEMMs whose N is a multiple of 192 take 128 x 192 ping-pong tiles (each consumer
+    // warpgroup then holds 192 accumulator registers a thread): `--autotune` picked it for the
+    // gpt2 up projection (768 -> 3072) over 128 x 128 and, forced through its cache, the whole
+    // MLP ran 2.8 % faster at T = 8192 and level at T = 2048 (docs/perf-notes.md 3o).
+    let shallow_192 = shallow && n.as_constant().is_some_and(|c| c % 192 == 0);
     let widest = if dual_pingpong {
         64
+    } else if shallow_192 {
+        192
     } else if dual || shallow {
         128
     } else {
@@ -225,11 +233,11 @@ pub(crate) fn select(
     let bn = match n.as_constant() {
         Some(c) if c <= 64 => 64,
         Some(c) if c <= 128 => 128,
-        Some(c) if c % 192 == 0 && (c % 256 != 0 || c / 256 < 8) => 192,
+        Some(c) if c % 192 == 0 && (shallow || c % 256 != 0 || c / 256 < 8) => 192,
         _ => widest,
     }
     .min(widest);
-    let pingpong = (shallow && bn == 128) || dual_pingpong;
+    let pingpong = (shallow && (bn == 128 || bn == 192)) || dual_pingpong;
     let mut cfg = WgmmaConfig {
         family,
         bm: 128,
@@ -796,8 +804,9 @@ mod tests {
             assert!(c.smem_bytes(false) <= SMEM_LIMIT);
         }
         // Shallow plain GEMMs: 128 x 128 tiles with the ping-pong schedule, one CTA per SM, five
-        // stages; dual ones 128 x 64 tiles with the ping-pong schedule.
-        let shallow = |dual: bool, strides: &[&Extent]| {
+        // stages, or 128 x 192 where 192 divides N; dual ones 128 x 64 tiles with the ping-pong
+        // schedule.
+        let shallow_n = |dual: bool, strides: &[&Extent], n: &Extent| {
             select(
                 Arch::Sm90a,
                 DType::Bf16,
@@ -805,11 +814,23 @@ mod tests {
                 nt,
                 strides,
                 &Extent::constant(768),
-                &n,
+                n,
             )
             .unwrap()
         };
-        let pp = shallow(false, &[&s, &s]);
+        let shallow = |dual: bool, strides: &[&Extent]| shallow_n(dual, strides, &n);
+        let pp192 = shallow(false, &[&s, &s]);
+        assert_eq!(
+            (pp192.bn, pp192.ctas, pp192.pingpong),
+            (192, 1, true),
+            "N = 3072"
+        );
+        assert!(pp192.smem_bytes(false) <= SMEM_LIMIT);
+        for cols in [768, 1536] {
+            let c = shallow_n(false, &[&s, &s], &Extent::constant(cols));
+            assert_eq!((c.bn, c.pingpong), (192, true), "N = {cols}");
+        }
+        let pp = shallow_n(false, &[&s, &s], &Extent::constant(4096));
         assert_eq!((pp.bn, pp.stages, pp.ctas, pp.pingpong), (128, 5, 1, true));
         assert_eq!(pp.threads(), 384);
         assert!(pp.smem_bytes(false) <= SMEM_LIMIT);

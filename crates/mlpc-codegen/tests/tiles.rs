@@ -96,17 +96,17 @@ fn candidates_follow_the_heuristics_rules() {
             sparse: false,
         }
     );
-    // The heuristic (128 x 128 ping-pong for a shallow plain GEMM) first.
+    // The heuristic (128 x 192 ping-pong for a shallow plain GEMM whose N 192 divides) first.
     // Then every one-CTA choice again in clusters of two sharing A, and sharing B; then the
     // 256-row tiles (cooperative, at most 192 wide) alone and in both kinds of cluster.
     assert_eq!(
         plain.choices,
         [
-            pp(128),
+            pp(192),
             c(128, 1),
+            pp(128),
             c(128, 2),
             c(192, 1),
-            pp(192),
             c(256, 1),
             cl(c(128, 1)),
             cl(pp(128)),
@@ -246,6 +246,7 @@ fn an_override_changes_exactly_the_targeted_kernels() {
     let base = generate(&p, &o).unwrap();
     let key = tile_candidates(&p, &p.kernels[0], &o).unwrap().unwrap().key;
     for choice in [c(128, 1), c(128, 2), c(192, 1), c(256, 1)] {
+        // (The heuristic's tile is 128 x 192 ping-pong: every one of these differs.)
         let mut tiles = TileOverrides::new();
         tiles.insert(key, choice);
         let tuned = generate_tiled(&p, &o, &tiles).unwrap();
@@ -289,15 +290,15 @@ fn an_override_changes_exactly_the_targeted_kernels() {
     let k = &base[0];
     assert!(
         k.source
-            .contains("mlpc::WgmmaTmaConfig<128, 128, 5, 8, 1, true, 1, false, true>;"),
+            .contains("mlpc::WgmmaTmaConfig<128, 192, 4, 8, 1, true, 1, false, true>;"),
         "{}",
         k.source
     );
-    assert!(k.entry.ends_with("_wgmma_tma_128x128x64_pp"), "{}", k.entry);
+    assert!(k.entry.ends_with("_wgmma_tma_128x192x64_pp"), "{}", k.entry);
     assert_eq!(k.launch.block, [384, 1, 1]);
     // Forcing the heuristic's own choice changes nothing.
     let mut same = TileOverrides::new();
-    same.insert(key, pp(128));
+    same.insert(key, pp(192));
     assert_eq!(generate_tiled(&p, &o, &same).unwrap(), base);
     // A key no kernel has changes nothing either.
     let mut other = TileOverrides::new();
