@@ -7,7 +7,7 @@
 # to $OUT (default /tmp/mlpc-profile) as text, one file per profile with the warp-stall
 # breakdown at its end, and the warm-up runs' output in bench.txt.
 #
-#   scripts/gpu/profile.sh [decode16|bsr|f32|shallow ...]      (default: all four)
+#   scripts/gpu/profile.sh [decode16|bsr|f32|shallow|dual ...]      (default: the first four)
 #
 #   decode16  llama-swiglu at T = 16: the dual gate/up and the down projection small-M entries
 #             (1.22-1.25x eager against the 1.25x goal: are the warps waiting on the activation
@@ -18,8 +18,10 @@
 #             slots, shared-memory wavefronts or latency?)
 #   shallow   gpt2-mlp in bf16 at T = 8192, its up-projection (K = 768, N = 3072: 1.06x cuBLAS
 #             since the whole-sector stores)
+#   dual      llama-swiglu at T = 4096, its dual gate/up GEMM (128 x 64 ping-pong tiles; the
+#             model is 1.08x eager against the 1.11x goal: perf-notes "Next steps" item 6)
 #
-# decode16, bsr (at d = 0.5) and f32 also write the profiled kernels' SASS with per-instruction
+# decode16, bsr (at d = 0.5), f32 and dual also write the profiled kernels' SASS with per-instruction
 # warp-stall samples (the report's source page), the hottest instructions first, to
 # NAME-source.txt (decode16-source.txt, bsr-0.5-source.txt, f32-source.txt).
 #
@@ -118,7 +120,11 @@ for w in "${what[@]}"; do
             source_page f32
             ;;
         shallow) profile shallow examples/gpt2-mlp/model.json 8192 "gemm_bias_gelu_tanh_bf16" 1 ;;
-        *) echo "unknown profile \`$w\` (decode16, bsr, f32, shallow)" >&2; exit 1 ;;
+        dual)
+            profile dual examples/llama-swiglu/model.json 4096 "dual_gemm_silu_x_bf16_nt_wgmma_tma_[0-9x]*(_pp)?$" 1
+            source_page dual
+            ;;
+        *) echo "unknown profile \`$w\` (decode16, bsr, f32, shallow, dual)" >&2; exit 1 ;;
     esac
 done
 rm -rf "$models" "$reports"
