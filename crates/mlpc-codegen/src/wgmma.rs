@@ -233,7 +233,7 @@ pub(crate) fn select(
     let bn = match n.as_constant() {
         Some(c) if c <= 64 => 64,
         Some(c) if c <= 128 => 128,
-        Some(c) if c % 192 == 0 && (shallow || c % 256 != 0 || c / 256 < 8) => 192,
+        Some(c) if c % 192 == 0 && (c % 256 != 0 || c / 256 < 8) => 192,
         _ => widest,
     }
     .min(widest);
