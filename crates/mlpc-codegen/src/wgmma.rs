@@ -197,10 +197,10 @@ pub(crate) fn select(
     // Shallow plain GEMMs (K <= 1024: at most 16 slices per tile) spend a large share of each
     // tile in the epilogue: they take 128-wide tiles (192-wide where 192 divides N: below) with
     // the ping-pong schedule, so that one consumer warpgroup's epilogue runs under the other's
-    // wgmmas. Measured with `--autotune`
-    // (docs/perf-notes.md 3d) on the gpt2 up-projection: ping-pong 0.142 ms for the whole MLP,
-    // two CTAs per SM 0.150, one cooperative CTA 0.163, 256-wide tiles 0.160. Deep ones, and
-    // dual GEMMs (two accumulators), keep the cooperative schedule with the widest tile.
+    // wgmmas. Measured with `--autotune` (docs/perf-notes.md 3d) on the gpt2 up-projection:
+    // ping-pong 0.142 ms for the whole MLP, two CTAs per SM 0.150, one cooperative CTA 0.163,
+    // 256-wide tiles 0.160. Deep ones, and dual GEMMs (two accumulators), keep the cooperative
+    // schedule with the widest tile.
     let shallow = !dual
         && family == Family::Tma
         && k.as_constant().is_some_and(|k| k <= 1024)
@@ -237,7 +237,8 @@ pub(crate) fn select(
         _ => widest,
     }
     .min(widest);
-    let pingpong = (shallow && (bn == 128 || bn == 192)) || dual_pingpong;
+    // A shallow GEMM's width is 128 or 192 (its N is over 128 or unknown): always ping-pong.
+    let pingpong = shallow || dual_pingpong;
     let mut cfg = WgmmaConfig {
         family,
         bm: 128,
