@@ -3,7 +3,7 @@
 # eat the session), then the full validation, then the benchmark. Run from the repository root
 # after `scripts/gpu/build.sh` (binaries carried over); results go to $OUT (default /tmp/mlpc-gpu).
 #
-#   scripts/gpu/run_all.sh [validate|validate-f32|bench|all|tune|micro|power|counters] [extra arguments...]
+#   scripts/gpu/run_all.sh [validate|validate-f32|bench|all|tune|micro|power|counters|survey] [extra arguments...]
 #
 # Wall times on the H200 (2026-11-29, warm machine): smoke 15 s, validate 120 s (228 outputs,
 # guards, sanitizer), bench 120 s, `bench_goals.py` 70 s, `tune` about 45 s per model.
@@ -26,6 +26,11 @@
 # (`scripts/gpu/counters.py`: time, cycles, L2 and DRAM bytes, warp instructions, shared-memory
 # wavefronts; about 10 s per shape and side; extra arguments as for `power`), table in
 # $OUT/counters.md.
+#
+# `survey` runs `scripts/gpu/survey.py` instead: the MLP shapes of other models and token counts
+# that are not multiples of the tiles, each checked against the reference, then mlpc and eager
+# timed; table in $OUT/benchmarks-shapes.md (docs/benchmarks-shapes.md; extra arguments go to
+# survey.py, e.g. `--only NAME,...`).
 #
 # `validate-f32` validates the f32 models and f32 copies of the examples twice, every f32 GEMM
 # that offers the choice forced onto the FP64 tensor cores, then onto the FFMA pipes
@@ -56,6 +61,15 @@ export MLPC_CACHE_DIR=${MLPC_CACHE_DIR:-/tmp/mlpc-cache}
 if [ "$what" = power ]; then
     echo "== clock and power of mlpc's GEMMs and cuBLAS's, heated"
     timeout 300 python3 scripts/gpu/power.py --mlpc "$MLPC" --out "$OUT/power.md" "${bench_args[@]}"
+    exit $?
+fi
+
+if [ "$what" = survey ]; then
+    # The shape survey (docs/benchmarks-shapes.md): other models' MLP shapes and token counts,
+    # each checked against the reference first, then mlpc and eager timed (about five minutes).
+    echo "== shape survey"
+    [ -f docs/benchmarks-shapes.md ] && cp docs/benchmarks-shapes.md "$OUT/benchmarks-shapes.md"
+    timeout 560 python3 scripts/gpu/survey.py --mlpc "$MLPC" --out "$OUT/benchmarks-shapes.md" "${bench_args[@]}"
     exit $?
 fi
 
