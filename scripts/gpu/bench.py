@@ -230,19 +230,21 @@ def peers(rows, no_compile, max_autotune=()):
 BEGIN, END = "<!-- bench_gpu:begin -->", "<!-- bench_gpu:end -->"
 
 
-def write_section(path, text):
-    """Puts `text` between the GPU markers of `path`, keeping the rest of the file; a new file gets
-    a title and the markers."""
+def write_section(path, text, begin=BEGIN, end=END, title="# Benchmarks", heading="## GPU"):
+    """Puts `text` between the markers `begin` and `end` of `path` (the GPU ones by default),
+    keeping the rest of the file; a file without them gets `heading` and the markers at its end,
+    a new file `title` first."""
     try:
         doc = open(path).read()
     except FileNotFoundError:
-        doc = f"# Benchmarks\n\n## GPU\n\n{BEGIN}\n{END}\n"
-    if BEGIN not in doc or END not in doc:
-        doc = doc.rstrip() + f"\n\n## GPU\n\n{BEGIN}\n{END}\n"
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+        doc = f"{title}\n"
+    if begin not in doc or end not in doc:
+        section = f"{heading}\n\n" if heading else ""
+        doc = doc.rstrip() + f"\n\n{section}{begin}\n{end}\n"
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
     with open(path, "w") as f:
-        f.write(head + BEGIN + "\n" + text + END + tail)
+        f.write(head + begin + "\n" + text + end + tail)
 
 
 def run_of(r):

@@ -120,16 +120,7 @@ def table(rows):
 
 
 def write(out, rows):
-    try:
-        doc = open(out).read()
-    except FileNotFoundError:
-        doc = f"# Shape survey\n\n{BEGIN}\n{END}\n"
-    if BEGIN not in doc or END not in doc:
-        doc = doc.rstrip() + f"\n\n{BEGIN}\n{END}\n"
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    with open(out, "w") as f:
-        f.write(head + BEGIN + "\n" + table(rows) + END + tail)
+    bench.write_section(out, table(rows), BEGIN, END, title="# Shape survey", heading=None)
     with open(out.replace(".md", ".json"), "w") as f:
         json.dump(dict(rows=rows), f, indent=1)
 
