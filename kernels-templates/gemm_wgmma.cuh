@@ -801,6 +801,135 @@ __device__ __forceinline__ void store_tile_tma(float (&acc)[NACC], const float (
     }
 }
 
+/// Split K (`WgmmaTmaConfig::kSplitK`): the fixed part of the workspace, one counter per
+/// (tile, consumer warpgroup) of a launch; the partial tiles follow it. Every counter is zero
+/// between launches (the runtime allocates the workspace zeroed, and the warpgroup that finds a
+/// tile's count complete sets it back to zero), so kernels of one stream may share a workspace.
+constexpr int kSplitCounters = 4096;
+
+/// A named barrier of `THREADS` threads that also reduces a predicate: true in every thread when
+/// it was true in any (`bar.red.or.pred`).
+template <int THREADS>
+__device__ __forceinline__ bool named_sync_or(int id, bool v) {
+    u32 r;
+    asm volatile(
+        "{\n\t.reg .pred p, q;\n\tsetp.ne.u32 q, %1, 0;\n\tbar.red.or.pred p, %2, %3, q;\n\t"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(r)
+        : "r"((u32)v), "r"(id), "n"(THREADS)
+        : "memory");
+    return r != 0;
+}
+
+__device__ __forceinline__ float4 ld_shared_f4(u32 addr) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
+/// `d[i .. i + 4] = v` when `set`, else `+= v`.
+template <int N>
+__device__ __forceinline__ void add4(float (&d)[N], int i, float4 v, bool set) {
+    d[i] = set ? v.x : d[i] + v.x;
+    d[i + 1] = set ? v.y : d[i + 1] + v.y;
+    d[i + 2] = set ? v.z : d[i + 2] + v.z;
+    d[i + 3] = set ? v.w : d[i + 3] + v.w;
+}
+
+/// The split-K exchange of one consumer warpgroup (`wtid`: its thread) for its `NB` 64-row bands
+/// `band0 ..` of a tile, after its main loop over split `q` of `splits`: `acc` (and `acc_up`)
+/// hold the sums over that split's k slices. The warpgroup stores them to the partial tile of
+/// its work item (`own`, a slot of `floats` values; band b at b x 64 x BN x (1 or 2), each
+/// thread's values as float4 columns of 128 threads, so that every store and load is one
+/// coalesced 2 KB row), then its first thread counts the item in on `counter`. The warpgroup
+/// that counts a tile's last split in reads every split's partial tile (`first`: split 0's slot;
+/// the slots of a tile are consecutive) through shared memory at `smem` (the warpgroup's
+/// `NB x 64 x BN` f32 values, twice for a dual GEMM, free for it) and adds them in split order
+/// into `acc`, so the sum does not depend on which split finished last, sets the counter back to
+/// zero and returns true: it runs the epilogue. The others return false. `bar`: a named barrier
+/// of the warpgroup.
+template <int BN, bool kDual, int NB, int NACC, int NUP>
+__device__ __forceinline__ bool split_exchange(float (&acc)[NB][NACC], float (&acc_up)[NB][NUP],
+                                               float* own, const float* first, i64 splits,
+                                               i64 floats, int band0, u32* counter, int wtid,
+                                               int bar, u32 smem) {
+    constexpr int kBandFloats = 64 * BN * (kDual ? 2 : 1);
+    constexpr int kChunks = NACC / 4;
+    static_assert(NACC % 4 == 0, "float4 columns");
+    const int off = wtid * 4;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+        float* dst = own + (i64)(band0 + b) * kBandFloats + off;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+            __stcg(reinterpret_cast<float4*>(dst + c * 512),
+                   make_float4(acc[b][4 * c], acc[b][4 * c + 1], acc[b][4 * c + 2],
+                               acc[b][4 * c + 3]));
+            if constexpr (kDual) {
+                __stcg(reinterpret_cast<float4*>(dst + NACC * 128 + c * 512),
+                       make_float4(acc_up[b][4 * c], acc_up[b][4 * c + 1], acc_up[b][4 * c + 2],
+                                   acc_up[b][4 * c + 3]));
+            }
+        }
+    }
+    // Every thread's partial values are visible device-wide before the first thread counts the
+    // item in; the warpgroup that completes the count sees every split's (threadFenceReduction).
+    __threadfence();
+    named_sync<128>(bar);
+    bool last = false;
+    if (wtid == 0) {
+        last = atomicAdd(counter, 1u) == (u32)(splits - 1);
+        if (last) {
+            *counter = 0u;
+            __threadfence();
+        }
+    }
+    if (!named_sync_or<128>(bar, last)) return false;
+    // Split by split: this thread's float4 columns copied into shared memory without passing
+    // through registers (cp.async, all in flight at once), then added from there, so that
+    // nothing but the accumulators stays live (the loads straight into registers spilled).
+    // Each thread reads back only what it copied, so no barrier is needed.
+    constexpr int kCols = NB * kChunks;
+    // This thread's float4 column j (the up accumulators' after the gate's) in shared memory.
+    auto at = [&](int j) { return smem + (u32)((j * 128 + wtid) * 16); };
+    // Split 0 sets the sums, the others add to them.
+    auto take = [&](const float* split, bool set) {
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+            const float* src = split + (i64)(band0 + b) * kBandFloats + off;
+#pragma unroll
+            for (int c = 0; c < kChunks; ++c) {
+                mma_detail::cp_async_16(at(b * kChunks + c), src + c * 512, 16);
+                if constexpr (kDual) {
+                    mma_detail::cp_async_16(at(kCols + b * kChunks + c), src + NACC * 128 + c * 512,
+                                            16);
+                }
+            }
+        }
+        mma_detail::cp_async_commit();
+        mma_detail::cp_async_wait<0>();
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+#pragma unroll
+            for (int c = 0; c < kChunks; ++c) {
+                add4(acc[b], 4 * c, ld_shared_f4(at(b * kChunks + c)), set);
+                if constexpr (kDual) {
+                    add4(acc_up[b], 4 * c, ld_shared_f4(at(kCols + b * kChunks + c)), set);
+                }
+            }
+        }
+        // The next split's copies overwrite what these adds read.
+        asm volatile("" ::: "memory");
+    };
+    take(first, true);
+#pragma unroll 1
+    for (i64 s = 1; s < splits; ++s) take(first + s * floats, false);
+    return true;
+}
+
 }  // namespace wgmma_detail
 
 /// The Hopper GEMM. `T` is `bf16` or `f16`; `LA` must be `Layout::N` and `LB` `Layout::T`; `Cfg` a
@@ -937,7 +1066,7 @@ struct GemmWgmma {
 ///   half the shared memory each: one CTA's epilogue runs while the other's wgmmas keep the
 ///   tensor cores busy.
 template <int BM_, int BN_, int STAGES_, int GROUP_M_, int CTAS_ = 1, bool PINGPONG_ = false,
-          int CLUSTER_ = 1, bool SHARE_B_ = false, bool TMA_STORE_ = false>
+          int CLUSTER_ = 1, bool SHARE_B_ = false, bool TMA_STORE_ = false, bool SPLIT_K_ = false>
 struct WgmmaTmaConfig {
     static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_, GROUP_M = GROUP_M_;
     static constexpr int CTAS = CTAS_;
@@ -950,6 +1079,10 @@ struct WgmmaTmaConfig {
     /// The epilogue stores through shared memory and the copy engine (`store_tile_tma`; the
     /// output's tensor map `map_c`) instead of from registers (`store_tile`).
     static constexpr bool kTmaStore = TMA_STORE_;
+    /// The k slices of a tile may be split over several CTAs when the grid has at least two CTAs
+    /// per tile (the runtime's rule, mlpc-codegen's `SplitK`): partial tiles in a workspace,
+    /// summed by the last CTA of each tile (`split_exchange`).
+    static constexpr bool kSplitK = SPLIT_K_;
     /// Consumer warpgroups: two with one CTA per SM (a 256-row tile gives each two 64-row
     /// bands), one for a CTA's whole tile with two CTAs per SM.
     static constexpr int kConsumers = kPingpong ? 2 : (CTAS == 1 ? (BM >= 128 ? 2 : 1) : 1);
@@ -965,6 +1098,7 @@ struct WgmmaTmaConfig {
     static_assert(CLUSTER == 1 || (CLUSTER == 2 && CTAS == 1 && BM >= 128),
                   "clusters of two CTAs, one per SM, each copying half of the A rows");
     static_assert(!kShareB || CLUSTER == 2, "sharing B takes clusters of two");
+    static_assert(!kSplitK || CLUSTER == 1, "split K takes CTAs without clusters");
     static_assert(BM == 64 || BM == 128 || BM == 256, "BM must be 64, 128 or 256");
     static_assert(BM != 256 || (CTAS == 1 && !kPingpong),
                   "256-row tiles: two consumer warpgroups of 128 rows on one tile, one CTA per SM");
@@ -1047,6 +1181,8 @@ struct GemmWgmmaTma {
     static constexpr int kAcc = BN / 2;
     static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
                   "every tile must start on a 1024-byte swizzle boundary");
+    static_assert(!Cfg::kSplitK || (i64)BM * BN * 4 * (kDual ? 2 : 1) <= STAGES * kStageBytes,
+                  "split K sums the partial tiles through the ring: a tile's f32 values fit it");
     static_assert(kBands * kAcc * (kDual ? 2 : 1) <= 192,
                   "a consumer warpgroup's accumulators (both of a dual GEMM, every band it owns) "
                   "fit its registers");
@@ -1066,7 +1202,8 @@ struct GemmWgmmaTma {
     template <class P>
     __device__ __forceinline__ static void run(const P& p, const TensorMap& map_a,
                                                const TensorMap& map_b, const TensorMap& map_bu,
-                                               const TensorMap& map_c) {
+                                               const TensorMap& map_c,
+                                               unsigned char* workspace = nullptr) {
         using namespace wgmma_detail;
         constexpr int CLUSTER = Cfg::CLUSTER;
         // Which operand a cluster's CTAs share, and the rows of it each copies (into every CTA
@@ -1115,6 +1252,32 @@ struct GemmWgmmaTma {
         const i64 tiles_nc = kShareA ? ceil_div(tiles_n, (i64)CLUSTER) : tiles_n;
         const i64 tiles = tiles_mc * tiles_nc;
         const i64 ktiles = ceil_div(p.k, (i64)BK);
+        // Split K: a grid of at least two CTAs per tile (the runtime sizes it so only when every
+        // CTA is to take one work item) splits each tile's k slices into gridDim.x / tiles
+        // consecutive work items; otherwise a work item is a whole tile.
+        const i64 splits = Cfg::kSplitK && (i64)gridDim.x >= 2 * tiles &&
+                                   (i64)gridDim.x <= kSplitCounters
+                               ? (i64)gridDim.x / tiles
+                               : 1;
+        const i64 items = tiles * splits;
+        // The first k slice of split q (in 32 bits: at most 4096 items, and 64-bit divisions
+        // next to live accumulators spilled them), and the k slices of work item w. Without split
+        // K, the kernel's arithmetic as before it.
+        auto k_begin = [&](i64 q) -> i64 {
+            if constexpr (Cfg::kSplitK) {
+                return (i64)((u32)q * (u32)ktiles / (u32)splits);
+            } else {
+                return q * ktiles;
+            }
+        };
+        auto item_slices = [&](i64 w) -> i64 {
+            if constexpr (Cfg::kSplitK) {
+                const i64 q = (i64)((u32)w % (u32)splits);
+                return k_begin(q + 1) - k_begin(q);
+            } else {
+                return ktiles;
+            }
+        };
         // This CTA's cluster and the cluster count (blockIdx.x and gridDim.x without clusters)
         // are read where they are used, as the kernel without clusters always did.
 #define MLPC_CID ((i64)blockIdx.x / CLUSTER)
@@ -1128,12 +1291,14 @@ struct GemmWgmmaTma {
                 if constexpr (kDual) tma_prefetch_map(map_bu);
                 int stage = 0;
                 u32 phase = 0;
-                for (i64 t = MLPC_CID; t < tiles; t += MLPC_CLUSTERS) {
+                for (i64 w = MLPC_CID; w < items; w += MLPC_CLUSTERS) {
+                    const i64 t = splits > 1 ? (i64)((u32)w / (u32)splits) : w;
+                    const i64 q = w - t * splits;
                     i64 tm, tn;
                     tile_of(t, tiles_mc, tiles_nc, tm, tn);
                     const int m0 = (int)((kShareB ? tm * CLUSTER + rank : tm) * BM);
                     const int n0 = (int)((kShareA ? tn * CLUSTER + rank : tn) * BN);
-                    for (i64 kt = 0; kt < ktiles; ++kt) {
+                    for (i64 kt = k_begin(q); kt < k_begin(q + 1); ++kt) {
                         mbar_wait(empty + 8 * stage, phase ^ 1);
                         const u32 bar = full + 8 * stage;
                         const u32 sa = ring + stage * kStageBytes;
@@ -1195,9 +1360,12 @@ struct GemmWgmmaTma {
         const u32 my_staging = staging + (u32)wg * (2 * wgmma_detail::kStagingBufferBytes);
         u32 chunk = 0;
         // The ring position of this warpgroup's next slice: the producer's sequence is every
-        // slice of the CTA's tiles in order, so a ping-pong warpgroup starts wg tiles in.
-        i64 slice = Cfg::kPingpong ? (i64)wg * ktiles : 0;
-        for (i64 t = first; t < tiles; t += step) {
+        // slice of the CTA's work items in order, so a ping-pong warpgroup starts wg items in.
+        i64 slice = Cfg::kPingpong ? (i64)wg * item_slices(MLPC_CID) : 0;
+        for (i64 w = first; w < items; w += step) {
+            const i64 t = splits > 1 ? (i64)((u32)w / (u32)splits) : w;
+            const i64 q = w - t * splits;
+            const i64 k_lo = k_begin(q), k_hi = k_begin(q + 1);
             i64 tm, tn;
             tile_of(t, tiles_mc, tiles_nc, tm, tn);
             if constexpr (kShareB) tm = tm * CLUSTER + rank;
@@ -1214,8 +1382,8 @@ struct GemmWgmmaTma {
             u32 phase = (u32)((slice / STAGES) & 1);
             int prev = -1;
             // Ping-pong: the other warpgroup's previous tile has left its main loop.
-            if (Cfg::kPingpong && t != MLPC_CID) named_sync<256>(1 + wg);
-            for (i64 kt = 0; kt < ktiles; ++kt) {
+            if (Cfg::kPingpong && w != MLPC_CID) named_sync<256>(1 + wg);
+            for (i64 kt = k_lo; kt < k_hi; ++kt) {
                 mbar_wait(full + 8 * stage, phase);
                 const u32 sa = ring + stage * kStageBytes;
                 const u64 db = make_desc(sa + kTileABytes);
@@ -1262,7 +1430,7 @@ struct GemmWgmmaTma {
             }
             // Ping-pong: every wgmma of this tile is issued; hand the tensor cores to the other
             // warpgroup, if it has a next tile.
-            if (Cfg::kPingpong && t + MLPC_CLUSTERS < tiles) named_arrive<256>(2 - wg);
+            if (Cfg::kPingpong && w + MLPC_CLUSTERS < items) named_arrive<256>(2 - wg);
             wait<0>();
 #pragma unroll
             for (int b = 0; b < kBands; ++b) {
@@ -1270,7 +1438,37 @@ struct GemmWgmmaTma {
                 if constexpr (kDual) fence_regs(acc_up[b]);
             }
             if (prev >= 0) release(prev);
-            slice += ktiles * (Cfg::kPingpong ? 2 : 1);
+            // The ring position of this warpgroup's next item: past this one's slices and, with
+            // ping-pong, the other warpgroup's next item's.
+            if constexpr (Cfg::kSplitK) {
+                slice += (k_hi - k_lo) + (Cfg::kPingpong ? item_slices(w + MLPC_CLUSTERS) : 0);
+            } else {
+                slice += ktiles * (Cfg::kPingpong ? 2 : 1);
+            }
+            // Split K: only the warpgroup that completes a tile's splits runs its epilogue, on
+            // the sum of every split (counters per tile and consumer warpgroup, then the partial
+            // tiles, one per work item, in the workspace).
+            if constexpr (Cfg::kSplitK) {
+                if (splits > 1) {
+                    // A split grid gives each CTA one work item, so the ring is free once every
+                    // consumer warpgroup is past its main loop: the exchange's shared memory,
+                    // one part per warpgroup.
+                    if constexpr (!Cfg::kPingpong && kConsumers > 1) {
+                        named_sync<kConsumers * 128>(7);
+                    }
+                    constexpr i64 kFloats = (i64)BM * BN * (kDual ? 2 : 1);
+                    float* parts = reinterpret_cast<float*>(workspace + 4 * kSplitCounters);
+                    u32* counter = reinterpret_cast<u32*>(workspace) + t * (BM / 64 / kBands) +
+                                   band0 / kBands;
+                    if (!split_exchange<BN, kDual>(acc, acc_up, parts + w * kFloats,
+                                                   parts + (w - q) * kFloats, splits, kFloats,
+                                                   band0, counter, tid & 127, 5 + wg,
+                                                   ring + (u32)(band0 * 64 * BN * 4 *
+                                                                (kDual ? 2 : 1)))) {
+                        continue;
+                    }
+                }
+            }
             // A phantom tile (past N with an odd column-tile count, or sharing B past M with an
             // odd row-tile count) stores nothing.
             if (CLUSTER > 1 && (tn * BN >= p.n || tm * BM >= p.m)) continue;

@@ -902,6 +902,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
                     per_sm: 1,
                     cluster: 1,
                     cluster_rows: false,
+                    split_k: None,
                 },
                 None => Grid::Tiles {
                     m: m.clone(),

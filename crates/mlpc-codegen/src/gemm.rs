@@ -466,7 +466,9 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     }
     // The epilogue's stores by the copy engine, where the output and the tile's shared memory
     // allow (decided after the tile, whose ring it shares).
-    .map(|h| h.with_tma_store(dual, ops.tma_storable()));
+    .map(|h| h.with_tma_store(dual, ops.tma_storable()))
+    // Split K where the GEMM is deep enough (the runtime splits only short grids).
+    .map(|h| h.with_split_k(&ops.a.cols, dual));
     let Operands {
         a,
         c,
@@ -542,7 +544,9 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     body.extend(epi_lines);
     let fill = body.clone();
     let tma = hopper.is_some_and(|h| h.family == Family::Tma);
-    if tma {
+    // The TMA kernel's call, by the entry with split K (`SplitKernel`, passed the workspace) or
+    // the one without.
+    let tma_run = |kernel: &str, ws: &str| {
         // Unused maps are passed as another map of the kernel.
         let bu = if dual { "tm_bu" } else { "tm_b" };
         let tc = if hopper.is_some_and(|h| h.tma_store) {
@@ -550,7 +554,10 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         } else {
             "tm_a"
         };
-        body.push(format!("    Kernel::run(p, tm_a, tm_b, {bu}, {tc});"));
+        format!("    {kernel}::run(p, tm_a, tm_b, {bu}, {tc}{ws});")
+    };
+    if tma {
+        body.push(tma_run("Kernel", ""));
     } else {
         body.push("    Kernel::run(p);".to_string());
     }
@@ -562,7 +569,13 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     } else {
         "gemm_simt.cuh"
     };
-    let (template, include, config) = match (hopper, dmma) {
+    // The main entry never splits K (its code stays that of the kernel without it); the split
+    // entry is a second one.
+    let no_split = hopper.map(|h| crate::wgmma::WgmmaConfig {
+        split_k: false,
+        ..h
+    });
+    let (template, include, config) = match (no_split, dmma) {
         (Some(h), _) if tma => ("GemmWgmmaTma", "gemm_wgmma.cuh", h.template()),
         (Some(h), _) => ("GemmWgmma", "gemm_wgmma.cuh", h.template()),
         (None, Some(d)) => ("GemmDmma", "gemm_dmma.cuh", d.template()),
@@ -595,7 +608,16 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         }
     }
     let map_names: Vec<&str> = maps.iter().map(|(name, _)| *name).collect();
-    let sig = signature(elem, &arg_names, ctx.args.len(), &symbols, &map_names);
+    let mut sig = signature(elem, &arg_names, ctx.args.len(), &symbols, &map_names);
+    // Split K: a second entry, and the run's workspace as the last argument of every entry
+    // (`Param::Workspace`).
+    let split_entry = format!("{entry}_splitk");
+    let split = hopper
+        .filter(|_| tma)
+        .and_then(|h| h.split(k, dual, &split_entry));
+    if split.is_some() {
+        sig.push_str(",\n    unsigned char* __restrict__ workspace");
+    }
     let mut src = ctx.header(&format!("out[m, n] = {summary}"), &arg_names);
     src.push_str(&format!("#include \"{include}\"\n\n"));
     src.push_str("namespace {\n");
@@ -605,6 +627,16 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         src.push_str(&format!(
             "using Kernel = mlpc::{template}<{elem}, Config, Epilogue>;\n"
         ));
+        if let Some(h) = hopper.filter(|_| split.is_some()) {
+            src.push_str(&format!("using SplitConfig = {};\n", h.template()));
+            src.push_str(&format!(
+                "using SplitKernel = mlpc::{template}<{elem}, SplitConfig, Epilogue>;\n"
+            ));
+            src.push_str(
+                "static_assert(SplitKernel::kSmemBytes == Kernel::kSmemBytes, \"one launch \
+                 description for both entries\");\n",
+            );
+        }
     } else {
         src.push_str(&format!(
             "using Kernel = mlpc::{template}<{elem}, {}, {}, Config, Epilogue>;\n",
@@ -632,6 +664,19 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     ));
     src.push_str(&body.join("\n"));
     src.push_str("\n}\n");
+    if split.is_some() {
+        src.push_str(&format!(
+            "\n// Split K: the same GEMM, each tile's k slices split over `gridDim.x / tiles` CTAs \
+             (launched\n// instead of the entry above when the runtime splits the grid).\n\
+             extern \"C\" __global__ void __launch_bounds__({threads}, {}) {split_entry}(\n{}) {{\n",
+            hopper.map_or(cfg.min_blocks, |h| h.ctas),
+            sig
+        ));
+        src.push_str(&fill.join("\n"));
+        src.push('\n');
+        src.push_str(&tma_run("SplitKernel", ", workspace"));
+        src.push_str("\n}\n");
+    }
     let small_m = crate::gemv::append(
         &mut src,
         &crate::gemv::Parts {
@@ -653,6 +698,9 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let mut params = ctx.buffer_params();
     params.extend(dim_params(&symbols));
     params.extend(maps.into_iter().map(|(_, p)| p));
+    if split.is_some() {
+        params.push(Param::Workspace);
+    }
     let (m, n) = (m.clone(), n.clone());
     let grid = if let Some(h) = hopper.filter(|_| tma) {
         Grid::Persistent {
@@ -663,6 +711,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             per_sm: h.ctas,
             cluster: h.cluster,
             cluster_rows: h.share_b,
+            split_k: split,
         }
     } else {
         Grid::Tiles {

@@ -289,6 +289,10 @@ pub enum Param {
         box_rows: u32,
         box_cols: u32,
     },
+    /// A device pointer to the run's workspace: [`Launch::workspace_bytes`] bytes, zero when
+    /// first allocated, shared by the kernels of a run (they run one after the other), each of
+    /// which leaves it fit for the next (a split-K GEMM's counters back at zero).
+    Workspace,
 }
 
 /// How to launch a kernel.
@@ -338,7 +342,60 @@ pub enum Grid {
         cluster: u32,
         #[serde(default, skip_serializing_if = "is_false")]
         cluster_rows: bool,
+        /// The module has a second entry ([`SplitK::entry`]) that splits each tile's k slices
+        /// over several CTAs (no clusters): when the tiles would fill at most half of the
+        /// blocks the device holds, the grid is `tiles x splits` blocks ([`SplitK::splits`]),
+        /// each taking one split, the runtime launches that entry instead
+        /// ([`Launch::split_entry`]) and it needs [`Launch::workspace_bytes`] of workspace
+        /// (`Param::Workspace`, an argument of every entry of the module).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        split_k: Option<SplitK>,
     },
+}
+
+/// Split K of a persistent GEMM (`WgmmaTmaConfig::kSplitK` in `gemm_wgmma.cuh`): the work item
+/// of a CTA is one of `splits` consecutive ranges of a tile's k slices; its partial tile (f32)
+/// goes to the workspace, and the CTA that completes a tile's count sums every partial in split
+/// order and runs the epilogue. The kernel finds `splits` as `gridDim.x / tiles` when the grid
+/// has at least two blocks per tile, so the rule lives here, on the host, once. It is compiled
+/// into an entry of its own: the kernel without it keeps its code for the grids that do not
+/// split (with it compiled in, the same GEMMs at T = 8192 measured 0.5-5 % slower).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitK {
+    /// The k slices (64 deep) of one tile.
+    pub k_slices: u32,
+    /// Bytes of one work item's partial tile.
+    pub partial_bytes: u32,
+    /// The entry with split K (same module, same arguments and launch but the grid).
+    pub entry: String,
+}
+
+impl SplitK {
+    /// The most splits of a tile: the CTA that sums them reads every partial tile, so its share
+    /// grows with the count.
+    pub const MAX_SPLITS: u64 = 4;
+    /// The fewest k slices a split takes.
+    pub const MIN_SLICES: u64 = 4;
+    /// The fewest k slices of a tile for split K to be compiled in (two splits of
+    /// [`SplitK::MIN_SLICES`] would do, but shallower GEMMs lose less to a short grid).
+    pub const MIN_K_SLICES: u32 = 16;
+    /// Bytes of the workspace before the partial tiles: the kernel's counters
+    /// (`wgmma_detail::kSplitCounters`, 4096 of 4 bytes), which bound the work items.
+    pub const COUNTER_BYTES: u64 = 4 * 4096;
+
+    /// The splits of each of `tiles` tiles when the device holds `slots` blocks at once: 1 unless
+    /// the tiles fill at most half of the slots; then as many as fit the slots, at most
+    /// [`SplitK::MAX_SPLITS`], each of at least [`SplitK::MIN_SLICES`] slices.
+    pub fn splits(&self, tiles: u64, slots: u64) -> u64 {
+        if tiles == 0 || tiles.saturating_mul(2) > slots {
+            return 1;
+        }
+        let s = (slots / tiles)
+            .min(u64::from(self.k_slices) / Self::MIN_SLICES)
+            .min(Self::MAX_SPLITS)
+            .min(Self::COUNTER_BYTES / 4 / tiles);
+        s.max(1)
+    }
 }
 
 /// The default of optional counts in serialised plans and tile choices (absent: 1).
@@ -367,6 +424,38 @@ impl Launch {
     /// persistent grid of clusters, the runtime passes the CTAs of the clusters the device holds
     /// at once instead). A zero dimension means an empty problem: the launch must be skipped.
     pub fn grid(&self, bindings: &Bindings, sms: u32) -> Result<[u32; 3], LaunchError> {
+        Ok(self.shape(bindings, sms)?.0)
+    }
+
+    /// The entry that runs the launch under `bindings` on `sms` multiprocessors instead of the
+    /// kernel's own: a split-K GEMM's split entry when the grid splits its tiles.
+    pub fn split_entry(&self, bindings: &Bindings, sms: u32) -> Result<Option<&str>, LaunchError> {
+        let (_, splits) = self.shape(bindings, sms)?;
+        Ok(match &self.grid {
+            Grid::Persistent {
+                split_k: Some(s), ..
+            } if splits > 1 => Some(&s.entry),
+            _ => None,
+        })
+    }
+
+    /// The workspace the launch under `bindings` on `sms` multiprocessors needs
+    /// (`Param::Workspace`): when a split-K GEMM's grid splits its tiles, the kernel's counters
+    /// and one partial tile per block; else nothing.
+    pub fn workspace_bytes(&self, bindings: &Bindings, sms: u32) -> Result<u64, LaunchError> {
+        let (grid, splits) = self.shape(bindings, sms)?;
+        Ok(match &self.grid {
+            Grid::Persistent {
+                split_k: Some(s), ..
+            } if splits > 1 => {
+                SplitK::COUNTER_BYTES + u64::from(grid[0]) * u64::from(s.partial_bytes)
+            }
+            _ => 0,
+        })
+    }
+
+    /// The grid and the splits of each tile (1 but for a split-K GEMM's split grid).
+    fn shape(&self, bindings: &Bindings, sms: u32) -> Result<([u32; 3], u64), LaunchError> {
         let resolve = |e: &Extent| {
             e.syms
                 .iter()
@@ -394,14 +483,18 @@ impl Launch {
                 n,
                 tile_m,
                 tile_n,
-            } => Ok([
-                blocks(0, resolve(m)?, *tile_m, (1 << 31) - 1)?,
-                blocks(1, resolve(n)?, *tile_n, 65535)?,
+            } => Ok((
+                [
+                    blocks(0, resolve(m)?, *tile_m, (1 << 31) - 1)?,
+                    blocks(1, resolve(n)?, *tile_n, 65535)?,
+                    1,
+                ],
                 1,
-            ]),
-            Grid::Elements { numel, per_block } => {
-                Ok([blocks(0, resolve(numel)?, *per_block, (1 << 31) - 1)?, 1, 1])
-            }
+            )),
+            Grid::Elements { numel, per_block } => Ok((
+                [blocks(0, resolve(numel)?, *per_block, (1 << 31) - 1)?, 1, 1],
+                1,
+            )),
             Grid::Persistent {
                 m,
                 n,
@@ -410,6 +503,7 @@ impl Launch {
                 per_sm,
                 cluster,
                 cluster_rows,
+                split_k,
             } => {
                 let c = u64::from((*cluster).max(1));
                 let tiles_n = resolve(n)?.div_ceil(u64::from((*tile_n).max(1)));
@@ -420,7 +514,15 @@ impl Launch {
                     tiles_m.saturating_mul(tiles_n.div_ceil(c))
                 };
                 let most = (u64::from(sms.max(1)) * u64::from((*per_sm).max(1)) / c).max(1);
-                Ok([(tiles.min(most) * c) as u32, 1, 1])
+                let splits = match split_k {
+                    Some(s) if c == 1 => s.splits(tiles, most),
+                    _ => 1,
+                };
+                if splits > 1 {
+                    // At most `most` blocks: the splits fit the slots.
+                    return Ok(([(tiles * splits) as u32, 1, 1], splits));
+                }
+                Ok(([(tiles.min(most) * c) as u32, 1, 1], 1))
             }
         }
     }
@@ -696,6 +798,7 @@ mod tests {
                 per_sm: 2,
                 cluster: 1,
                 cluster_rows: false,
+                split_k: None,
             },
         };
         let at = |launch: &Launch, t: u64, sms: u32| {
@@ -720,6 +823,7 @@ mod tests {
                 per_sm: 1,
                 cluster: 2,
                 cluster_rows,
+                split_k: None,
             },
             ..launch.clone()
         };
@@ -750,6 +854,71 @@ mod tests {
         assert!(serde_json::to_string(&clustered.grid)
             .unwrap()
             .contains("\"cluster\":2"));
+    }
+
+    #[test]
+    fn split_k_grids_split_short_grids_only() {
+        // gpt2's down projection: 128 x 192 tiles of 48 k slices over N = 768.
+        let split = SplitK {
+            k_slices: 48,
+            partial_bytes: 128 * 192 * 4,
+            entry: "gemm_splitk".into(),
+        };
+        let launch = Launch {
+            block: [384, 1, 1],
+            smem_bytes: 0,
+            early_launch: false,
+            grid: Grid::Persistent {
+                m: Extent::of_dim(&Dim::sym("T")),
+                n: Extent::constant(768),
+                tile_m: 128,
+                tile_n: 192,
+                per_sm: 1,
+                cluster: 1,
+                cluster_rows: false,
+                split_k: Some(split.clone()),
+            },
+        };
+        let at = |t: u64, sms: u32| {
+            let mut b = Bindings::new();
+            b.bind(&"T".into(), t).unwrap();
+            (
+                launch.grid(&b, sms).unwrap(),
+                launch.workspace_bytes(&b, sms).unwrap(),
+            )
+        };
+        let entry = |t: u64| {
+            let mut b = Bindings::new();
+            b.bind(&"T".into(), t).unwrap();
+            launch.split_entry(&b, 132).unwrap().map(str::to_string)
+        };
+        assert_eq!(entry(1000).as_deref(), Some("gemm_splitk"));
+        assert_eq!(entry(8192), None);
+        let ws = |blocks: u64| SplitK::COUNTER_BYTES + blocks * u64::from(split.partial_bytes);
+        // T = 1000: 32 tiles on 132 SMs, four splits of 12 slices each.
+        assert_eq!(at(1000, 132), ([128, 1, 1], ws(128)));
+        // 64 tiles: two splits fill 128 of 132 SMs.
+        assert_eq!(at(2000, 132), ([128, 1, 1], ws(128)));
+        // 100 tiles are more than half the SMs: whole tiles, no workspace.
+        assert_eq!(at(3200, 132), ([100, 1, 1], 0));
+        assert_eq!(at(8192, 132), ([132, 1, 1], 0));
+        // Four tiles: at most four splits, however many SMs are idle.
+        assert_eq!(at(100, 132), ([16, 1, 1], ws(16)));
+        assert_eq!(at(0, 132), ([0, 1, 1], 0));
+        // The rule itself: splits of at least four slices, at most four, within the slots.
+        let shallow = SplitK {
+            k_slices: 7,
+            ..split.clone()
+        };
+        assert_eq!(shallow.splits(4, 132), 1);
+        assert_eq!(split.splits(40, 132), 3);
+        assert_eq!(split.splits(67, 132), 1);
+        assert_eq!(split.splits(66, 132), 2);
+        // Without split K the field is left out of plans and read back as absent.
+        let json = serde_json::to_string(&launch.grid).unwrap();
+        assert!(json.contains("\"split_k\":{\"k_slices\":48"), "{json}");
+        let back: Grid = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, launch.grid);
     }
 
     #[test]

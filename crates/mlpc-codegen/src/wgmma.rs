@@ -65,6 +65,10 @@ pub(crate) struct WgmmaConfig {
     /// TMA kernel: the epilogue stores through shared memory and the copy engine (two 8 KB
     /// staging buffers per consumer warpgroup), where the output's row stride allows.
     pub tma_store: bool,
+    /// TMA kernel without clusters, deep enough (`with_split_k`): the runtime may split each
+    /// tile's k slices over several CTAs when the tiles fill less than half of the SMs
+    /// (`crate::SplitK`).
+    pub split_k: bool,
 }
 
 /// Row tiles per group of the persistent kernel's tile order.
@@ -115,6 +119,7 @@ impl WgmmaConfig {
                     (self.cluster.to_string(), "1"),
                     (self.share_b.to_string(), "false"),
                     (self.tma_store.to_string(), "false"),
+                    (self.split_k.to_string(), "false"),
                 ];
                 let used = optional
                     .iter()
@@ -249,6 +254,7 @@ pub(crate) fn select(
         cluster: 1,
         share_b: false,
         tma_store: false,
+        split_k: false,
     };
     cfg.stages = cfg.deepest(dual).unwrap_or(2);
     Some(cfg)
@@ -282,6 +288,40 @@ impl WgmmaConfig {
             }
             _ => self,
         }
+    }
+
+    /// This configuration with split K compiled in (`WgmmaTmaConfig::kSplitK`) when it is the
+    /// TMA kernel without clusters, `k` is a constant of at least
+    /// [`crate::SplitK::MIN_K_SLICES`] slices and a tile's f32 values fit the stage ring (the
+    /// CTA that sums the splits reads them through it): such a GEMM may run so few tiles as to
+    /// leave most SMs idle while each walks a long k loop (gpt2's down projection at T = 1000:
+    /// 32 tiles of 48 slices on 132 SMs).
+    pub fn with_split_k(self, k: &Extent, dual: bool) -> WgmmaConfig {
+        let deep = k
+            .as_constant()
+            .is_some_and(|k| k.div_ceil(u64::from(BK)) >= u64::from(crate::SplitK::MIN_K_SLICES));
+        let fits = self.partial_bytes(dual) <= self.stages * stage_bytes(self.bm, self.bn, dual);
+        WgmmaConfig {
+            split_k: self.family == Family::Tma && self.cluster == 1 && deep && fits,
+            ..self
+        }
+    }
+
+    /// Bytes of a tile's f32 accumulators (both of a dual GEMM).
+    fn partial_bytes(&self, dual: bool) -> u32 {
+        self.bm * self.bn * 4 * if dual { 2 } else { 1 }
+    }
+
+    /// The split-K description of the launch (`Grid::Persistent::split_k`): the tile's k slices,
+    /// the bytes of one work item's partial tile (f32, both accumulators of a dual GEMM) and the
+    /// entry compiled with split K.
+    pub fn split(&self, k: &Extent, dual: bool, entry: &str) -> Option<crate::SplitK> {
+        let k = k.as_constant().filter(|_| self.split_k)?;
+        Some(crate::SplitK {
+            k_slices: u32::try_from(k.div_ceil(u64::from(BK))).ok()?,
+            partial_bytes: self.partial_bytes(dual),
+            entry: entry.to_string(),
+        })
     }
 }
 
@@ -675,6 +715,7 @@ mod tests {
             cluster: 1,
             share_b: false,
             tma_store: false,
+            split_k: false,
         };
         let top = cfg.smem_bytes(false);
         assert!(top <= SMEM_LIMIT);
@@ -701,6 +742,7 @@ mod tests {
             cluster: 1,
             share_b: false,
             tma_store: false,
+            split_k: false,
         });
         assert_eq!(
             pick(Arch::Sm90a, DType::Bf16, false, nt, &[&s, &s], &n),

@@ -412,7 +412,7 @@ fn overrides_round_trip_through_json() {
 /// Needs NVRTC 13.0, as the other NVRTC tests.
 #[test]
 fn every_candidate_compiles_for_sm_90a_without_local_memory() {
-    use mlpc_jit::{compile_all, JitOptions};
+    use mlpc_jit::{compile_all, entry_resources, JitOptions};
     let o = opts(Arch::Sm90a);
     let mut kernels = Vec::new();
     for p in [plan("768", "768"), plan("4096", "1024"), plan("768", "64")] {
@@ -500,5 +500,17 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             c.resources,
             c.log
         );
+        if let Grid::Persistent {
+            split_k: Some(s), ..
+        } = &k.launch.grid
+        {
+            let r = entry_resources(&c.log, &s.entry)
+                .unwrap_or_else(|| panic!("{}: no ptxas report:\n{}", s.entry, c.log));
+            assert!(
+                !r.uses_local_memory(),
+                "{} uses local memory: {r:?}",
+                s.entry
+            );
+        }
     }
 }

@@ -8,7 +8,7 @@
 
 use mlpc_codegen::{generate, samples, Arch, CodegenOptions, CudaKernel, Grid, Param};
 use mlpc_ir::{DType, MatLayout, Op, Plan};
-use mlpc_jit::{compile_all, ensure_nvrtc, JitOptions};
+use mlpc_jit::{compile_all, ensure_nvrtc, entry_resources, JitOptions};
 
 fn sm_90a() -> CodegenOptions {
     CodegenOptions {
@@ -115,11 +115,23 @@ fn nt_half_gemms_take_wgmma_and_the_rest_keep_their_family() {
                 // stores by the copy engine, in 64 x 64 boxes.
                 want.push((pk.out, 64, 64));
                 assert_eq!(maps, want, "{}", k.name);
+                // A deep GEMM's split-K entry (`_splitk`, over the same arguments).
+                let split_entries = match &k.launch.grid {
+                    Grid::Persistent {
+                        split_k: Some(s), ..
+                    } => {
+                        assert!(k.source.contains(&format!(" {}(", s.entry)), "{}", k.name);
+                        assert_eq!(k.params.last(), Some(&Param::Workspace), "{}", k.name);
+                        1
+                    }
+                    _ => 0,
+                };
                 assert_eq!(
                     k.source
                         .matches("const __grid_constant__ mlpc::TensorMap")
                         .count(),
-                    maps.len() * (1 + k.small_m.as_ref().map_or(0, |s| s.variants.len())),
+                    maps.len()
+                        * (1 + k.small_m.as_ref().map_or(0, |s| s.variants.len()) + split_entries),
                     "every entry of the module takes the maps: {}",
                     k.name
                 );
@@ -188,6 +200,21 @@ fn every_sample_kernel_compiles_for_sm_90a_without_local_memory() {
             c.resources,
             c.log
         );
+        // The split-K entry of a deep GEMM, compiled in the same module, keeps off local
+        // memory too.
+        if let Grid::Persistent {
+            split_k: Some(s), ..
+        } = &k.launch.grid
+        {
+            let r = entry_resources(&c.log, &s.entry)
+                .unwrap_or_else(|| panic!("{}: no ptxas report:\n{}", s.entry, c.log));
+            eprintln!("{}: {r:?}", s.entry);
+            assert!(
+                !r.uses_local_memory(),
+                "{} uses local memory: {r:?}",
+                s.entry
+            );
+        }
         if is_wgmma(k) {
             assert!(
                 c.ptx.contains("wgmma.mma_async.sync.aligned.m64n"),

@@ -26,7 +26,7 @@ const TRANSCRIBED: &[&str] = &[
     // Producer: every slice of the cluster's tiles in order; wait for the stage to be released
     // (by both CTAs' consumers in a cluster), then the copies, counted on the stage's `full`
     // barrier: its half of A into every CTA of the cluster, its B into its own.
-    "for (i64 t = MLPC_CID; t < tiles; t += MLPC_CLUSTERS) {",
+    "for (i64 w = MLPC_CID; w < items; w += MLPC_CLUSTERS) {",
     "mbar_wait(empty + 8 * stage, phase ^ 1);",
     "mbar_arrive_expect_tx(bar, kStageBytes);",
     "tma_load_2d_multicast(sa + rank * (kARows * 128), map_a, k0,",
@@ -40,18 +40,21 @@ const TRANSCRIBED: &[&str] = &[
     "constexpr int kPeerWarps = CLUSTER > 1 ? kReaders / 32 : 0;",
     "mbar_arrive(empty + 8 * s);",
     "if (lane == 0) mbar_arrive_cluster(empty + 8 * s, rank ^ 1u);",
-    // Consumers: their tiles and where their slices start in the ring.
+    // Consumers: their work items (tiles, or with split K one range of a tile's k slices each:
+    // the model gives every item of a CTA the same slice count, which split K keeps, as it gives
+    // each CTA one item) and where their slices start in the ring.
     "const i64 first = MLPC_CID + (Cfg::kPingpong ? (i64)wg * MLPC_CLUSTERS : 0);",
     "const i64 step = MLPC_CLUSTERS * (Cfg::kPingpong ? 2 : 1);",
-    "i64 slice = Cfg::kPingpong ? (i64)wg * ktiles : 0;",
+    "i64 slice = Cfg::kPingpong ? (i64)wg * item_slices(MLPC_CID) : 0;",
     "int stage = (int)(slice % STAGES);",
     "u32 phase = (u32)((slice / STAGES) & 1);",
-    "if (Cfg::kPingpong && t != MLPC_CID) named_sync<256>(1 + wg);",
+    "if (Cfg::kPingpong && w != MLPC_CID) named_sync<256>(1 + wg);",
     "mbar_wait(full + 8 * stage, phase);",
     "wait<1>();",
     "if (prev >= 0) release(prev);",
-    "if (Cfg::kPingpong && t + MLPC_CLUSTERS < tiles) named_arrive<256>(2 - wg);",
+    "if (Cfg::kPingpong && w + MLPC_CLUSTERS < items) named_arrive<256>(2 - wg);",
     "wait<0>();",
+    "slice += (k_hi - k_lo) + (Cfg::kPingpong ? item_slices(w + MLPC_CLUSTERS) : 0);",
     "slice += ktiles * (Cfg::kPingpong ? 2 : 1);",
     // No CTA leaves while its peer can still arrive on its barriers.
     "cluster_sync();",

@@ -35,7 +35,7 @@ mod resources;
 
 pub use error::JitError;
 pub use loader::{ensure_nvrtc, NvrtcInfo};
-pub use resources::Resources;
+pub use resources::{parse as entry_resources, Resources};
 
 use mlpc_codegen::{Arch, CudaKernel};
 use rayon::prelude::*;

@@ -63,6 +63,8 @@ struct Loaded {
     function: CudaFunction,
     /// The entries of `kernel.small_m`'s variants, in order.
     small_m: Vec<CudaFunction>,
+    /// The split-K entry of a persistent GEMM (`Grid::Persistent::split_k`).
+    split: Option<CudaFunction>,
     /// For a persistent grid of clusters: the CTAs of the clusters the device holds at once
     /// (`cuOccupancyMaxActiveClusters` x cluster size), which sizes the grid instead of the SM
     /// count (a GPC with an odd number of free SMs leaves one out).
@@ -74,12 +76,13 @@ impl Loaded {
         match entry {
             Entry::Tiled => Some(&self.function),
             Entry::SmallM(i) => self.small_m.get(i),
+            Entry::Split => self.split.as_ref(),
         }
     }
 
     fn launch(&self, entry: Entry) -> Option<&Launch> {
         match entry {
-            Entry::Tiled => Some(&self.kernel.launch),
+            Entry::Tiled | Entry::Split => Some(&self.kernel.launch),
             Entry::SmallM(i) => Some(&self.kernel.small_m.as_ref()?.variants.get(i)?.launch),
         }
     }
@@ -93,6 +96,12 @@ impl Loaded {
                 .as_ref()
                 .and_then(|s| s.variants.get(i))
                 .map_or("", |v| &v.entry),
+            Entry::Split => match &self.kernel.launch.grid {
+                Grid::Persistent {
+                    split_k: Some(s), ..
+                } => &s.entry,
+                _ => "",
+            },
         }
     }
 }
@@ -112,6 +121,9 @@ struct Scratch {
     /// The kernels launched under these bindings, in plan order (those with an empty grid are
     /// left out); their arguments are refilled by every run.
     launches: Vec<NodeLaunch>,
+    /// The workspace the launches share (`Param::Workspace`), allocated zeroed; `None` when no
+    /// launch needs one (address 0).
+    workspace: Option<CudaSlice<u8>>,
     replay: Replay<KernelGraph>,
 }
 
@@ -260,7 +272,7 @@ fn named<'a>(mut kernels: impl Iterator<Item = &'a CudaKernel>, id: usize) -> bo
     kernels.any(|k| {
         k.params.iter().any(|p| match p {
             Param::Buffer { buffer } | Param::TensorMap { buffer, .. } => *buffer == id,
-            Param::Dim { .. } => false,
+            Param::Dim { .. } | Param::Workspace => false,
         })
     })
 }
@@ -386,6 +398,12 @@ impl Executable {
                 }
                 _ => None,
             };
+            let split = match &img.kernel.launch.grid {
+                Grid::Persistent {
+                    split_k: Some(s), ..
+                } => Some(entry(&s.entry, &img.kernel.launch)?),
+                _ => None,
+            };
             let small_m = img
                 .kernel
                 .small_m
@@ -397,6 +415,7 @@ impl Executable {
                 kernel: img.kernel.clone(),
                 function,
                 small_m,
+                split,
                 resident_ctas,
             });
         }
@@ -502,9 +521,15 @@ impl Executable {
     }
 
     /// The kernels launched under `bindings`, in plan order, each with the entry and grid chosen
-    /// for them; kernels with an empty grid are left out. Arguments are left empty.
-    fn resolve_launches(&self, bindings: &Bindings) -> Result<Vec<NodeLaunch>, RuntimeError> {
+    /// for them; kernels with an empty grid are left out. Arguments are left empty. Also the
+    /// workspace bytes the launches need (the most any of them needs: they run one after the
+    /// other).
+    fn resolve_launches(
+        &self,
+        bindings: &Bindings,
+    ) -> Result<(Vec<NodeLaunch>, u64), RuntimeError> {
         let mut launches = Vec::with_capacity(self.kernels.len());
+        let mut workspace = 0u64;
         for (i, (k, loaded)) in self.plan.kernels.iter().zip(&self.kernels).enumerate() {
             let at = |source| RuntimeError::Launch {
                 kernel: k.name.clone(),
@@ -525,10 +550,22 @@ impl Executable {
                 (Entry::Tiled, Some(ctas)) => ctas,
                 _ => self.device.sm_count(),
             };
+            // The split-K entry when the grid splits the tiles.
+            let entry = match (entry, launch.split_entry(bindings, slots).map_err(at)?) {
+                (Entry::Tiled, Some(_)) => Entry::Split,
+                (e, _) => e,
+            };
+            let Some(_) = loaded.function(entry) else {
+                return Err(RuntimeError::Mismatch(format!(
+                    "kernel `{}` has no loaded entry {entry:?}",
+                    k.name
+                )));
+            };
             let grid = launch.grid(bindings, slots).map_err(at)?;
             if grid.contains(&0) {
                 continue;
             }
+            workspace = workspace.max(launch.workspace_bytes(bindings, slots).map_err(at)?);
             launches.push(NodeLaunch {
                 kernel: i,
                 entry,
@@ -539,7 +576,7 @@ impl Executable {
                 args: Vec::with_capacity(loaded.kernel.params.len()),
             });
         }
-        Ok(launches)
+        Ok((launches, workspace))
     }
 
     /// Which entry each kernel launches under `bindings`, and on what grid (kernels with an
@@ -547,6 +584,7 @@ impl Executable {
     pub fn launches_for(&self, bindings: &Bindings) -> Result<Vec<PlannedLaunch>, RuntimeError> {
         Ok(self
             .resolve_launches(bindings)?
+            .0
             .into_iter()
             .map(|l| {
                 let loaded = &self.kernels[l.kernel];
@@ -564,13 +602,23 @@ impl Executable {
     fn scratch_for(&self, bindings: &Bindings) -> Result<Scratch, RuntimeError> {
         let stream = self.device.stream();
         let n = self.plan.buffers.len();
+        let (launches, workspace_bytes) = self.resolve_launches(bindings)?;
+        let workspace = match workspace_bytes {
+            0 => None,
+            bytes => Some(
+                stream
+                    .alloc_zeros::<u8>(bytes as usize)
+                    .map_err(driver(format!("allocating {bytes} bytes of workspace")))?,
+            ),
+        };
         let mut s = Scratch {
             bindings: bindings.clone(),
             buffers: Vec::with_capacity(n),
             outputs: Vec::new(),
             addresses: vec![0; self.weights.len()],
             lengths: vec![0; self.weights.len()],
-            launches: self.resolve_launches(bindings)?,
+            launches,
+            workspace,
             replay: Replay::default(),
         };
         for (id, b) in self.plan.buffers.iter().enumerate() {
@@ -681,10 +729,12 @@ impl Executable {
                 }
             }
         }
+        let workspace = s.workspace.as_ref().map_or(0, |w| w.device_ptr(stream).0);
         for l in &mut s.launches {
             kernel_args(
                 &self.kernels[l.kernel].kernel.params,
                 &s.addresses,
+                workspace,
                 &self.dtypes,
                 bindings,
                 &mut l.args,

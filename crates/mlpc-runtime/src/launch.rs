@@ -52,12 +52,14 @@ pub(crate) enum ArgError {
 }
 
 /// Fills `out` with the arguments of an entry taking `params`, given the device address and
-/// element type of every plan buffer (`addresses[id]`, `dtypes[id]`) and the run's `bindings`.
+/// element type of every plan buffer (`addresses[id]`, `dtypes[id]`), the address of the run's
+/// workspace (`Param::Workspace`; 0 when the run needs none) and the run's `bindings`.
 /// `out` keeps its capacity, so that a run reusing it allocates nothing, and a tensor map whose
 /// request equals the one already in its slot is kept rather than encoded again.
 pub(crate) fn kernel_args(
     params: &[Param],
     addresses: &[u64],
+    workspace: u64,
     dtypes: &[DType],
     bindings: &Bindings,
     out: &mut Vec<KernelArg>,
@@ -73,6 +75,7 @@ pub(crate) fn kernel_args(
     for (i, p) in params.iter().enumerate() {
         let arg = match p {
             Param::Buffer { buffer } => KernelArg::U64(address(*buffer)?),
+            Param::Workspace => KernelArg::U64(workspace),
             Param::Dim { symbol } => KernelArg::U64(bindings.get(symbol).ok_or_else(|| {
                 ArgError::Launch(LaunchError::Unbound {
                     symbol: symbol.clone(),
@@ -118,6 +121,9 @@ pub enum Entry {
     Tiled,
     /// Index into the kernel's `small_m.variants`.
     SmallM(usize),
+    /// The split-K entry of a persistent GEMM (`Grid::Persistent::split_k`), on the tiled
+    /// entry's launch.
+    Split,
 }
 
 /// One kernel launch of a run. Everything but `args` follows from the bindings alone, so it is
@@ -253,11 +259,13 @@ mod tests {
             Param::Buffer { buffer: 2 },
             Param::Buffer { buffer: 0 },
             Param::Dim { symbol: "T".into() },
+            Param::Workspace,
         ];
         let mut out = vec![KernelArg::U64(99); 7];
         kernel_args(
             &params,
             &[0x1000, 0x2000, 0x3000],
+            0x9000,
             &[DType::Bf16; 3],
             &bindings(&[("T", 5)]),
             &mut out,
@@ -268,7 +276,8 @@ mod tests {
             [
                 KernelArg::U64(0x3000),
                 KernelArg::U64(0x1000),
-                KernelArg::U64(5)
+                KernelArg::U64(5),
+                KernelArg::U64(0x9000)
             ]
         );
     }
@@ -279,6 +288,7 @@ mod tests {
         let e = kernel_args(
             &[Param::Buffer { buffer: 3 }],
             &[1, 2, 3],
+            0,
             &[DType::Bf16; 3],
             &Bindings::new(),
             &mut out,
@@ -287,6 +297,7 @@ mod tests {
         let e = kernel_args(
             &[Param::Dim { symbol: "B".into() }],
             &[],
+            0,
             &[],
             &bindings(&[("T", 5)]),
             &mut out,
@@ -329,6 +340,7 @@ mod tests {
         kernel_args(
             &[Param::Buffer { buffer: 0 }, map_param()],
             &[0x1000, 0x2000],
+            0,
             &[DType::Bf16; 2],
             &bindings(&[("T", 5)]),
             &mut out,
@@ -344,6 +356,7 @@ mod tests {
         let e = kernel_args(
             &[map_param()],
             &[0x1000, 0x2008],
+            0,
             &[DType::Bf16; 2],
             &bindings(&[("T", 5)]),
             &mut out,
@@ -355,6 +368,7 @@ mod tests {
         let e = kernel_args(
             &[map_param()],
             &[0x1000, 0x2000],
+            0,
             &[DType::Bf16; 2],
             &Bindings::new(),
             &mut out,
