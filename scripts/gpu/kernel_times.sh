@@ -20,26 +20,35 @@ bins=("$@")
 [ ${#bins[@]} -eq 0 ] && bins=(target/release/mlpc)
 export MLPC_CACHE_DIR=${MLPC_CACHE_DIR:-/tmp/mlpc-cache}
 metrics=gpu__time_duration.sum,launch__grid_size
+# Prints the launches of ncu's CSV on stdin, one line each: the last $1 of them, or with "third"
+# the last third (the last of three runs).
+report() {
+    python3 -c '
+import csv, sys
+rows = list(csv.reader(l for l in sys.stdin if l.startswith("\"")))
+if not rows:
+    sys.exit("no kernels profiled")
+head, body = rows[0], rows[1:]
+ki, mi, vi, ii = (head.index(c) for c in ("Kernel Name", "Metric Name", "Metric Value", "ID"))
+by = {}
+for r in body:
+    by.setdefault(r[ii], {"name": r[ki]})[r[mi]] = r[vi]
+launches = list(by.values())
+n = len(launches) // 3 if sys.argv[1] == "third" else int(sys.argv[1])
+for l in launches[-n:]:
+    print("%-90s grid %6s %8.2f us" % (l["name"][:90], l.get("launch__grid_size", "?"),
+                                        float(l["gpu__time_duration.sum"].replace(",", "")) / 1000))
+' "$1"
+}
+# The model's GEMMs: one mlpc kernel each.
+linears=$(python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); print(sum(1 for l in m["layers"] if l["op"] == "linear"))' "$model")
 for b in "${bins[@]}"; do
     echo "== $b: $model T=$t"
     # Two runs of warm-up (the first builds the graph), then the profiled one (launched kernel by
     # kernel: --no-graphs, so that ncu sees every launch).
     ncu --clock-control none --print-units base --metrics "$metrics" --csv --launch-skip 0 \
         "$b" bench "$model" --bind T="$t" --heat-ms 0 --warmup 2 --iters 1 --no-graphs 2>/dev/null |
-        python3 -c '
-import csv, sys
-rows = list(csv.reader(l for l in sys.stdin if l.startswith("\"")))
-head, body = rows[0], rows[1:]
-ki, mi, vi, ii = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value"), head.index("ID")
-by = {}
-for r in body:
-    by.setdefault(r[ii], {"name": r[ki]})[r[mi]] = r[vi]
-launches = list(by.values())
-# The last run: as many launches as one run has (the kernels of the plan, in order).
-for l in launches[-int(sys.argv[1]):]:
-    print("%-90s grid %6s %8.2f us" % (l["name"][:90], l.get("launch__grid_size", "?"),
-                                        float(l["gpu__time_duration.sum"].replace(",", "")) / 1000))
-' "$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(sum(1 for l in m["layers"] if l["op"] == "linear"))' "$model")"
+        report "$linears"
 done
 echo "== eager (F.linear chain): $model T=$t"
 ncu --clock-control none --print-units base --metrics "$metrics" --csv python3 - "$model" "$t" <<'PY' 2>/dev/null |
@@ -67,19 +76,4 @@ for _ in range(3):
     run()
 torch.cuda.synchronize()
 PY
-    python3 -c '
-import csv, sys
-rows = list(csv.reader(l for l in sys.stdin if l.startswith("\"")))
-if not rows:
-    sys.exit("no kernels profiled (is the model sequential?)")
-head, body = rows[0], rows[1:]
-ki, mi, vi, ii = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value"), head.index("ID")
-by = {}
-for r in body:
-    by.setdefault(r[ii], {"name": r[ki]})[r[mi]] = r[vi]
-launches = list(by.values())
-n = len(launches) // 3
-for l in launches[-n:]:
-    print("%-90s grid %6s %8.2f us" % (l["name"][:90], l.get("launch__grid_size", "?"),
-                                        float(l["gpu__time_duration.sum"].replace(",", "")) / 1000))
-'
+    report third

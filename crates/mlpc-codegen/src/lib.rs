@@ -784,9 +784,9 @@ mod tests {
         assert_eq!(launch.grid(&z, 132), Ok([0, 24, 1]));
     }
 
-    #[test]
-    fn persistent_grids_take_one_block_per_sm_at_most() {
-        let launch = Launch {
+    /// A persistent launch over `[T, 768]` in 128 x 192 tiles, without clusters.
+    fn persistent_768(per_sm: u32, split_k: Option<SplitK>) -> Launch {
+        Launch {
             block: [384, 1, 1],
             smem_bytes: 0,
             early_launch: false,
@@ -795,12 +795,17 @@ mod tests {
                 n: Extent::constant(768),
                 tile_m: 128,
                 tile_n: 192,
-                per_sm: 2,
+                per_sm,
                 cluster: 1,
                 cluster_rows: false,
-                split_k: None,
+                split_k,
             },
-        };
+        }
+    }
+
+    #[test]
+    fn persistent_grids_take_one_block_per_sm_at_most() {
+        let launch = persistent_768(2, None);
         let at = |launch: &Launch, t: u64, sms: u32| {
             let mut b = Bindings::new();
             b.bind(&"T".into(), t).unwrap();
@@ -864,21 +869,7 @@ mod tests {
             partial_bytes: 128 * 192 * 4,
             entry: "gemm_splitk".into(),
         };
-        let launch = Launch {
-            block: [384, 1, 1],
-            smem_bytes: 0,
-            early_launch: false,
-            grid: Grid::Persistent {
-                m: Extent::of_dim(&Dim::sym("T")),
-                n: Extent::constant(768),
-                tile_m: 128,
-                tile_n: 192,
-                per_sm: 1,
-                cluster: 1,
-                cluster_rows: false,
-                split_k: Some(split.clone()),
-            },
-        };
+        let launch = persistent_768(1, Some(split.clone()));
         let at = |t: u64, sms: u32| {
             let mut b = Bindings::new();
             b.bind(&"T".into(), t).unwrap();
