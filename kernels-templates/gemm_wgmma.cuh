@@ -821,6 +821,8 @@ __device__ __forceinline__ bool named_sync_or(int id, bool v) {
     return r != 0;
 }
 
+/// Four f32 values from shared address `addr` (16-byte aligned), in program order with the other
+/// volatile asm (after a `cp.async` wait).
 __device__ __forceinline__ float4 ld_shared_f4(u32 addr) {
     float4 v;
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
@@ -1159,9 +1161,12 @@ struct WgmmaTmaConfig {
 ///   `Cfg::kTmaStore` `store_tile_tma`: through two staging buffers per consumer warpgroup (after
 ///   the ring) and the copy engine (the output's tensor map `map_c`, box 64 x 64), so that the
 ///   global writes run while the warpgroup goes on to its next tile.
+/// - Split K (`Cfg::kSplitK`, a second entry of deep GEMMs): a grid of at least two CTAs per tile
+///   gives each CTA one work item, a range of one tile's k slices; partial tiles meet in the
+///   workspace (`split_exchange`), and the CTA that completes a tile's count runs the epilogue.
 /// Launch with `kThreads` threads, `kSmemBytes` of dynamic shared memory, a 1-D grid of
-/// min(tiles, CTAS x SMs) CTAs (with clusters: CLUSTER x min(cluster tiles, SMs / CLUSTER));
-/// compile for sm_90a.
+/// min(tiles, CTAS x SMs) CTAs (with clusters: CLUSTER x min(cluster tiles, SMs / CLUSTER); with
+/// split K, tiles x splits where that is at most the CTAs the device holds); compile for sm_90a.
 template <class T, class Cfg, class Epi>
 struct GemmWgmmaTma {
     static constexpr bool kDual = Epi::kDual;
