@@ -540,7 +540,7 @@ impl Executable {
                 Some(v) => Entry::SmallM(v),
                 None => Entry::Tiled,
             };
-            let (Some(launch), Some(_)) = (loaded.launch(entry), loaded.function(entry)) else {
+            let Some(launch) = loaded.launch(entry) else {
                 return Err(RuntimeError::Mismatch(format!(
                     "kernel `{}` has no loaded entry {entry:?}",
                     k.name
@@ -550,7 +550,7 @@ impl Executable {
                 (Entry::Tiled, Some(ctas)) => ctas,
                 _ => self.device.sm_count(),
             };
-            // The split-K entry when the grid splits the tiles.
+            // The split-K entry (on the same launch) when the grid splits the tiles.
             let entry = match (entry, launch.split_entry(bindings, slots).map_err(at)?) {
                 (Entry::Tiled, Some(_)) => Entry::Split,
                 (e, _) => e,
