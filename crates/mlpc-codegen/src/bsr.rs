@@ -903,6 +903,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
                     cluster: 1,
                     cluster_rows: false,
                     split_k: None,
+                    one_tile: None,
                 },
                 None => Grid::Tiles {
                     m: m.clone(),

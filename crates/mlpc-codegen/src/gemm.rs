@@ -618,6 +618,16 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     if split.is_some() {
         sig.push_str(",\n    unsigned char* __restrict__ workspace");
     }
+    // A plain ping-pong GEMM: its tile on the cooperative schedule as a second entry, for grids
+    // whose blocks have one tile each (same threads and, checked, the same shared memory).
+    let coop_entry = format!("{entry}_coop");
+    let coop = no_split
+        .filter(|h| tma && h.pingpong && !dual && h.cluster == 1)
+        .map(|h| crate::wgmma::WgmmaConfig {
+            pingpong: false,
+            ..h
+        })
+        .filter(|c| c.smem_bytes(dual) == smem && c.threads() == threads);
     let mut src = ctx.header(&format!("out[m, n] = {summary}"), &arg_names);
     src.push_str(&format!("#include \"{include}\"\n\n"));
     src.push_str("namespace {\n");
@@ -627,6 +637,17 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         src.push_str(&format!(
             "using Kernel = mlpc::{template}<{elem}, Config, Epilogue>;\n"
         ));
+        if let Some(c) = coop {
+            src.push_str(&format!("using CoopConfig = {};\n", c.template()));
+            src.push_str(&format!(
+                "using CoopKernel = mlpc::{template}<{elem}, CoopConfig, Epilogue>;\n"
+            ));
+            src.push_str(
+                "static_assert(CoopKernel::kSmemBytes == Kernel::kSmemBytes && \
+                 CoopKernel::kThreads == Kernel::kThreads, \"one launch description for both \
+                 entries\");\n",
+            );
+        }
         if let Some(h) = hopper.filter(|_| split.is_some()) {
             src.push_str(&format!("using SplitConfig = {};\n", h.template()));
             src.push_str(&format!(
@@ -664,6 +685,18 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     ));
     src.push_str(&body.join("\n"));
     src.push_str("\n}\n");
+    if coop.is_some() {
+        src.push_str(&format!(
+            "\n// The same tile on the cooperative schedule (launched instead of the entry above \
+             when every\n// CTA has at most one tile: both consumer warpgroups on it).\n\
+             extern \"C\" __global__ void __launch_bounds__({threads}, 1) {coop_entry}(\n{}) {{\n",
+            sig
+        ));
+        src.push_str(&fill.join("\n"));
+        src.push('\n');
+        src.push_str(&tma_run("CoopKernel", ""));
+        src.push_str("\n}\n");
+    }
     if split.is_some() {
         src.push_str(&format!(
             "\n// Split K: the same GEMM, each tile's k slices split over `gridDim.x / tiles` CTAs \
@@ -712,6 +745,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             cluster: h.cluster,
             cluster_rows: h.share_b,
             split_k: split,
+            one_tile: coop.map(|_| coop_entry),
         }
     } else {
         Grid::Tiles {

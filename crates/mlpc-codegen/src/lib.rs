@@ -346,10 +346,17 @@ pub enum Grid {
         /// over several CTAs (no clusters): when the tiles would fill at most half of the
         /// blocks the device holds, the grid is `tiles x splits` blocks ([`SplitK::splits`]),
         /// each taking one split, the runtime launches that entry instead
-        /// ([`Launch::split_entry`]) and it needs [`Launch::workspace_bytes`] of workspace
+        /// ([`Launch::alternate_entry`]) and it needs [`Launch::workspace_bytes`] of workspace
         /// (`Param::Workspace`, an argument of every entry of the module).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         split_k: Option<SplitK>,
+        /// A ping-pong GEMM's entry on the cooperative schedule with the same tile, launch and
+        /// arguments, run instead when the grid gives every block at most one tile (the tiles
+        /// fit the blocks the device holds, and the grid does not split K): both consumer
+        /// warpgroups then work on the tile, where one of the ping-pong pair would have none
+        /// ([`Launch::alternate_entry`] names it then).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        one_tile: Option<String>,
     },
 }
 
@@ -428,13 +435,37 @@ impl Launch {
     }
 
     /// The entry that runs the launch under `bindings` on `sms` multiprocessors instead of the
-    /// kernel's own: a split-K GEMM's split entry when the grid splits its tiles.
-    pub fn split_entry(&self, bindings: &Bindings, sms: u32) -> Result<Option<&str>, LaunchError> {
-        let (_, splits) = self.shape(bindings, sms)?;
+    /// kernel's own: a split-K GEMM's split entry when the grid splits its tiles, else a
+    /// ping-pong GEMM's one-tile entry when every block has at most one tile.
+    pub fn alternate_entry(
+        &self,
+        bindings: &Bindings,
+        sms: u32,
+    ) -> Result<Option<&str>, LaunchError> {
+        let (grid, splits) = self.shape(bindings, sms)?;
         Ok(match &self.grid {
             Grid::Persistent {
                 split_k: Some(s), ..
             } if splits > 1 => Some(&s.entry),
+            Grid::Persistent {
+                one_tile: Some(e),
+                m,
+                n,
+                tile_m,
+                tile_n,
+                ..
+            } => {
+                // Every block has at most one tile when the grid is not smaller than the tiles.
+                let tiles = Extent::resolve(m, bindings)
+                    .unwrap_or(u64::MAX)
+                    .div_ceil(u64::from((*tile_m).max(1)))
+                    .saturating_mul(
+                        Extent::resolve(n, bindings)
+                            .unwrap_or(u64::MAX)
+                            .div_ceil(u64::from((*tile_n).max(1))),
+                    );
+                (tiles > 0 && u64::from(grid[0]) >= tiles).then_some(e.as_str())
+            }
             _ => None,
         })
     }
@@ -504,6 +535,7 @@ impl Launch {
                 cluster,
                 cluster_rows,
                 split_k,
+                one_tile: _,
             } => {
                 let c = u64::from((*cluster).max(1));
                 let tiles_n = resolve(n)?.div_ceil(u64::from((*tile_n).max(1)));
@@ -799,6 +831,7 @@ mod tests {
                 cluster: 1,
                 cluster_rows: false,
                 split_k,
+                one_tile: None,
             },
         }
     }
@@ -829,6 +862,7 @@ mod tests {
                 cluster: 2,
                 cluster_rows,
                 split_k: None,
+                one_tile: None,
             },
             ..launch.clone()
         };
@@ -881,7 +915,7 @@ mod tests {
         let entry = |t: u64| {
             let mut b = Bindings::new();
             b.bind(&"T".into(), t).unwrap();
-            launch.split_entry(&b, 132).unwrap().map(str::to_string)
+            launch.alternate_entry(&b, 132).unwrap().map(str::to_string)
         };
         assert_eq!(entry(1000).as_deref(), Some("gemm_splitk"));
         assert_eq!(entry(8192), None);
@@ -910,6 +944,34 @@ mod tests {
         assert!(json.contains("\"split_k\":{\"k_slices\":48"), "{json}");
         let back: Grid = serde_json::from_str(&json).unwrap();
         assert_eq!(back, launch.grid);
+    }
+
+    #[test]
+    fn one_tile_entries_run_when_every_block_has_one_tile_at_most() {
+        let mut launch = persistent_768(1, None);
+        if let Grid::Persistent { one_tile, .. } = &mut launch.grid {
+            *one_tile = Some("gemm_coop".into());
+        }
+        let entry = |launch: &Launch, t: u64| {
+            let mut b = Bindings::new();
+            b.bind(&"T".into(), t).unwrap();
+            launch.alternate_entry(&b, 132).unwrap().map(str::to_string)
+        };
+        // 8 x 4 and 33 x 4 tiles fit 132 blocks; 34 x 4 do not; nothing to do.
+        assert_eq!(entry(&launch, 1000).as_deref(), Some("gemm_coop"));
+        assert_eq!(entry(&launch, 33 * 128).as_deref(), Some("gemm_coop"));
+        assert_eq!(entry(&launch, 33 * 128 + 1), None);
+        assert_eq!(entry(&launch, 0), None);
+        // A grid that splits K takes the split entry.
+        if let Grid::Persistent { split_k, .. } = &mut launch.grid {
+            *split_k = Some(SplitK {
+                k_slices: 48,
+                partial_bytes: 1,
+                entry: "gemm_splitk".into(),
+            });
+        }
+        assert_eq!(entry(&launch, 1000).as_deref(), Some("gemm_splitk"));
+        assert_eq!(entry(&launch, 3000).as_deref(), Some("gemm_coop"));
     }
 
     #[test]

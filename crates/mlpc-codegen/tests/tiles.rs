@@ -501,16 +501,15 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             c.log
         );
         if let Grid::Persistent {
-            split_k: Some(s), ..
+            split_k, one_tile, ..
         } = &k.launch.grid
         {
-            let r = entry_resources(&c.log, &s.entry)
-                .unwrap_or_else(|| panic!("{}: no ptxas report:\n{}", s.entry, c.log));
-            assert!(
-                !r.uses_local_memory(),
-                "{} uses local memory: {r:?}",
-                s.entry
-            );
+            for name in split_k.iter().map(|s| &s.entry).chain(one_tile) {
+                let r = entry_resources(&c.log, name)
+                    .unwrap_or_else(|| panic!("{name}: no ptxas report:\n{}", c.log));
+                eprintln!("{name}: {r:?}");
+                assert!(!r.uses_local_memory(), "{name} uses local memory: {r:?}");
+            }
         }
     }
 }

@@ -118,11 +118,16 @@ fn nt_half_gemms_take_wgmma_and_the_rest_keep_their_family() {
                 // A deep GEMM's split-K entry (`_splitk`, over the same arguments).
                 let split_entries = match &k.launch.grid {
                     Grid::Persistent {
-                        split_k: Some(s), ..
+                        split_k, one_tile, ..
                     } => {
-                        assert!(k.source.contains(&format!(" {}(", s.entry)), "{}", k.name);
-                        assert_eq!(k.params.last(), Some(&Param::Workspace), "{}", k.name);
-                        1
+                        if let Some(s) = split_k {
+                            assert!(k.source.contains(&format!(" {}(", s.entry)), "{}", k.name);
+                            assert_eq!(k.params.last(), Some(&Param::Workspace), "{}", k.name);
+                        }
+                        if let Some(e) = one_tile {
+                            assert!(k.source.contains(&format!(" {e}(")), "{}", k.name);
+                        }
+                        split_k.iter().count() + one_tile.iter().count()
                     }
                     _ => 0,
                 };
@@ -203,17 +208,15 @@ fn every_sample_kernel_compiles_for_sm_90a_without_local_memory() {
         // The split-K entry of a deep GEMM, compiled in the same module, keeps off local
         // memory too.
         if let Grid::Persistent {
-            split_k: Some(s), ..
+            split_k, one_tile, ..
         } = &k.launch.grid
         {
-            let r = entry_resources(&c.log, &s.entry)
-                .unwrap_or_else(|| panic!("{}: no ptxas report:\n{}", s.entry, c.log));
-            eprintln!("{}: {r:?}", s.entry);
-            assert!(
-                !r.uses_local_memory(),
-                "{} uses local memory: {r:?}",
-                s.entry
-            );
+            for name in split_k.iter().map(|s| &s.entry).chain(one_tile) {
+                let r = entry_resources(&c.log, name)
+                    .unwrap_or_else(|| panic!("{name}: no ptxas report:\n{}", c.log));
+                eprintln!("{name}: {r:?}");
+                assert!(!r.uses_local_memory(), "{name} uses local memory: {r:?}");
+            }
         }
         if is_wgmma(k) {
             assert!(

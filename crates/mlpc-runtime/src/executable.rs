@@ -63,8 +63,9 @@ struct Loaded {
     function: CudaFunction,
     /// The entries of `kernel.small_m`'s variants, in order.
     small_m: Vec<CudaFunction>,
-    /// The split-K entry of a persistent GEMM (`Grid::Persistent::split_k`).
-    split: Option<CudaFunction>,
+    /// The other entries of a persistent GEMM (`Grid::Persistent::split_k` and `one_tile`), by
+    /// name.
+    alternates: Vec<(String, CudaFunction)>,
     /// For a persistent grid of clusters: the CTAs of the clusters the device holds at once
     /// (`cuOccupancyMaxActiveClusters` x cluster size), which sizes the grid instead of the SM
     /// count (a GPC with an odd number of free SMs leaves one out).
@@ -76,13 +77,13 @@ impl Loaded {
         match entry {
             Entry::Tiled => Some(&self.function),
             Entry::SmallM(i) => self.small_m.get(i),
-            Entry::Split => self.split.as_ref(),
+            Entry::Alternate(i) => self.alternates.get(i).map(|(_, f)| f),
         }
     }
 
     fn launch(&self, entry: Entry) -> Option<&Launch> {
         match entry {
-            Entry::Tiled | Entry::Split => Some(&self.kernel.launch),
+            Entry::Tiled | Entry::Alternate(_) => Some(&self.kernel.launch),
             Entry::SmallM(i) => Some(&self.kernel.small_m.as_ref()?.variants.get(i)?.launch),
         }
     }
@@ -96,12 +97,7 @@ impl Loaded {
                 .as_ref()
                 .and_then(|s| s.variants.get(i))
                 .map_or("", |v| &v.entry),
-            Entry::Split => match &self.kernel.launch.grid {
-                Grid::Persistent {
-                    split_k: Some(s), ..
-                } => &s.entry,
-                _ => "",
-            },
+            Entry::Alternate(i) => self.alternates.get(i).map_or("", |(name, _)| name),
         }
     }
 }
@@ -398,11 +394,16 @@ impl Executable {
                 }
                 _ => None,
             };
-            let split = match &img.kernel.launch.grid {
+            let alternates = match &img.kernel.launch.grid {
                 Grid::Persistent {
-                    split_k: Some(s), ..
-                } => Some(entry(&s.entry, &img.kernel.launch)?),
-                _ => None,
+                    split_k, one_tile, ..
+                } => split_k
+                    .iter()
+                    .map(|s| &s.entry)
+                    .chain(one_tile)
+                    .map(|name| Ok((name.clone(), entry(name, &img.kernel.launch)?)))
+                    .collect::<Result<Vec<_>, DeviceError>>()?,
+                _ => Vec::new(),
             };
             let small_m = img
                 .kernel
@@ -415,7 +416,7 @@ impl Executable {
                 kernel: img.kernel.clone(),
                 function,
                 small_m,
-                split,
+                alternates,
                 resident_ctas,
             });
         }
@@ -550,9 +551,14 @@ impl Executable {
                 (Entry::Tiled, Some(ctas)) => ctas,
                 _ => self.device.sm_count(),
             };
-            // The split-K entry (on the same launch) when the grid splits the tiles.
-            let entry = match (entry, launch.split_entry(bindings, slots).map_err(at)?) {
-                (Entry::Tiled, Some(_)) => Entry::Split,
+            // The split-K entry when the grid splits the tiles, the one-tile entry when every
+            // block has at most one.
+            let entry = match (entry, launch.alternate_entry(bindings, slots).map_err(at)?) {
+                (Entry::Tiled, Some(name)) => loaded
+                    .alternates
+                    .iter()
+                    .position(|(n, _)| n == name)
+                    .map_or(Entry::Tiled, Entry::Alternate),
                 (e, _) => e,
             };
             let Some(_) = loaded.function(entry) else {

@@ -121,9 +121,9 @@ pub enum Entry {
     Tiled,
     /// Index into the kernel's `small_m.variants`.
     SmallM(usize),
-    /// The split-K entry of a persistent GEMM (`Grid::Persistent::split_k`), on the tiled
-    /// entry's launch.
-    Split,
+    /// Another entry of a persistent GEMM on the tiled entry's launch (`Launch::alternate_entry`:
+    /// the split-K one, or the one-tile one), by index into the loaded kernel's alternates.
+    Alternate(usize),
 }
 
 /// One kernel launch of a run. Everything but `args` follows from the bindings alone, so it is
