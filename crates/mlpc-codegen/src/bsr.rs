@@ -928,6 +928,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             }
             _ => Vec::new(),
         },
+        short_grid: None,
     })
 }
 

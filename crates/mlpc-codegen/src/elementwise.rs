@@ -228,5 +228,6 @@ pub fn generate(ctx: &Ctx<'_>) -> Result<CudaKernel, CodegenError> {
         params,
         small_m: None,
         relayouts: Vec::new(),
+        short_grid: None,
     })
 }

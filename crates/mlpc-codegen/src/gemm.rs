@@ -10,7 +10,7 @@ use crate::cpp::{self, Symbols};
 use crate::view::{is_one, matrix_view, MatrixView};
 use crate::wgmma::Family;
 use crate::{dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch, Param};
-use crate::{TileChoice, TileKey};
+use crate::{ShortGrid, TileChoice, TileKey};
 use mlpc_ir::{DType, Epilogue, Extent, Gemm, MatLayout};
 use smallvec::SmallVec;
 
@@ -450,7 +450,8 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         &f32_candidates(cfg.bm, cfg.bn),
     )?
     .map(|_| DmmaConfig::for_gemm(dual));
-    let hopper = match ops.tunable(ctx, dual) {
+    let heuristic = ops.hopper(ctx, dual);
+    let chosen = match ops.tunable(ctx, dual) {
         Some((key, h)) => match ctx.tiles.get(&key) {
             Some(choice) => Some(crate::wgmma::with_choice(h, dual, key.n, choice).map_err(
                 |reason| CodegenError::TileChoice {
@@ -462,13 +463,19 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             )?),
             None => Some(h),
         },
-        None => ops.hopper(ctx, dual),
-    }
-    // The epilogue's stores by the copy engine, where the output and the tile's shared memory
-    // allow (decided after the tile, whose ring it shares).
-    .map(|h| h.with_tma_store(dual, ops.tma_storable()))
-    // Split K where the GEMM is deep enough (the runtime splits only short grids).
-    .map(|h| h.with_split_k(&ops.a.cols, dual));
+        None => heuristic,
+    };
+    let hopper = chosen
+        // The epilogue's stores by the copy engine, where the output and the tile's shared
+        // memory allow (decided after the tile, whose ring it shares).
+        .map(|h| h.with_tma_store(dual, ops.tma_storable()))
+        // Split K where the GEMM is deep enough (the runtime splits only short grids).
+        .map(|h| h.with_split_k(&ops.a.cols, dual));
+    // The heuristic's wide tiles of a deep GEMM come with smaller ones for the grids that would
+    // split K (`ShortGrid`); another tile the tuner chose stands alone.
+    let short = hopper
+        .filter(|h| h.family == Family::Tma && chosen == heuristic)
+        .and_then(|h| h.short_grid(&ops.a.cols, dual, ops.tma_storable()));
     let Operands {
         a,
         c,
@@ -546,18 +553,18 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let tma = hopper.is_some_and(|h| h.family == Family::Tma);
     // The TMA kernel's call, by the entry with split K (`SplitKernel`, passed the workspace) or
     // the one without.
-    let tma_run = |kernel: &str, ws: &str| {
+    // The output's map, where an entry of the module stores by the copy engine.
+    let store_map = [hopper, short]
+        .iter()
+        .any(|h| h.is_some_and(|h| h.tma_store));
+    let tma_run = |kernel: &str, tm_b: &str, ws: &str| {
         // Unused maps are passed as another map of the kernel.
-        let bu = if dual { "tm_bu" } else { "tm_b" };
-        let tc = if hopper.is_some_and(|h| h.tma_store) {
-            "tm_c"
-        } else {
-            "tm_a"
-        };
-        format!("    {kernel}::run(p, tm_a, tm_b, {bu}, {tc}{ws});")
+        let bu = if dual { "tm_bu" } else { tm_b };
+        let tc = if store_map { "tm_c" } else { "tm_a" };
+        format!("    {kernel}::run(p, tm_a, {tm_b}, {bu}, {tc}{ws});")
     };
     if tma {
-        body.push(tma_run("Kernel", ""));
+        body.push(tma_run("Kernel", "tm_b", ""));
     } else {
         body.push("    Kernel::run(p);".to_string());
     }
@@ -603,7 +610,10 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         if let Some(ldbu) = &up {
             maps.push(("tm_bu", map(2, n, ldbu, h.bn / share_b)));
         }
-        if h.tma_store {
+        if let Some(s) = short {
+            maps.push(("tm_bs", map(1, n, &ldb, s.bn)));
+        }
+        if store_map {
             maps.push(("tm_c", output_store_map(ctx, &c, m, n)));
         }
     }
@@ -646,6 +656,30 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
                 "static_assert(CoopKernel::kSmemBytes == Kernel::kSmemBytes && \
                  CoopKernel::kThreads == Kernel::kThreads, \"one launch description for both \
                  entries\");\n",
+            );
+        }
+        if let Some(s) = short {
+            let whole = crate::wgmma::WgmmaConfig {
+                split_k: false,
+                ..s
+            };
+            src.push_str(&format!("using ShortConfig = {};\n", whole.template()));
+            src.push_str(&format!(
+                "using ShortKernel = mlpc::{template}<{elem}, ShortConfig, Epilogue>;\n"
+            ));
+            src.push_str(&format!(
+                "static_assert(ShortKernel::kThreads == {} && ShortKernel::kSmemBytes == {}, \
+                 \"launch description of the short-grid entry\");\n",
+                s.threads(),
+                s.smem_bytes(dual)
+            ));
+            src.push_str(&format!("using ShortSplitConfig = {};\n", s.template()));
+            src.push_str(&format!(
+                "using ShortSplitKernel = mlpc::{template}<{elem}, ShortSplitConfig, Epilogue>;\n"
+            ));
+            src.push_str(
+                "static_assert(ShortSplitKernel::kSmemBytes == ShortKernel::kSmemBytes, \"one \
+                 launch description for both short-grid entries\");\n",
             );
         }
         if let Some(h) = hopper.filter(|_| split.is_some()) {
@@ -694,7 +728,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         ));
         src.push_str(&fill.join("\n"));
         src.push('\n');
-        src.push_str(&tma_run("CoopKernel", ""));
+        src.push_str(&tma_run("CoopKernel", "tm_b", ""));
         src.push_str("\n}\n");
     }
     if split.is_some() {
@@ -707,7 +741,31 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         ));
         src.push_str(&fill.join("\n"));
         src.push('\n');
-        src.push_str(&tma_run("SplitKernel", ", workspace"));
+        src.push_str(&tma_run("SplitKernel", "tm_b", ", workspace"));
+        src.push_str("\n}\n");
+    }
+    let short_entry = format!("{entry}_short");
+    let short_split_entry = format!("{short_entry}_splitk");
+    if let Some(s) = short {
+        src.push_str(&format!(
+            "\n// The same GEMM on {}x{} tiles (launched instead of the entries above when the \
+             grid of theirs\n// would split K), and that entry with split K.\n\
+             extern \"C\" __global__ void __launch_bounds__({}, 1) {short_entry}(\n{sig}) {{\n",
+            s.bm,
+            s.bn,
+            s.threads(),
+        ));
+        src.push_str(&fill.join("\n"));
+        src.push('\n');
+        src.push_str(&tma_run("ShortKernel", "tm_bs", ""));
+        src.push_str(&format!(
+            "\n}}\n\nextern \"C\" __global__ void __launch_bounds__({}, 1) \
+             {short_split_entry}(\n{sig}) {{\n",
+            s.threads(),
+        ));
+        src.push_str(&fill.join("\n"));
+        src.push('\n');
+        src.push_str(&tma_run("ShortSplitKernel", "tm_bs", ", workspace"));
         src.push_str("\n}\n");
     }
     let small_m = crate::gemv::append(
@@ -734,6 +792,25 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     if split.is_some() {
         params.push(Param::Workspace);
     }
+    let short_grid = short.map(|s| ShortGrid {
+        entry: short_entry,
+        launch: Launch {
+            block: [s.threads(), 1, 1],
+            smem_bytes: s.smem_bytes(dual),
+            early_launch: false,
+            grid: Grid::Persistent {
+                m: m.clone(),
+                n: n.clone(),
+                tile_m: s.bm,
+                tile_n: s.bn,
+                per_sm: s.ctas,
+                cluster: 1,
+                cluster_rows: false,
+                split_k: s.split(k, dual, &short_split_entry),
+                one_tile: None,
+            },
+        },
+    });
     let (m, n) = (m.clone(), n.clone());
     let grid = if let Some(h) = hopper.filter(|_| tma) {
         Grid::Persistent {
@@ -768,6 +845,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         params,
         small_m,
         relayouts: Vec::new(),
+        short_grid,
     })
 }
 

@@ -58,6 +58,13 @@
 //!   without variants. A variant's own [`Launch`] holds its dynamic shared memory (the rule above
 //!   applies to each entry) and its grid; a grid with `y > 1` belongs to an entry compiled with
 //!   that many CTAs per cluster along y (`__cluster_dims__`), which ordinary launches honour.
+//! - Short grids ([`CudaKernel::short_grid`], deep dense GEMMs on wide tiles, sm_90a): a further
+//!   entry of the same module on smaller tiles, taking the same arguments (the module's tensor
+//!   maps include the ones its tiles read, which the other entries ignore), with its own
+//!   [`Launch`]. The runtime launches it instead of the kernel's entry when
+//!   [`CudaKernel::runs_short_grid`] says so (the kernel's own grid would split K); its launch may
+//!   in turn name its own split entry ([`Launch::alternate_entry`]). JSON without `short_grid` is
+//!   a kernel without one.
 //! - Relayouts ([`CudaKernel::relayouts`], sm_90a block-sparse kernels): a weight the kernel reads
 //!   with its bytes permuted within fixed periods ([`Relayout`]). The runtime uploads the permuted
 //!   copy once, when it loads the kernel, and passes its address (and describes it in tensor
@@ -153,6 +160,22 @@ pub struct CudaKernel {
     /// Weights this kernel reads in a byte order of its own (see the crate's ABI notes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub relayouts: Vec<Relayout>,
+    /// A persistent GEMM's entry on smaller tiles, for grids that split K (see the crate's ABI
+    /// notes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub short_grid: Option<ShortGrid>,
+}
+
+/// The entry of a persistent GEMM on smaller tiles than its own, in the same module with the
+/// same arguments, launched instead of the kernel's entry when that entry's grid would split K
+/// ([`CudaKernel::runs_short_grid`]): its tiles then fill at most half of the device, and
+/// smaller ones fill it with fewer splits (less of the split exchange) or none.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShortGrid {
+    pub entry: String,
+    /// Its own launch: threads, shared memory and a persistent grid of its tiles (which may
+    /// split K in turn, through its own split entry).
+    pub launch: Launch,
 }
 
 /// A weight buffer a kernel reads rearranged: the runtime gives this kernel's arguments naming
@@ -228,6 +251,12 @@ impl CudaKernel {
                 serde_json::to_string(s).unwrap_or_default()
             )
         });
+        let short = self.short_grid.as_ref().map_or_else(String::new, |s| {
+            format!(
+                "short_grid: {}\n",
+                serde_json::to_string(s).unwrap_or_default()
+            )
+        });
         let relayouts: String = self
             .relayouts
             .iter()
@@ -239,9 +268,27 @@ impl CudaKernel {
             })
             .collect();
         format!(
-            "entry: {}\nlaunch: {launch}\nparams: {params}\n{small}{relayouts}\n{}",
+            "entry: {}\nlaunch: {launch}\nparams: {params}\n{small}{short}{relayouts}\n{}",
             self.entry, self.source
         )
+    }
+
+    /// Every entry of the module beyond the kernel's own and its small-M variants: the
+    /// alternates of its launch ([`Launch::alternate_entries`]), its short-grid entry and that
+    /// entry's alternates.
+    pub fn other_entries(&self) -> Vec<&str> {
+        let mut names = self.launch.alternate_entries();
+        if let Some(s) = &self.short_grid {
+            names.push(&s.entry);
+            names.extend(s.launch.alternate_entries());
+        }
+        names
+    }
+
+    /// Whether a run under `bindings` on `sms` multiprocessors launches the
+    /// [`CudaKernel::short_grid`] entry: the kernel has one and its own launch would split K.
+    pub fn runs_short_grid(&self, bindings: &Bindings, sms: u32) -> Result<bool, LaunchError> {
+        Ok(self.short_grid.is_some() && self.launch.shape(bindings, sms)?.1 > 1)
     }
 
     /// The small-M variant to launch for `bindings`: the index in `small_m.variants` of the first
@@ -432,6 +479,21 @@ impl Launch {
     /// at once instead). A zero dimension means an empty problem: the launch must be skipped.
     pub fn grid(&self, bindings: &Bindings, sms: u32) -> Result<[u32; 3], LaunchError> {
         Ok(self.shape(bindings, sms)?.0)
+    }
+
+    /// The entries [`Launch::alternate_entry`] may name: a persistent grid's split and one-tile
+    /// entries.
+    pub fn alternate_entries(&self) -> Vec<&str> {
+        match &self.grid {
+            Grid::Persistent {
+                split_k, one_tile, ..
+            } => split_k
+                .iter()
+                .map(|s| s.entry.as_str())
+                .chain(one_tile.as_deref())
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// The entry that runs the launch under `bindings` on `sms` multiprocessors instead of the

@@ -307,6 +307,35 @@ impl WgmmaConfig {
         }
     }
 
+    /// The tile of the short-grid entry (`crate::ShortGrid`) of this configuration, or `None`:
+    /// for a plain cooperative TMA GEMM without clusters, on tiles wider than 128, compiled with
+    /// split K (the entry runs only where this one's grid would split), the same GEMM on
+    /// cooperative 128 x 128 tiles, with the epilogue's stores and split K as their own rules
+    /// give them. `compile --autotune --bind T=1000` picked those tiles for the deep GEMMs of
+    /// gpt2 and bert-large at that size (docs/perf-notes.md 3p).
+    pub fn short_grid(&self, k: &Extent, dual: bool, tma_storable: bool) -> Option<WgmmaConfig> {
+        let wide = self.family == Family::Tma
+            && !dual
+            && !self.pingpong
+            && self.cluster == 1
+            && self.ctas == 1
+            && self.bm == 128
+            && self.bn > 128
+            && self.split_k;
+        if !wide {
+            return None;
+        }
+        let mut cfg = WgmmaConfig {
+            bn: 128,
+            tma_store: false,
+            split_k: false,
+            ..*self
+        };
+        cfg.stages = cfg.deepest(dual)?;
+        let cfg = cfg.with_tma_store(dual, tma_storable).with_split_k(k, dual);
+        cfg.split_k.then_some(cfg)
+    }
+
     /// Bytes of a tile's f32 accumulators (both of a dual GEMM).
     fn partial_bytes(&self, dual: bool) -> u32 {
         self.bm * self.bn * 4 * if dual { 2 } else { 1 }

@@ -759,6 +759,7 @@ fn the_dmma_microbenchmark_compiles_with_the_template() {
         source: include_str!("../../../scripts/gpu/dmma_issue.cu").to_string(),
         small_m: None,
         relayouts: Vec::new(),
+        short_grid: None,
         ..template
     };
     let jit = JitOptions {

@@ -184,6 +184,7 @@ fn the_wgmma_issue_microbenchmark_compiles_with_the_templates() {
         source: source.to_string(),
         small_m: None,
         relayouts: Vec::new(),
+        short_grid: None,
         ..template
     };
     let opts = JitOptions {

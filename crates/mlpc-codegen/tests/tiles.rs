@@ -307,6 +307,59 @@ fn an_override_changes_exactly_the_targeted_kernels() {
 }
 
 #[test]
+fn deep_wide_gemms_take_a_short_grid_entry_where_their_grid_would_split() {
+    // gpt2's down projection: K = 3072, N = 768, 128 x 192 cooperative tiles.
+    let p = plan("3072", "768");
+    let o = opts(Arch::Sm90a);
+    let base = generate(&p, &o).unwrap();
+    let k = &base[0];
+    let s = k.short_grid.as_ref().expect("a short-grid entry");
+    assert_eq!(s.entry, format!("{}_short", k.entry));
+    let Grid::Persistent {
+        tile_m,
+        tile_n,
+        split_k: Some(split),
+        one_tile: None,
+        ..
+    } = &s.launch.grid
+    else {
+        panic!("{:?}", s.launch.grid)
+    };
+    assert_eq!((*tile_m, *tile_n), (128, 128));
+    assert_eq!(split.entry, format!("{}_short_splitk", k.entry));
+    assert!(
+        k.source.contains("mlpc::WgmmaTmaConfig<128, 128, "),
+        "{}",
+        k.source
+    );
+    // Launched where the kernel's own grid would split K (32 tiles at T = 1000 on 132 SMs),
+    // not where it fills the device.
+    let runs = |t: u64| {
+        let mut b = mlpc_ir::Bindings::new();
+        b.bind(&"T".into(), t).unwrap();
+        k.runs_short_grid(&b, 132).unwrap()
+    };
+    assert!(runs(1000));
+    assert!(runs(2048));
+    assert!(!runs(8192));
+    assert!(!runs(128 * 34));
+    // Dual GEMMs (ping-pong) and shallow ones have none; neither has a forced tile other than
+    // the heuristic's, while the heuristic's own, forced, keeps it.
+    assert!(base[1].short_grid.is_none());
+    assert!(generate(&plan("768", "3072"), &o).unwrap()[0]
+        .short_grid
+        .is_none());
+    let key = tile_candidates(&p, &p.kernels[0], &o).unwrap().unwrap().key;
+    let mut tiles = TileOverrides::new();
+    tiles.insert(key, c(256, 1));
+    assert!(generate_tiled(&p, &o, &tiles).unwrap()[0]
+        .short_grid
+        .is_none());
+    tiles.insert(key, c(192, 1));
+    assert_eq!(generate_tiled(&p, &o, &tiles).unwrap(), base);
+}
+
+#[test]
 fn an_invalid_override_is_an_error_naming_kernel_and_choice() {
     let p = plan("768", "768");
     let o = opts(Arch::Sm90a);
@@ -500,16 +553,11 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             c.resources,
             c.log
         );
-        if let Grid::Persistent {
-            split_k, one_tile, ..
-        } = &k.launch.grid
-        {
-            for name in split_k.iter().map(|s| &s.entry).chain(one_tile) {
-                let r = entry_resources(&c.log, name)
-                    .unwrap_or_else(|| panic!("{name}: no ptxas report:\n{}", c.log));
-                eprintln!("{name}: {r:?}");
-                assert!(!r.uses_local_memory(), "{name} uses local memory: {r:?}");
-            }
+        for name in k.other_entries() {
+            let r = entry_resources(&c.log, name)
+                .unwrap_or_else(|| panic!("{name}: no ptxas report:\n{}", c.log));
+            eprintln!("{name}: {r:?}");
+            assert!(!r.uses_local_memory(), "{name} uses local memory: {r:?}");
         }
     }
 }

@@ -111,6 +111,17 @@ fn nt_half_gemms_take_wgmma_and_the_rest_keep_their_family() {
                 if g.dual.is_some() {
                     want.push((pk.args[2], tile_n, 64));
                 }
+                // A short-grid entry's B map (its narrower tiles).
+                if let Some(s) = &k.short_grid {
+                    let Grid::Persistent {
+                        tile_n: short_n, ..
+                    } = s.launch.grid
+                    else {
+                        panic!("{}: the short grid is not persistent", k.name);
+                    };
+                    assert!(short_n < tile_n, "{}", k.name);
+                    want.push((pk.args[1], short_n, 64));
+                }
                 // Every sample output has contiguous rows of a 16-byte multiple: the epilogue
                 // stores by the copy engine, in 64 x 64 boxes.
                 want.push((pk.out, 64, 64));
@@ -131,12 +142,31 @@ fn nt_half_gemms_take_wgmma_and_the_rest_keep_their_family() {
                     }
                     _ => 0,
                 };
+                // The short-grid entry and its split entry.
+                let short_entries = k.short_grid.as_ref().map_or(0, |s| {
+                    assert!(k.source.contains(&format!(" {}(", s.entry)), "{}", k.name);
+                    let Grid::Persistent {
+                        split_k: Some(split),
+                        ..
+                    } = &s.launch.grid
+                    else {
+                        panic!("{}: the short grid does not split K", k.name);
+                    };
+                    assert!(
+                        k.source.contains(&format!(" {}(", split.entry)),
+                        "{}",
+                        k.name
+                    );
+                    2
+                });
                 assert_eq!(
                     k.source
                         .matches("const __grid_constant__ mlpc::TensorMap")
                         .count(),
                     maps.len()
-                        * (1 + k.small_m.as_ref().map_or(0, |s| s.variants.len()) + split_entries),
+                        * (1 + k.small_m.as_ref().map_or(0, |s| s.variants.len())
+                            + split_entries
+                            + short_entries),
                     "every entry of the module takes the maps: {}",
                     k.name
                 );
@@ -205,18 +235,13 @@ fn every_sample_kernel_compiles_for_sm_90a_without_local_memory() {
             c.resources,
             c.log
         );
-        // The split-K entry of a deep GEMM, compiled in the same module, keeps off local
-        // memory too.
-        if let Grid::Persistent {
-            split_k, one_tile, ..
-        } = &k.launch.grid
-        {
-            for name in split_k.iter().map(|s| &s.entry).chain(one_tile) {
-                let r = entry_resources(&c.log, name)
-                    .unwrap_or_else(|| panic!("{name}: no ptxas report:\n{}", c.log));
-                eprintln!("{name}: {r:?}");
-                assert!(!r.uses_local_memory(), "{name} uses local memory: {r:?}");
-            }
+        // The other entries of the module (split K, one tile, the short grid and its split
+        // entry) keep off local memory too.
+        for name in k.other_entries() {
+            let r = entry_resources(&c.log, name)
+                .unwrap_or_else(|| panic!("{name}: no ptxas report:\n{}", c.log));
+            eprintln!("{name}: {r:?}");
+            assert!(!r.uses_local_memory(), "{name} uses local memory: {r:?}");
         }
         if is_wgmma(k) {
             assert!(

@@ -63,9 +63,12 @@ struct Loaded {
     function: CudaFunction,
     /// The entries of `kernel.small_m`'s variants, in order.
     small_m: Vec<CudaFunction>,
-    /// The other entries of a persistent GEMM (`Grid::Persistent::split_k` and `one_tile`), by
-    /// name.
-    alternates: Vec<(String, CudaFunction)>,
+    /// The entry of `kernel.short_grid`.
+    short: Option<CudaFunction>,
+    /// The other entries of a persistent GEMM (`Grid::Persistent::split_k` and `one_tile` of its
+    /// launch and of its short-grid entry's), by name, each with whether it belongs to the
+    /// short-grid entry's launch.
+    alternates: Vec<(String, CudaFunction, bool)>,
     /// For a persistent grid of clusters: the CTAs of the clusters the device holds at once
     /// (`cuOccupancyMaxActiveClusters` x cluster size), which sizes the grid instead of the SM
     /// count (a GPC with an odd number of free SMs leaves one out).
@@ -77,13 +80,19 @@ impl Loaded {
         match entry {
             Entry::Tiled => Some(&self.function),
             Entry::SmallM(i) => self.small_m.get(i),
-            Entry::Alternate(i) => self.alternates.get(i).map(|(_, f)| f),
+            Entry::Short => self.short.as_ref(),
+            Entry::Alternate(i) => self.alternates.get(i).map(|(_, f, _)| f),
         }
     }
 
     fn launch(&self, entry: Entry) -> Option<&Launch> {
         match entry {
-            Entry::Tiled | Entry::Alternate(_) => Some(&self.kernel.launch),
+            Entry::Tiled => Some(&self.kernel.launch),
+            Entry::Short => Some(&self.kernel.short_grid.as_ref()?.launch),
+            Entry::Alternate(i) => match self.alternates.get(i)? {
+                (_, _, true) => Some(&self.kernel.short_grid.as_ref()?.launch),
+                (_, _, false) => Some(&self.kernel.launch),
+            },
             Entry::SmallM(i) => Some(&self.kernel.small_m.as_ref()?.variants.get(i)?.launch),
         }
     }
@@ -97,7 +106,8 @@ impl Loaded {
                 .as_ref()
                 .and_then(|s| s.variants.get(i))
                 .map_or("", |v| &v.entry),
-            Entry::Alternate(i) => self.alternates.get(i).map_or("", |(name, _)| name),
+            Entry::Short => self.kernel.short_grid.as_ref().map_or("", |s| &s.entry),
+            Entry::Alternate(i) => self.alternates.get(i).map_or("", |(name, _, _)| name),
         }
     }
 }
@@ -394,17 +404,22 @@ impl Executable {
                 }
                 _ => None,
             };
-            let alternates = match &img.kernel.launch.grid {
-                Grid::Persistent {
-                    split_k, one_tile, ..
-                } => split_k
-                    .iter()
-                    .map(|s| &s.entry)
-                    .chain(one_tile)
-                    .map(|name| Ok((name.clone(), entry(name, &img.kernel.launch)?)))
-                    .collect::<Result<Vec<_>, DeviceError>>()?,
-                _ => Vec::new(),
-            };
+            // The alternates of the kernel's launch, then those of its short-grid entry's.
+            let short_launch = img.kernel.short_grid.as_ref().map(|s| &s.launch);
+            let mut alternates = Vec::new();
+            for (launch, short) in
+                std::iter::once((&img.kernel.launch, false)).chain(short_launch.map(|l| (l, true)))
+            {
+                for name in launch.alternate_entries() {
+                    alternates.push((name.to_string(), entry(name, launch)?, short));
+                }
+            }
+            let short = img
+                .kernel
+                .short_grid
+                .as_ref()
+                .map(|s| entry(&s.entry, &s.launch))
+                .transpose()?;
             let small_m = img
                 .kernel
                 .small_m
@@ -416,6 +431,7 @@ impl Executable {
                 kernel: img.kernel.clone(),
                 function,
                 small_m,
+                short,
                 alternates,
                 resident_ctas,
             });
@@ -536,9 +552,17 @@ impl Executable {
                 kernel: k.name.clone(),
                 source,
             };
-            // A small-M variant of a GEMM, when one fits the bindings' M.
+            // A small-M variant of a GEMM, when one fits the bindings' M; else the short-grid
+            // entry where the kernel's own grid would split K.
             let entry = match loaded.kernel.small_m_variant(bindings).map_err(at)? {
                 Some(v) => Entry::SmallM(v),
+                None if loaded
+                    .kernel
+                    .runs_short_grid(bindings, self.device.sm_count())
+                    .map_err(at)? =>
+                {
+                    Entry::Short
+                }
                 None => Entry::Tiled,
             };
             let Some(launch) = loaded.launch(entry) else {
@@ -554,11 +578,11 @@ impl Executable {
             // The split-K entry when the grid splits the tiles, the one-tile entry when every
             // block has at most one.
             let entry = match (entry, launch.alternate_entry(bindings, slots).map_err(at)?) {
-                (Entry::Tiled, Some(name)) => loaded
+                (Entry::Tiled | Entry::Short, Some(name)) => loaded
                     .alternates
                     .iter()
-                    .position(|(n, _)| n == name)
-                    .map_or(Entry::Tiled, Entry::Alternate),
+                    .position(|(n, _, short)| n == name && *short == (entry == Entry::Short))
+                    .map_or(entry, Entry::Alternate),
                 (e, _) => e,
             };
             let Some(_) = loaded.function(entry) else {
@@ -1087,6 +1111,7 @@ mod tests {
             params,
             small_m: None,
             relayouts,
+            short_grid: None,
         }
     }
 

@@ -115,14 +115,18 @@ pub(crate) fn kernel_args(
     Ok(())
 }
 
-/// Which entry of a loaded kernel runs: its own, or one of its small-M variants.
+/// Which entry of a loaded kernel runs: its own, one of its small-M variants, or another entry
+/// of a persistent GEMM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Entry {
     Tiled,
     /// Index into the kernel's `small_m.variants`.
     SmallM(usize),
-    /// Another entry of a persistent GEMM on the tiled entry's launch (`Launch::alternate_entry`:
-    /// the split-K one, or the one-tile one), by index into the loaded kernel's alternates.
+    /// A persistent GEMM's entry on smaller tiles, on its own launch (`CudaKernel::short_grid`).
+    Short,
+    /// Another entry of a persistent GEMM on the launch of the tiled or the short-grid entry
+    /// (`Launch::alternate_entry`: the split-K one, or the one-tile one), by index into the
+    /// loaded kernel's alternates.
     Alternate(usize),
 }
 
