@@ -62,7 +62,8 @@
 //!   entry of the same module on smaller tiles, taking the same arguments (the module's tensor
 //!   maps include the ones its tiles read, which the other entries ignore), with its own
 //!   [`Launch`]. The runtime launches it instead of the kernel's entry when
-//!   [`CudaKernel::runs_short_grid`] says so (the kernel's own grid would split K); its launch may
+//!   [`CudaKernel::runs_short_grid`] says so (the kernel's own grid would split K, or its
+//!   waves of wide tiles would take longer than the short grid's); its launch may
 //!   in turn name its own split entry ([`Launch::alternate_entry`]). JSON without `short_grid` is
 //!   a kernel without one.
 //! - Relayouts ([`CudaKernel::relayouts`], sm_90a block-sparse kernels): a weight the kernel reads
@@ -168,8 +169,8 @@ pub struct CudaKernel {
 
 /// The entry of a persistent GEMM on smaller tiles than its own, in the same module with the
 /// same arguments, launched instead of the kernel's entry when that entry's grid would split K
-/// ([`CudaKernel::runs_short_grid`]): its tiles then fill at most half of the device, and
-/// smaller ones fill it with fewer splits (less of the split exchange) or none.
+/// or leave much of its last wave idle ([`CudaKernel::runs_short_grid`]): smaller tiles then
+/// fill the device with fewer splits (less of the split exchange) or none, or in fuller waves.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShortGrid {
     pub entry: String,
@@ -286,9 +287,47 @@ impl CudaKernel {
     }
 
     /// Whether a run under `bindings` on `sms` multiprocessors launches the
-    /// [`CudaKernel::short_grid`] entry: the kernel has one and its own launch would split K.
+    /// [`CudaKernel::short_grid`] entry: the kernel has one, and either its own launch would
+    /// split K, or the short grid's tiles finish at least a tenth sooner by the outputs the
+    /// busiest block computes (its waves of tiles times the tile's area: gpt2's down projection
+    /// at T = 5000 runs 160 tiles of 128 x 192 on 132 blocks, two waves, against 240 tiles of
+    /// 128 x 128, two waves too). Ties keep the kernel's own, wider tiles.
     pub fn runs_short_grid(&self, bindings: &Bindings, sms: u32) -> Result<bool, LaunchError> {
-        Ok(self.short_grid.is_some() && self.launch.shape(bindings, sms)?.1 > 1)
+        let Some(short) = &self.short_grid else {
+            return Ok(false);
+        };
+        if self.launch.shape(bindings, sms)?.1 > 1 {
+            return Ok(true);
+        }
+        let span = |launch: &Launch| -> Result<Option<u64>, LaunchError> {
+            let (grid, _) = launch.shape(bindings, sms)?;
+            Ok(match &launch.grid {
+                Grid::Persistent {
+                    m,
+                    n,
+                    tile_m,
+                    tile_n,
+                    ..
+                } if grid[0] > 0 => {
+                    let tiles = |e: &Extent, t: u32| {
+                        Extent::resolve(e, bindings).map(|v| v.div_ceil(u64::from(t.max(1))))
+                    };
+                    match (tiles(m, *tile_m), tiles(n, *tile_n)) {
+                        (Some(rows), Some(cols)) => Some(
+                            (rows * cols).div_ceil(u64::from(grid[0]))
+                                * u64::from(*tile_m)
+                                * u64::from(*tile_n),
+                        ),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+        };
+        Ok(match (span(&self.launch)?, span(&short.launch)?) {
+            (Some(own), Some(short)) => short * 10 <= own * 9,
+            _ => false,
+        })
     }
 
     /// The small-M variant to launch for `bindings`: the index in `small_m.variants` of the first

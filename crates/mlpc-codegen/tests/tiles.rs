@@ -332,8 +332,10 @@ fn deep_wide_gemms_take_a_short_grid_entry_where_their_grid_would_split() {
         "{}",
         k.source
     );
-    // Launched where the kernel's own grid would split K (32 tiles at T = 1000 on 132 SMs),
-    // not where it fills the device.
+    // Launched where the kernel's own grid would split K (32 tiles at T = 1000 on 132 SMs), or
+    // where its tiles take the busiest block a tenth longer than the short grid's: at 34 row
+    // tiles, 136 tiles of 128 x 192 take two waves, 204 of 128 x 128 two as well; at 33, one
+    // wave against two; at 64 (T = 8192), two waves against three, a tie.
     let runs = |t: u64| {
         let mut b = mlpc_ir::Bindings::new();
         b.bind(&"T".into(), t).unwrap();
@@ -341,8 +343,11 @@ fn deep_wide_gemms_take_a_short_grid_entry_where_their_grid_would_split() {
     };
     assert!(runs(1000));
     assert!(runs(2048));
+    assert!(runs(128 * 20));
+    assert!(runs(5000));
+    assert!(runs(128 * 34));
+    assert!(!runs(128 * 33));
     assert!(!runs(8192));
-    assert!(!runs(128 * 34));
     // Dual GEMMs (ping-pong) and shallow ones have none; neither has a forced tile other than
     // the heuristic's, while the heuristic's own, forced, keeps it.
     assert!(base[1].short_grid.is_none());
