@@ -90,6 +90,16 @@ def check(mlpc, path, T):
     return None
 
 
+def entry_tag(launch):
+    """`kernel: mlpc_..._wgmma_tma_128x192x64_short_splitk, grid 96x1x1` -> `128x192x64_short_splitk
+    (96 CTAs)`: the entry's tile and kind, and its grid."""
+    kernel, _, rest = launch.partition(": ")
+    entry, _, grid = rest.partition(", grid ")
+    tag = entry.split("_wgmma_tma_")[-1] if "_wgmma_tma_" in entry else entry
+    x = grid.split("x")[0] if grid else "?"
+    return f"{tag} ({x} CTAs)"
+
+
 def table(rows):
     run = {(r["date"], r["device"], r["torch"]) for r in rows}
     lines = []
@@ -100,7 +110,7 @@ def table(rows):
                      "`bench.py` times its rows (a second of heat, do_bench's 25 ms of "
                      "warm-up and 200 ms of timed runs, each after a 256 MB L2 flush; medians). eager: "
                      "`F.linear` chains (cuBLAS). Ratio: eager time / mlpc time (above 1: mlpc faster).")
-    lines += ["", "| shape | T | kernels | checked | mlpc ms | TFLOP/s | eager ms | TFLOP/s eager | eager / mlpc | tiles |",
+    lines += ["", "| shape | T | kernels | checked | mlpc ms | TFLOP/s | eager ms | TFLOP/s eager | eager / mlpc | tiles (entries, where recorded) |",
               "|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         m = r.get("mlpc")
@@ -111,6 +121,11 @@ def table(rows):
         checked = "ok" if not r.get("check_error") else "FAILED: " + r["check_error"].replace("|", "/")[:120]
         # "kernel  [dtype kind K N]  tile  (source)": the shape and the tile.
         tiles = "; ".join(" ".join(t.split("  ")[1:3]) for t in (m or {}).get("tiles", []))
+        # Runs since `bench --json` records them: the entry each kernel ran ("kernel: entry, grid
+        # XxYxZ"), by its tile part (the small-M, split-K, one-tile and short-grid entries).
+        launches = (m or {}).get("launches")
+        if launches:
+            tiles = "; ".join(entry_tag(l) for l in launches)
         kernels = m["kernels"] if m else None
         kernels = len(kernels) if isinstance(kernels, list) else kernels
         lines.append(f"| {r['name']} | {r['T']} | {kernels if m else '-'} | {checked} | "

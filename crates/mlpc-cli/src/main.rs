@@ -58,9 +58,15 @@ enum Command {
         /// Hopper GPU and `--bind` for every symbolic dimension.
         #[arg(long)]
         autotune: bool,
-        /// With --autotune: a value for a symbolic dimension, e.g. `--bind T=8192`.
+        /// A value for a symbolic dimension, e.g. `--bind T=8192`: the size --autotune tunes
+        /// for, and with --explain, the size whose launches it lists (which entry of each
+        /// kernel runs, on what grid).
         #[arg(long = "bind", value_name = "SYM=N", value_parser = parse_binding)]
         bindings: Vec<(String, u64)>,
+        /// With --explain and --bind: the multiprocessors of the device the launches are
+        /// listed for (132: an H100 or H200 SXM).
+        #[arg(long, value_name = "N", default_value_t = 132)]
+        sms: u32,
     },
     /// Run a model on inputs read from a safetensors file; write the outputs to another.
     Run {
@@ -342,6 +348,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             emit_weights,
             autotune,
             bindings,
+            sms,
         } => {
             let compiled = opts
                 .compiler(print_after.as_deref())?
@@ -362,7 +369,22 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 compiled.executable()?;
             }
             if explain {
+                // Resolved before anything is printed: bindings that leave a launch unresolved
+                // are an error of their own.
+                let launches = match (bindings.is_empty(), compiled.cuda_kernels()) {
+                    (false, Some(_)) => Some(compiled.launch_plan(&bindings_of(&bindings), sms)?),
+                    _ => None,
+                };
                 println!("{}", compiled.explain_with_tiles());
+                if let Some(lines) = launches {
+                    let at: Vec<String> =
+                        bindings.iter().map(|(s, v)| format!("{s}={v}")).collect();
+                    println!("launches at {} on {sms} SMs:", at.join(", "));
+                    for line in lines {
+                        println!("  {line}");
+                    }
+                    println!();
+                }
             }
             let dir = out.unwrap_or_else(|| default_out_dir(compiled.name(), &model));
             let written = compiled.write_to(&dir)?;
@@ -503,6 +525,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     "graphs": r.graphs,
                     "graph_runs": r.graph_runs,
                     "tiles": tiles.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+                    "launches": r.launches,
                 });
                 use std::io::Write;
                 let mut f = std::fs::OpenOptions::new()

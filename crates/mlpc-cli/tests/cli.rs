@@ -574,3 +574,72 @@ fn autotune_says_what_it_needs() {
     // No tile was cached (the kernel cache may hold the compiled kernels).
     assert!(!cache.path().join("autotune.json").exists());
 }
+
+#[test]
+fn explain_lists_the_entries_each_size_launches() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = repo().join("examples/gpt2-mlp/model.json");
+    let model = model.to_str().unwrap();
+    let launches = |extra: &[&str]| {
+        let mut args = vec!["compile", model, "--explain", "--target", "cuda:sm_90a"];
+        args.extend_from_slice(extra);
+        let o = succeeds(dir.path(), &args);
+        let at = o
+            .stdout
+            .find("launches at ")
+            .unwrap_or_else(|| panic!("no launches in:\n{}", o.stdout));
+        let lines: Vec<String> = o.stdout[at..]
+            .lines()
+            .take_while(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        lines
+    };
+    // T = 1000: the up projection's 128 ping-pong tiles, one a CTA, on the cooperative entry;
+    // the down projection's 32 tiles of 128 x 192 would split K, so its 128 x 128 entry runs,
+    // split in two (48 tiles on 96 CTAs).
+    let l = launches(&["--bind", "T=1000"]);
+    assert_eq!(l[0], "launches at T=1000 on 132 SMs:", "{l:?}");
+    assert!(
+        l[1].contains("_pp_coop, tiles 128x192, grid 128x1x1"),
+        "{l:?}"
+    );
+    assert!(
+        l[2].contains("_short_splitk, tiles 128x128, grid 96x1x1, workspace "),
+        "{l:?}"
+    );
+    // T = 8192: every kernel's own entry on a full grid.
+    let l = launches(&["--bind", "T=8192"]);
+    assert!(
+        l[1].ends_with("_wgmma_tma_128x192x64_pp, tiles 128x192, grid 132x1x1"),
+        "{l:?}"
+    );
+    assert!(
+        l[2].ends_with("_wgmma_tma_128x192x64, tiles 128x192, grid 132x1x1"),
+        "{l:?}"
+    );
+    // On 114 SMs the grids follow.
+    let l = launches(&["--bind", "T=8192", "--sms", "114"]);
+    assert_eq!(l[0], "launches at T=8192 on 114 SMs:", "{l:?}");
+    assert!(l[1].ends_with("grid 114x1x1"), "{l:?}");
+    // T = 8: the small-M entries.
+    let l = launches(&["--bind", "T=8"]);
+    assert!(l[1].contains("_gemv_m8, "), "{l:?}");
+    // Bindings without T: one message naming the kernel and the symbol.
+    let e = fails(
+        dir.path(),
+        &[
+            "compile",
+            model,
+            "--explain",
+            "--target",
+            "cuda:sm_90a",
+            "--bind",
+            "B=3",
+        ],
+    );
+    assert!(
+        e.contains("error: launches: kernel `gemm_bias_gelu_tanh_bf16_nt`: the launch needs symbol `T`, which is not bound"),
+        "{e}"
+    );
+}

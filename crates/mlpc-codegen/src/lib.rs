@@ -51,7 +51,8 @@
 //! - Small-M variants ([`CudaKernel::small_m`], dense GEMMs only): further entries of the same
 //!   module, taking the same arguments, each for outputs of at most [`SmallMVariant::max_m`] rows
 //!   (`M`, the output's leading dims flattened: [`SmallM::m`]). Before each launch the runtime asks
-//!   [`CudaKernel::small_m_variant`] for the bindings' `M`: it names the first variant with
+//!   [`CudaKernel::choose_entry`], the one rule over all the entries below, which asks
+//!   [`CudaKernel::small_m_variant`] for the bindings' `M` first: it names the first variant with
 //!   `0 < M <= max_m`, whose entry and [`Launch`] then replace the kernel's own; with none, the
 //!   kernel's entry runs. Every variant is correct for any `M` (larger ones take several passes
 //!   over the weights), so the choice is one of speed only. JSON without `small_m` is a kernel
@@ -165,6 +166,29 @@ pub struct CudaKernel {
     /// notes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub short_grid: Option<ShortGrid>,
+}
+
+/// Which entry of a kernel a run launches ([`CudaKernel::choose_entry`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChosenEntry<'a> {
+    /// The entry's symbol.
+    pub entry: &'a str,
+    /// Whose launch it runs on.
+    pub from: EntryBase,
+    pub launch: &'a Launch,
+    pub grid: [u32; 3],
+    /// The run's workspace this launch needs ([`Launch::workspace_bytes`]).
+    pub workspace_bytes: u64,
+}
+
+/// The launch a chosen entry runs on: the kernel's own, a small-M variant's (by index), or the
+/// short grid's. The split-K and one-tile entries run on the launch of the main or short-grid
+/// entry they stand in for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryBase {
+    Main,
+    SmallM(usize),
+    Short,
 }
 
 /// The entry of a persistent GEMM on smaller tiles than its own, in the same module with the
@@ -284,6 +308,47 @@ impl CudaKernel {
             names.extend(s.launch.alternate_entries());
         }
         names
+    }
+
+    /// The entry a run under `bindings` launches, on a device of `sms` multiprocessors that
+    /// holds `resident_ctas` CTAs of the kernel's own launch at once where that is not `sms`
+    /// (clusters: `cuOccupancyMaxActiveClusters` x the cluster size), with its launch and grid:
+    /// a small-M variant where one fits `M` ([`CudaKernel::small_m_variant`]), else the
+    /// short-grid entry where [`CudaKernel::runs_short_grid`] says so, else the kernel's own;
+    /// then, for the latter two, the alternate their launch names ([`Launch::alternate_entry`]).
+    /// The one place the runtime's choice is made; the same answer on the host explains it.
+    pub fn choose_entry(
+        &self,
+        bindings: &Bindings,
+        sms: u32,
+        resident_ctas: Option<u32>,
+    ) -> Result<ChosenEntry<'_>, LaunchError> {
+        let small = self.small_m_variant(bindings)?.and_then(|i| {
+            let v = self.small_m.as_ref()?.variants.get(i)?;
+            Some((EntryBase::SmallM(i), v.entry.as_str(), &v.launch))
+        });
+        let (from, entry, launch) = match (small, &self.short_grid) {
+            (Some(small), _) => small,
+            (None, Some(s)) if self.runs_short_grid(bindings, sms)? => {
+                (EntryBase::Short, s.entry.as_str(), &s.launch)
+            }
+            (None, _) => (EntryBase::Main, self.entry.as_str(), &self.launch),
+        };
+        let slots = match from {
+            EntryBase::Main => resident_ctas.unwrap_or(sms),
+            _ => sms,
+        };
+        let entry = match from {
+            EntryBase::SmallM(_) => entry,
+            _ => launch.alternate_entry(bindings, slots)?.unwrap_or(entry),
+        };
+        Ok(ChosenEntry {
+            entry,
+            from,
+            launch,
+            grid: launch.grid(bindings, slots)?,
+            workspace_bytes: launch.workspace_bytes(bindings, slots)?,
+        })
     }
 
     /// Whether a run under `bindings` on `sms` multiprocessors launches the

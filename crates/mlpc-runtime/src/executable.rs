@@ -15,7 +15,7 @@ use crate::tensor_map::TensorMapError;
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr};
 use cudarc::nvrtc::Ptx;
-use mlpc_codegen::{CudaKernel, Grid, Launch, LaunchError, Param, Relayout};
+use mlpc_codegen::{CudaKernel, EntryBase, Grid, Launch, LaunchError, Param, Relayout};
 use mlpc_ir::{Bindings, BufferKind, HostTensor, Plan};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -82,18 +82,6 @@ impl Loaded {
             Entry::SmallM(i) => self.small_m.get(i),
             Entry::Short => self.short.as_ref(),
             Entry::Alternate(i) => self.alternates.get(i).map(|(_, f, _)| f),
-        }
-    }
-
-    fn launch(&self, entry: Entry) -> Option<&Launch> {
-        match entry {
-            Entry::Tiled => Some(&self.kernel.launch),
-            Entry::Short => Some(&self.kernel.short_grid.as_ref()?.launch),
-            Entry::Alternate(i) => match self.alternates.get(i)? {
-                (_, _, true) => Some(&self.kernel.short_grid.as_ref()?.launch),
-                (_, _, false) => Some(&self.kernel.launch),
-            },
-            Entry::SmallM(i) => Some(&self.kernel.small_m.as_ref()?.variants.get(i)?.launch),
         }
     }
 
@@ -552,50 +540,38 @@ impl Executable {
                 kernel: k.name.clone(),
                 source,
             };
-            // A small-M variant of a GEMM, when one fits the bindings' M; else the short-grid
-            // entry where the kernel's own grid would split K.
-            let entry = match loaded.kernel.small_m_variant(bindings).map_err(at)? {
-                Some(v) => Entry::SmallM(v),
-                None if loaded
-                    .kernel
-                    .runs_short_grid(bindings, self.device.sm_count())
-                    .map_err(at)? =>
-                {
-                    Entry::Short
+            // The choice is the kernel's own rule (`CudaKernel::choose_entry`); here it only
+            // becomes a loaded function.
+            let chosen = loaded
+                .kernel
+                .choose_entry(bindings, self.device.sm_count(), loaded.resident_ctas)
+                .map_err(at)?;
+            let entry = match chosen.from {
+                EntryBase::SmallM(i) => Entry::SmallM(i),
+                from => {
+                    let short = from == EntryBase::Short;
+                    match loaded
+                        .alternates
+                        .iter()
+                        .position(|(n, _, s)| n == chosen.entry && *s == short)
+                    {
+                        Some(i) => Entry::Alternate(i),
+                        None if short => Entry::Short,
+                        None => Entry::Tiled,
+                    }
                 }
-                None => Entry::Tiled,
             };
-            let Some(launch) = loaded.launch(entry) else {
+            if loaded.function(entry).is_none() || loaded.entry_name(entry) != chosen.entry {
                 return Err(RuntimeError::Mismatch(format!(
-                    "kernel `{}` has no loaded entry {entry:?}",
-                    k.name
+                    "kernel `{}` has no loaded entry `{}`",
+                    k.name, chosen.entry
                 )));
-            };
-            let slots = match (entry, loaded.resident_ctas) {
-                (Entry::Tiled, Some(ctas)) => ctas,
-                _ => self.device.sm_count(),
-            };
-            // The split-K entry when the grid splits the tiles, the one-tile entry when every
-            // block has at most one.
-            let entry = match (entry, launch.alternate_entry(bindings, slots).map_err(at)?) {
-                (Entry::Tiled | Entry::Short, Some(name)) => loaded
-                    .alternates
-                    .iter()
-                    .position(|(n, _, short)| n == name && *short == (entry == Entry::Short))
-                    .map_or(entry, Entry::Alternate),
-                (e, _) => e,
-            };
-            let Some(_) = loaded.function(entry) else {
-                return Err(RuntimeError::Mismatch(format!(
-                    "kernel `{}` has no loaded entry {entry:?}",
-                    k.name
-                )));
-            };
-            let grid = launch.grid(bindings, slots).map_err(at)?;
+            }
+            let (launch, grid) = (chosen.launch, chosen.grid);
             if grid.contains(&0) {
                 continue;
             }
-            workspace = workspace.max(launch.workspace_bytes(bindings, slots).map_err(at)?);
+            workspace = workspace.max(chosen.workspace_bytes);
             launches.push(NodeLaunch {
                 kernel: i,
                 entry,

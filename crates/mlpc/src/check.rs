@@ -105,6 +105,9 @@ pub struct BenchReport {
     pub graphs: bool,
     /// How many of the timed runs were launched as one CUDA graph.
     pub graph_runs: usize,
+    /// What each run launched: `kernel: entry, grid XxYxZ`, in plan order (the entry a GEMM
+    /// module's rule picked for these bindings on this device).
+    pub launches: Vec<String>,
 }
 
 impl BenchReport {
@@ -270,6 +273,15 @@ impl Compiled {
             graphs: run.graphs,
             graph_runs: timings.graph_runs,
             flops: plan_flops(self.plan(), &binding),
+            launches: gpu
+                .exe
+                .launches_for(&binding)?
+                .into_iter()
+                .map(|l| {
+                    let [x, y, z] = l.grid;
+                    format!("{}: {}, grid {x}x{y}x{z}", l.kernel, l.entry)
+                })
+                .collect(),
         })
     }
 }

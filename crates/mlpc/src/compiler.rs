@@ -517,6 +517,44 @@ impl Compiled {
             .unwrap_or_default()
     }
 
+    /// Which entry each generated CUDA kernel launches under `bindings` on a device of `sms`
+    /// multiprocessors, as the runtime chooses it (`CudaKernel::choose_entry`; kernels in
+    /// clusters as if every SM held one of their CTAs), one line each: the kernel, the entry,
+    /// its tiles, grid and workspace. The kernels are this compilation's (a run on a device may
+    /// take other tiles from the autotune cache).
+    pub fn launch_plan(&self, bindings: &[(&str, u64)], sms: u32) -> Result<Vec<String>, Error> {
+        let kernels = self.cuda_kernels().ok_or(Error::NoCudaKernels)?;
+        let mut b = mlpc_ir::Bindings::new();
+        for (s, v) in bindings {
+            b.bind(&(*s).into(), *v)
+                .map_err(|e| Error::Launches(e.to_string()))?;
+        }
+        kernels
+            .iter()
+            .map(|k| {
+                let c = k
+                    .choose_entry(&b, sms, None)
+                    .map_err(|e| Error::Launches(format!("kernel `{}`: {e}", k.name)))?;
+                let tiles = match &c.launch.grid {
+                    mlpc_codegen::Grid::Persistent { tile_m, tile_n, .. }
+                    | mlpc_codegen::Grid::Tiles { tile_m, tile_n, .. } => {
+                        format!(", tiles {tile_m}x{tile_n}")
+                    }
+                    mlpc_codegen::Grid::Elements { .. } => String::new(),
+                };
+                let [x, y, z] = c.grid;
+                let workspace = match c.workspace_bytes {
+                    0 => String::new(),
+                    n => format!(", workspace {n} bytes"),
+                };
+                Ok(format!(
+                    "{}: {}{tiles}, grid {x}x{y}x{z}{workspace}",
+                    k.name, c.entry
+                ))
+            })
+            .collect()
+    }
+
     /// The explain text with, once the kernels run on a device, the Hopper GEMM tile of each
     /// tunable kernel and where it came from.
     pub fn explain_with_tiles(&self) -> String {

@@ -33,6 +33,9 @@ pub enum Error {
     /// The CUDA runtime failed: no GPU, a guard refused an input, or a driver error.
     #[error(transparent)]
     Runtime(#[from] mlpc_runtime::RuntimeError),
+    /// The kernels' launches cannot be resolved under the given bindings.
+    #[error("launches: {0}")]
+    Launches(String),
     /// The model was compiled without CUDA kernels.
     #[error("the model was compiled without CUDA kernels (compile with a CUDA target)")]
     NoCudaKernels,
