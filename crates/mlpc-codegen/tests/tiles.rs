@@ -4,7 +4,7 @@
 use mlpc_codegen::samples::{self, PlanBuilder};
 use mlpc_codegen::{
     generate, generate_tiled, plan_tile_candidates, tile_candidates, Arch, CodegenError,
-    CodegenOptions, Grid, TileChoice, TileKey, TileOverrides,
+    CodegenOptions, EntryBase, Grid, TileChoice, TileKey, TileOverrides,
 };
 use mlpc_ir::{BufferKind, DType, Dual, Gemm, MatLayout, Op, Plan};
 
@@ -348,6 +348,35 @@ fn deep_wide_gemms_take_a_short_grid_entry_where_their_grid_would_split() {
     assert!(runs(128 * 34));
     assert!(!runs(128 * 33));
     assert!(!runs(8192));
+    // The whole choice (`choose_entry`): small-M, short grid and its split entry, the kernel's
+    // own, each with its grid and workspace.
+    let choose = |k: &mlpc_codegen::CudaKernel, t: u64, resident: Option<u32>| {
+        let mut b = mlpc_ir::Bindings::new();
+        b.bind(&"T".into(), t).unwrap();
+        let c = k.choose_entry(&b, 132, resident).unwrap();
+        (c.entry.to_string(), c.from, c.grid, c.workspace_bytes)
+    };
+    let (entry, from, _, ws) = choose(k, 8, None);
+    assert!(entry.ends_with("_gemv_m8"), "{entry}");
+    assert_eq!((from, ws), (EntryBase::SmallM(0), 0));
+    // 8 x 6 tiles of 128 x 128 on 132 SMs: two splits each.
+    let (entry, from, grid, ws) = choose(k, 1000, None);
+    assert_eq!(entry, format!("{}_short_splitk", k.entry));
+    assert_eq!((from, grid), (EntryBase::Short, [96, 1, 1]));
+    assert_eq!(ws, 16 * 1024 + 96 * 128 * 128 * 4);
+    let (entry, from, grid, ws) = choose(k, 5000, None);
+    assert_eq!(entry, s.entry);
+    assert_eq!((from, grid, ws), (EntryBase::Short, [132, 1, 1], 0));
+    let (entry, from, grid, ws) = choose(k, 8192, None);
+    assert_eq!(entry, k.entry);
+    assert_eq!((from, grid, ws), (EntryBase::Main, [132, 1, 1], 0));
+    // A kernel in clusters runs on the CTAs the device holds of them, not one per SM.
+    let key = tile_candidates(&p, &p.kernels[0], &o).unwrap().unwrap().key;
+    let mut tiles = TileOverrides::new();
+    tiles.insert(key, cl(c(192, 1)));
+    let clustered = &generate_tiled(&p, &o, &tiles).unwrap()[0];
+    let (_, from, grid, _) = choose(clustered, 8192, Some(120));
+    assert_eq!((from, grid), (EntryBase::Main, [120, 1, 1]));
     // Dual GEMMs (ping-pong) and shallow ones have none; neither has a forced tile other than
     // the heuristic's, while the heuristic's own, forced, keeps it.
     assert!(base[1].short_grid.is_none());
