@@ -551,12 +551,12 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     body.extend(epi_lines);
     let fill = body.clone();
     let tma = hopper.is_some_and(|h| h.family == Family::Tma);
-    // The TMA kernel's call, by the entry with split K (`SplitKernel`, passed the workspace) or
-    // the one without.
     // The output's map, where an entry of the module stores by the copy engine.
     let store_map = [hopper, short]
         .iter()
         .any(|h| h.is_some_and(|h| h.tma_store));
+    // The call of a TMA kernel of the module (`kernel`, reading B through `tm_b`), passed the
+    // workspace (`ws`) by the split-K entries.
     let tma_run = |kernel: &str, tm_b: &str, ws: &str| {
         // Unused maps are passed as another map of the kernel.
         let bu = if dual { "tm_bu" } else { tm_b };
@@ -719,54 +719,55 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     ));
     src.push_str(&body.join("\n"));
     src.push_str("\n}\n");
+    let fill_text = fill.join("\n");
     if coop.is_some() {
-        src.push_str(&format!(
-            "\n// The same tile on the cooperative schedule (launched instead of the entry above \
-             when every\n// CTA has at most one tile: both consumer warpgroups on it).\n\
-             extern \"C\" __global__ void __launch_bounds__({threads}, 1) {coop_entry}(\n{}) {{\n",
-            sig
-        ));
-        src.push_str(&fill.join("\n"));
-        src.push('\n');
-        src.push_str(&tma_run("CoopKernel", "tm_b", ""));
-        src.push_str("\n}\n");
+        push_entry(
+            &mut src,
+            "// The same tile on the cooperative schedule (launched instead of the entry above when \
+             every\n// CTA has at most one tile: both consumer warpgroups on it).\n",
+            (threads, 1),
+            (&coop_entry, &sig),
+            &fill_text,
+            &tma_run("CoopKernel", "tm_b", ""),
+        );
     }
     if split.is_some() {
-        src.push_str(&format!(
-            "\n// Split K: the same GEMM, each tile's k slices split over `gridDim.x / tiles` CTAs \
-             (launched\n// instead of the entry above when the runtime splits the grid).\n\
-             extern \"C\" __global__ void __launch_bounds__({threads}, {}) {split_entry}(\n{}) {{\n",
-            hopper.map_or(cfg.min_blocks, |h| h.ctas),
-            sig
-        ));
-        src.push_str(&fill.join("\n"));
-        src.push('\n');
-        src.push_str(&tma_run("SplitKernel", "tm_b", ", workspace"));
-        src.push_str("\n}\n");
+        push_entry(
+            &mut src,
+            "// Split K: the same GEMM, each tile's k slices split over `gridDim.x / tiles` CTAs \
+             (launched\n// instead of the entry above when the runtime splits the grid).\n",
+            (threads, hopper.map_or(cfg.min_blocks, |h| h.ctas)),
+            (&split_entry, &sig),
+            &fill_text,
+            &tma_run("SplitKernel", "tm_b", ", workspace"),
+        );
     }
     let short_entry = format!("{entry}_short");
     let short_split_entry = format!("{short_entry}_splitk");
     if let Some(s) = short {
-        src.push_str(&format!(
-            "\n// The same GEMM on {}x{} tiles (launched instead of the entries above when the \
-             grid of theirs\n// would split K), and that entry with split K.\n\
-             extern \"C\" __global__ void __launch_bounds__({}, 1) {short_entry}(\n{sig}) {{\n",
-            s.bm,
-            s.bn,
-            s.threads(),
-        ));
-        src.push_str(&fill.join("\n"));
-        src.push('\n');
-        src.push_str(&tma_run("ShortKernel", "tm_bs", ""));
-        src.push_str(&format!(
-            "\n}}\n\nextern \"C\" __global__ void __launch_bounds__({}, 1) \
-             {short_split_entry}(\n{sig}) {{\n",
-            s.threads(),
-        ));
-        src.push_str(&fill.join("\n"));
-        src.push('\n');
-        src.push_str(&tma_run("ShortSplitKernel", "tm_bs", ", workspace"));
-        src.push_str("\n}\n");
+        let comment = format!(
+            "// The same GEMM on {}x{} tiles (launched instead of the entries above when the grid \
+             of theirs\n// would split K), and that entry with split K.\n",
+            s.bm, s.bn
+        );
+        let call = tma_run("ShortKernel", "tm_bs", "");
+        push_entry(
+            &mut src,
+            &comment,
+            (s.threads(), 1),
+            (&short_entry, &sig),
+            &fill_text,
+            &call,
+        );
+        let call = tma_run("ShortSplitKernel", "tm_bs", ", workspace");
+        push_entry(
+            &mut src,
+            "",
+            (s.threads(), 1),
+            (&short_split_entry, &sig),
+            &fill_text,
+            &call,
+        );
     }
     let small_m = crate::gemv::append(
         &mut src,
@@ -847,6 +848,23 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         relayouts: Vec::new(),
         short_grid,
     })
+}
+
+/// Appends a further entry to a GEMM module: after a blank line, `comment` (whole lines, or
+/// nothing), the entry `name` over the module's signature `sig` with its launch bounds, the
+/// parameter fill and the kernel's `call`.
+fn push_entry(
+    src: &mut String,
+    comment: &str,
+    (threads, blocks): (u32, u32),
+    (name, sig): (&str, &str),
+    fill: &str,
+    call: &str,
+) {
+    src.push_str(&format!(
+        "\n{comment}extern \"C\" __global__ void __launch_bounds__({threads}, {blocks}) \
+         {name}(\n{sig}) {{\n{fill}\n{call}\n}}\n"
+    ));
 }
 
 /// The fused epilogue of a GEMM kernel, as pieces of the generated entry.
