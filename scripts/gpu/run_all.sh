@@ -66,7 +66,7 @@ fi
 
 if [ "$what" = survey ]; then
     # The shape survey (docs/benchmarks-shapes.md): other models' MLP shapes and token counts,
-    # each checked against the reference first, then mlpc and eager timed (about five minutes).
+    # each checked against the reference first, then mlpc and eager timed (about six minutes).
     echo "== shape survey"
     [ -f docs/benchmarks-shapes.md ] && cp docs/benchmarks-shapes.md "$OUT/benchmarks-shapes.md"
     timeout 560 python3 scripts/gpu/survey.py --mlpc "$MLPC" --out "$OUT/benchmarks-shapes.md" "${bench_args[@]}"

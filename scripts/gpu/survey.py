@@ -44,6 +44,10 @@ SURVEY = [
     ("llama-swiglu T=3000", 3000, [4096, 11008], "silu", True, False),
     ("gpt2-mlp T=1000", 1000, [768, 3072, 768], "gelu_tanh", False, True),
     ("gpt2-mlp T=5000", 5000, [768, 3072, 768], "gelu_tanh", False, True),
+    # Mid-size rows of the table's other plain MLPs (split K, one-tile and short-grid entries).
+    ("gpt2-mlp T=2560", 2560, [768, 3072, 768], "gelu_tanh", False, True),
+    ("bert-large-ffn T=1000", 1000, [1024, 4096, 1024], "gelu", False, True),
+    ("mlp3-relu T=500", 500, [1024, 4096, 4096, 1024], "relu", False, True),
 ]
 
 BEGIN, END = "<!-- survey:begin -->", "<!-- survey:end -->"
