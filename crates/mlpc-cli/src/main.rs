@@ -282,6 +282,9 @@ impl From<BackendArg> for Backend {
     }
 }
 
+/// The largest size `compile --explain` maps the entries up to.
+const ENTRY_MAP_MAX: u64 = 16384;
+
 fn parse_binding(s: &str) -> Result<(String, u64), String> {
     let (sym, value) = s
         .split_once('=')
@@ -375,11 +378,23 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     (false, Some(_)) => Some(compiled.launch_plan(&bindings_of(&bindings), sms)?),
                     _ => None,
                 };
+                // Without bindings: which entry runs at each size of the one symbolic dim.
+                let entry_map = match bindings.is_empty() {
+                    true => compiled.entry_map(sms, ENTRY_MAP_MAX)?,
+                    false => None,
+                };
                 println!("{}", compiled.explain_with_tiles());
                 if let Some(lines) = launches {
                     let at: Vec<String> =
                         bindings.iter().map(|(s, v)| format!("{s}={v}")).collect();
                     println!("launches at {} on {sms} SMs:", at.join(", "));
+                    for line in lines {
+                        println!("  {line}");
+                    }
+                    println!();
+                }
+                if let Some(lines) = entry_map {
+                    println!("entries by size, up to {ENTRY_MAP_MAX}, on {sms} SMs:");
                     for line in lines {
                         println!("  {line}");
                     }

@@ -625,6 +625,29 @@ fn explain_lists_the_entries_each_size_launches() {
     // T = 8: the small-M entries.
     let l = launches(&["--bind", "T=8"]);
     assert!(l[1].contains("_gemv_m8, "), "{l:?}");
+    // Without bindings: the entries by size of the one symbolic dimension, as ranges.
+    let o = succeeds(
+        dir.path(),
+        &["compile", model, "--explain", "--target", "cuda:sm_90a"],
+    );
+    let map: Vec<&str> = o.stdout[o
+        .stdout
+        .find("entries by size, up to 16384, on 132 SMs:")
+        .unwrap_or_else(|| panic!("no entry map in:\n{}", o.stdout))..]
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(map.len(), 3, "{map:?}");
+    assert!(
+        map[1].ends_with(
+            "T 1-8 gemv_m8; 9-16 gemv_m16; 17-32 gemv_m32; 33-64 gemv_m64; 65-1024 coop; 1025- own"
+        ),
+        "{map:?}"
+    );
+    assert!(
+        map[2].contains(": T 1-8 gemv_m8; 9-16 gemv_m16; 17-32 gemv_m32; 33-64 gemv_m64; 65-1408 short_splitk; 1409-2816 short; 2817-4224 own; "),
+        "{map:?}"
+    );
     // Bindings without T: one message naming the kernel and the symbol.
     let e = fails(
         dir.path(),

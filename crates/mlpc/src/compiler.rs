@@ -555,6 +555,70 @@ impl Compiled {
             .collect()
     }
 
+    /// Which entry each generated CUDA kernel launches as the plan's one symbolic dimension runs
+    /// from 1 to `max`, on a device of `sms` multiprocessors ([`Compiled::launch_plan`]'s rule),
+    /// as ranges: one line per kernel, e.g. `gemm_bias_bf16_nt (ENTRY): T 1-8 gemv_m8; ...;
+    /// 5505- own`, each entry by what its name adds to the kernel's own (`own` for that one).
+    /// `None` when the plan has no CUDA kernels or not exactly one symbolic dimension.
+    pub fn entry_map(&self, sms: u32, max: u64) -> Result<Option<Vec<String>>, Error> {
+        let Some(kernels) = self.cuda_kernels() else {
+            return Ok(None);
+        };
+        let mut syms: Vec<mlpc_ir::Symbol> = Vec::new();
+        for b in &self.plan.buffers {
+            for s in b.ty.symbols() {
+                if !syms.contains(&s) {
+                    syms.push(s);
+                }
+            }
+        }
+        let [sym] = syms.as_slice() else {
+            return Ok(None);
+        };
+        let mut lines = Vec::new();
+        for k in kernels {
+            // (first value, last value, entry) runs of the same entry.
+            let mut runs: Vec<(u64, u64, String)> = Vec::new();
+            for v in 1..=max {
+                let mut b = mlpc_ir::Bindings::new();
+                b.bind(sym, v).map_err(|e| Error::Launches(e.to_string()))?;
+                let c = k
+                    .choose_entry(&b, sms, None)
+                    .map_err(|e| Error::Launches(format!("kernel `{}`: {e}", k.name)))?;
+                match runs.last_mut() {
+                    Some((_, last, e)) if e == c.entry => *last = v,
+                    _ => runs.push((v, v, c.entry.to_string())),
+                }
+            }
+            let parts: Vec<String> = runs
+                .iter()
+                .map(|(first, last, e)| {
+                    let span = match (first, last) {
+                        (f, l) if f == l => f.to_string(),
+                        (f, &l) if l == max => format!("{f}-"),
+                        (f, l) => format!("{f}-{l}"),
+                    };
+                    // The entry's name past the kernel's own name parts: its tile and kind.
+                    let tag = e.strip_prefix(&k.entry).map_or(e.as_str(), |rest| {
+                        if rest.is_empty() {
+                            "own"
+                        } else {
+                            rest.trim_start_matches('_')
+                        }
+                    });
+                    format!("{span} {tag}")
+                })
+                .collect();
+            lines.push(format!(
+                "{} ({}): {sym} {}",
+                k.name,
+                k.entry,
+                parts.join("; ")
+            ));
+        }
+        Ok(Some(lines))
+    }
+
     /// The explain text with, once the kernels run on a device, the Hopper GEMM tile of each
     /// tunable kernel and where it came from.
     pub fn explain_with_tiles(&self) -> String {
