@@ -361,38 +361,26 @@ impl CudaKernel {
         let Some(short) = &self.short_grid else {
             return Ok(false);
         };
-        if self.launch.shape(bindings, sms)?.1 > 1 {
+        let own = self.launch.shape(bindings, sms)?;
+        if own.splits > 1 {
             return Ok(true);
         }
-        let span = |launch: &Launch| -> Result<Option<u64>, LaunchError> {
-            let (grid, _) = launch.shape(bindings, sms)?;
-            Ok(match &launch.grid {
-                Grid::Persistent {
-                    m,
-                    n,
-                    tile_m,
-                    tile_n,
-                    ..
-                } if grid[0] > 0 => {
-                    let tiles = |e: &Extent, t: u32| {
-                        Extent::resolve(e, bindings).map(|v| v.div_ceil(u64::from(t.max(1))))
-                    };
-                    match (tiles(m, *tile_m), tiles(n, *tile_n)) {
-                        (Some(rows), Some(cols)) => Some(
-                            (rows * cols).div_ceil(u64::from(grid[0]))
-                                * u64::from(*tile_m)
-                                * u64::from(*tile_n),
-                        ),
-                        _ => None,
-                    }
-                }
-                _ => None,
-            })
+        // The outputs the busiest block computes: its waves of tiles times the tile's area.
+        let span = |launch: &Launch, shape: Shape| match (&launch.grid, shape.tiles) {
+            (Grid::Persistent { tile_m, tile_n, .. }, Some(tiles)) if shape.grid[0] > 0 => Some(
+                u128::from(tiles.div_ceil(u64::from(shape.grid[0])))
+                    * u128::from(*tile_m)
+                    * u128::from(*tile_n),
+            ),
+            _ => None,
         };
-        Ok(match (span(&self.launch)?, span(&short.launch)?) {
-            (Some(own), Some(short)) => short * 10 <= own * 9,
-            _ => false,
-        })
+        let short_shape = short.launch.shape(bindings, sms)?;
+        Ok(
+            match (span(&self.launch, own), span(&short.launch, short_shape)) {
+                (Some(own), Some(short)) => short * 10 <= own * 9,
+                _ => false,
+            },
+        )
     }
 
     /// The small-M variant to launch for `bindings`: the index in `small_m.variants` of the first
@@ -582,7 +570,7 @@ impl Launch {
     /// persistent grid of clusters, the runtime passes the CTAs of the clusters the device holds
     /// at once instead). A zero dimension means an empty problem: the launch must be skipped.
     pub fn grid(&self, bindings: &Bindings, sms: u32) -> Result<[u32; 3], LaunchError> {
-        Ok(self.shape(bindings, sms)?.0)
+        Ok(self.shape(bindings, sms)?.grid)
     }
 
     /// The entries [`Launch::alternate_entry`] may name: a persistent grid's split and one-tile
@@ -608,30 +596,21 @@ impl Launch {
         bindings: &Bindings,
         sms: u32,
     ) -> Result<Option<&str>, LaunchError> {
-        let (grid, splits) = self.shape(bindings, sms)?;
-        Ok(match &self.grid {
-            Grid::Persistent {
-                split_k: Some(s), ..
-            } if splits > 1 => Some(&s.entry),
-            Grid::Persistent {
-                one_tile: Some(e),
-                m,
-                n,
-                tile_m,
-                tile_n,
-                ..
-            } => {
-                // Every block has at most one tile when the grid is not smaller than the tiles.
-                let tiles = Extent::resolve(m, bindings)
-                    .unwrap_or(u64::MAX)
-                    .div_ceil(u64::from((*tile_m).max(1)))
-                    .saturating_mul(
-                        Extent::resolve(n, bindings)
-                            .unwrap_or(u64::MAX)
-                            .div_ceil(u64::from((*tile_n).max(1))),
-                    );
-                (tiles > 0 && u64::from(grid[0]) >= tiles).then_some(e.as_str())
-            }
+        let shape = self.shape(bindings, sms)?;
+        Ok(match (&self.grid, shape.tiles) {
+            (
+                Grid::Persistent {
+                    split_k: Some(s), ..
+                },
+                _,
+            ) if shape.splits > 1 => Some(&s.entry),
+            // Every block has at most one tile when the grid is not smaller than the tiles.
+            (
+                Grid::Persistent {
+                    one_tile: Some(e), ..
+                },
+                Some(tiles),
+            ) => (tiles > 0 && u64::from(shape.grid[0]) >= tiles).then_some(e.as_str()),
             _ => None,
         })
     }
@@ -640,7 +619,7 @@ impl Launch {
     /// (`Param::Workspace`): when a split-K GEMM's grid splits its tiles, the kernel's counters
     /// and one partial tile per block; else nothing.
     pub fn workspace_bytes(&self, bindings: &Bindings, sms: u32) -> Result<u64, LaunchError> {
-        let (grid, splits) = self.shape(bindings, sms)?;
+        let Shape { grid, splits, .. } = self.shape(bindings, sms)?;
         Ok(match &self.grid {
             Grid::Persistent {
                 split_k: Some(s), ..
@@ -651,8 +630,8 @@ impl Launch {
         })
     }
 
-    /// The grid and the splits of each tile (1 but for a split-K GEMM's split grid).
-    fn shape(&self, bindings: &Bindings, sms: u32) -> Result<([u32; 3], u64), LaunchError> {
+    /// The grid, the splits of each tile and, for a persistent grid, its tiles.
+    fn shape(&self, bindings: &Bindings, sms: u32) -> Result<Shape, LaunchError> {
         let resolve = |e: &Extent| {
             e.syms
                 .iter()
@@ -680,18 +659,16 @@ impl Launch {
                 n,
                 tile_m,
                 tile_n,
-            } => Ok((
-                [
-                    blocks(0, resolve(m)?, *tile_m, (1 << 31) - 1)?,
-                    blocks(1, resolve(n)?, *tile_n, 65535)?,
-                    1,
-                ],
+            } => Ok(Shape::plain([
+                blocks(0, resolve(m)?, *tile_m, (1 << 31) - 1)?,
+                blocks(1, resolve(n)?, *tile_n, 65535)?,
                 1,
-            )),
-            Grid::Elements { numel, per_block } => Ok((
-                [blocks(0, resolve(numel)?, *per_block, (1 << 31) - 1)?, 1, 1],
+            ])),
+            Grid::Elements { numel, per_block } => Ok(Shape::plain([
+                blocks(0, resolve(numel)?, *per_block, (1 << 31) - 1)?,
                 1,
-            )),
+                1,
+            ])),
             Grid::Persistent {
                 m,
                 n,
@@ -716,12 +693,38 @@ impl Launch {
                     Some(s) if c == 1 => s.splits(tiles, most),
                     _ => 1,
                 };
-                if splits > 1 {
-                    // At most `most` blocks: the splits fit the slots.
-                    return Ok(([(tiles * splits) as u32, 1, 1], splits));
-                }
-                Ok(([(tiles.min(most) * c) as u32, 1, 1], 1))
+                // At most `most` blocks: the splits fit the slots.
+                let blocks = if splits > 1 {
+                    tiles * splits
+                } else {
+                    tiles.min(most) * c
+                };
+                Ok(Shape {
+                    grid: [blocks as u32, 1, 1],
+                    splits,
+                    tiles: Some(tiles),
+                })
             }
+        }
+    }
+}
+
+/// A launch resolved under bindings ([`Launch::shape`]).
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    grid: [u32; 3],
+    /// The splits of each tile: 1 but for a split-K GEMM's split grid.
+    splits: u64,
+    /// A persistent grid's tiles (cluster tiles where the grid runs clusters).
+    tiles: Option<u64>,
+}
+
+impl Shape {
+    fn plain(grid: [u32; 3]) -> Shape {
+        Shape {
+            grid,
+            splits: 1,
+            tiles: None,
         }
     }
 }
