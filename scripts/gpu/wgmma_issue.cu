@@ -6,13 +6,16 @@
 // warpgroup (WG of them, as the block-sparse kernel's two) runs ITERS slices; a slice is, for
 // each of its K16 k16 steps, NB wgmmas of m64nNk16 into NB accumulators (NB x N / 2 registers
 // a thread: the block-sparse kernel's G block rows), then a commit and a wait that leaves one
-// group in flight, as the kernel's consumers do. A comes from registers (`ldmatrix`, the RS form
+// group in flight; the `Mode` rows end their slices as the kernel's consumers do instead (every
+// slice drained, its A fragments loaded again, a random subset of its blocks kept behind a
+// branch each). A comes from registers (`ldmatrix`, the RS form
 // of `bsr_wgmma::MmaRs`, what the kernel runs for 16 / 32 / 64-row blocks) or from shared memory
 // (the descriptor form, `bsr_wgmma::Mma`). B is K-major with the atom of a BK-wide slice (64:
 // 128-byte rows, 32: 64-byte rows, as a 32 x 32 block's).
 //
 // Prints one line per configuration: the useful TFLOP/s of the whole GPU (2 x 64 x N x 16 per
-// wgmma), the nanoseconds one SM takes per wgmma, and the rate relative to one m64n256k16 (the
+// kept wgmma), the nanoseconds one SM takes per wgmma and per slice (its warpgroups' slices run
+// at the same time), and the rate relative to one m64n256k16 (the
 // descriptor form) per k16 step from the same number of warpgroups, timed first. What the numbers answer: how much of the tensor
 // pipe the kernel can keep busy with N-wide blocks at all (docs/perf-notes.md, block-sparse
 // "Next steps").
@@ -52,7 +55,39 @@ __device__ __forceinline__ u32 pair_of(u32 i) {
     return (0x3F00u | (h & 0x7Fu)) | ((0x3F00u | ((h >> 8) & 0x7Fu)) << 16);
 }
 
-template <int N, int NB, int BK, int WG, bool RS>
+/// How a slice ends (the block-sparse kernel's consumer runs DRAIN_RELOAD: it waits for its
+/// slice's wgmmas before releasing the stage, and loads the next slice's A fragments after):
+/// IN_FLIGHT: commit, then wait leaving one group in flight; the A fragments loaded once.
+/// DRAIN: commit, wait for every wgmma; the A fragments loaded once.
+/// DRAIN_RELOAD: DRAIN, and every slice loads its A fragments again (`ldmatrix`) first.
+/// PAIR_RELOAD: two fragment sets in turn, each slice loading its set while the other set's
+/// slice is in flight (wait leaving one group in flight).
+/// RANDOM_HALF / RANDOM_QUARTER: DRAIN_RELOAD over slices that keep each of the NB blocks with
+/// probability 1/2 or 1/4 (the same pseudo-random mask for every warpgroup and SM, `kept`), the
+/// wgmmas of a block behind a branch on its mask bit, block by block as the kernel issues them
+/// (`GemmBsrWgmma::each_kept_step`). RANDOM_HALF_ONCE: the RANDOM_HALF slices with A loaded once
+/// and one slice in flight (the branches without the reload).
+enum Mode {
+    IN_FLIGHT = 0,
+    DRAIN = 1,
+    DRAIN_RELOAD = 2,
+    PAIR_RELOAD = 3,
+    RANDOM_HALF = 4,
+    RANDOM_QUARTER = 5,
+    RANDOM_HALF_ONCE = 6
+};
+
+/// Whether slice `it` keeps block `b` under `mode`'s probability (1 for the other modes).
+__host__ __device__ inline bool kept(int mode, int it, int b) {
+    if (mode < RANDOM_HALF) return true;
+    u32 h = (u32)(it * 8 + b) * 2654435761u;
+    h ^= h >> 16;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    return (h & 255u) < (mode == RANDOM_QUARTER ? 64u : 128u);
+}
+
+template <int N, int NB, int BK, int WG, bool RS, int MODE = IN_FLIGHT>
 __device__ __forceinline__ void run(int iters, float* out) {
     typedef Layout<N, NB, BK, WG> L;
     constexpr int SW = mlpc::bsr_wgmma::SliceAtom<BK>::SW;
@@ -73,17 +108,23 @@ __device__ __forceinline__ void run(int iters, float* out) {
     for (int b = 0; b < NB; ++b)
 #pragma unroll
         for (int e = 0; e < N / 2; ++e) acc[b][e] = 0.0f;
-    u32 frag[K16][4];
-    if constexpr (RS) {
+    u32 frag[K16][4], frag2[K16][4];
+    auto load = [&](u32(&f)[K16][4]) {
 #pragma unroll
         for (int j = 0; j < K16; ++j) {
-            mlpc::bsr_wgmma::ldsm_x4(frag[j], mlpc::bsr_wgmma::ldsm_a_addr<64 * WG, BK>(sa, wg, q, lane, j));
+            mlpc::bsr_wgmma::ldsm_x4(f[j], mlpc::bsr_wgmma::ldsm_a_addr<64 * WG, BK>(sa, wg, q, lane, j));
         }
-    }
+    };
+    if constexpr (RS) load(frag);
     // The descriptors' low words: block b's k16 step j, and this warpgroup's A rows at step j.
     const u32 b_lo = mlpc::bsr_wgmma::desc_lo(sb);
     const u32 a_lo = mlpc::bsr_wgmma::desc_lo(sa + (u32)wg * 64u * 2u * SW);
-    for (int it = 0; it < iters; ++it) {
+    // The accumulators pinned where the kernel pins them (after the commit and the wait).
+    auto pin = [&]() {
+#pragma unroll
+        for (int b = 0; b < NB; ++b) mlpc::wgmma_detail::fence_regs(acc[b]);
+    };
+    auto slice = [&](u32(&f)[K16][4]) {
         mlpc::wgmma_detail::fence();
 #pragma unroll
         for (int j = 0; j < K16; ++j) {
@@ -92,7 +133,7 @@ __device__ __forceinline__ void run(int iters, float* out) {
                 const u64 bd = mlpc::bsr_wgmma::desc_of<SW>(
                     b_lo + ((b * L::kBlockBytes + mlpc::bsr_wgmma::kstep_offset<N, BK>(j)) >> 4));
                 if constexpr (RS) {
-                    mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[b], frag[j], bd);
+                    mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[b], f[j], bd);
                 } else {
                     const u64 ad = mlpc::bsr_wgmma::desc_of<SW>(
                         a_lo + (mlpc::bsr_wgmma::kstep_offset<64 * WG, BK>(j) >> 4));
@@ -101,8 +142,59 @@ __device__ __forceinline__ void run(int iters, float* out) {
             }
         }
         mlpc::wgmma_detail::commit();
-        mlpc::wgmma_detail::wait<1>();
-        if constexpr (RS) mlpc::bsr_wgmma::fence_frag(frag);
+        pin();
+    };
+    if constexpr (MODE >= RANDOM_HALF) {
+        for (int it = 0; it < iters; ++it) {
+            u32 mask = 0;
+#pragma unroll
+            for (int b = 0; b < NB; ++b) mask |= kept(MODE, it, b) ? 1u << b : 0u;
+            if constexpr (MODE != RANDOM_HALF_ONCE) load(frag);
+            mlpc::wgmma_detail::fence();
+#pragma unroll
+            for (int b = 0; b < NB; ++b) {
+                if (((mask >> b) & 1u) == 0) continue;
+#pragma unroll
+                for (int j = 0; j < K16; ++j) {
+                    const u64 bd = mlpc::bsr_wgmma::desc_of<SW>(
+                        b_lo + ((b * L::kBlockBytes + mlpc::bsr_wgmma::kstep_offset<N, BK>(j)) >> 4));
+                    mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[b], frag[j], bd);
+                }
+            }
+            mlpc::wgmma_detail::commit();
+            pin();
+            if constexpr (MODE == RANDOM_HALF_ONCE) {
+                mlpc::wgmma_detail::wait<1>();
+            } else {
+                mlpc::wgmma_detail::wait<0>();
+            }
+            pin();
+            mlpc::bsr_wgmma::fence_frag(frag);
+        }
+    } else if constexpr (MODE == PAIR_RELOAD) {
+        for (int it = 0; it < iters; it += 2) {
+            load(frag);
+            slice(frag);
+            mlpc::wgmma_detail::wait<1>();
+            pin();
+            mlpc::bsr_wgmma::fence_frag(frag2);
+            load(frag2);
+            slice(frag2);
+            mlpc::wgmma_detail::wait<1>();
+            pin();
+            mlpc::bsr_wgmma::fence_frag(frag);
+        }
+    } else {
+        for (int it = 0; it < iters; ++it) {
+            if constexpr (MODE == DRAIN_RELOAD) load(frag);
+            slice(frag);
+            if constexpr (MODE == IN_FLIGHT) {
+                mlpc::wgmma_detail::wait<1>();
+            } else {
+                mlpc::wgmma_detail::wait<0>();
+            }
+            if constexpr (RS) mlpc::bsr_wgmma::fence_frag(frag);
+        }
     }
     mlpc::wgmma_detail::wait<0>();
     float sum = 0.0f;
@@ -118,9 +210,11 @@ __device__ __forceinline__ void run(int iters, float* out) {
 // One entry per configuration: wgmma_issue_<rs|ss>_n<N>_x<NB>_bk<BK>_wg<WG>. Both forms for the
 // block heights the register form has (16, 32, 64), the descriptor form for the wide shapes.
 #define WGMMA_ISSUE_ENTRY(FORM, RS, N, NB, BK, WG)                                         \
+    WGMMA_ISSUE_ENTRY_M(FORM, RS, N, NB, BK, WG, 0)
+#define WGMMA_ISSUE_ENTRY_M(FORM, RS, N, NB, BK, WG, MODE)                                 \
     extern "C" __global__ void __launch_bounds__(128 * WG, 1)                               \
-        wgmma_issue_##FORM##_n##N##_x##NB##_bk##BK##_wg##WG(int iters, float* out) {        \
-        wgmma_issue::run<N, NB, BK, WG, RS>(iters, out);                                    \
+        wgmma_issue_##FORM##_n##N##_x##NB##_bk##BK##_wg##WG##_m##MODE(int iters, float* out) { \
+        wgmma_issue::run<N, NB, BK, WG, RS, MODE>(iters, out);                              \
     }
 // (The descriptor form of m64n32k16 x 8 at bk 64 is left out: ptxas serialises its wgmmas.)
 #define WGMMA_ISSUE_CONFIGS(SS, RS)                                                        \
@@ -129,9 +223,20 @@ __device__ __forceinline__ void run(int iters, float* out) {
     SS(256, 1, 64, 2) SS(128, 2, 64, 2) SS(64, 4, 64, 2) RS(64, 4, 64, 2) RS(32, 8, 64, 2) \
     SS(32, 8, 32, 2) RS(32, 8, 32, 2) RS(32, 4, 32, 2) RS(32, 2, 32, 2) RS(32, 1, 32, 2)   \
     RS(16, 8, 32, 2)
+// The block-sparse consumer's slice endings (`Mode`), for the register form with two
+// warpgroups: 4 / 2 / 1 blocks a k16 step of a 64-wide window are the 16 / 8 / 4 wgmmas a slice
+// the kernel issues at density 0.5 / 0.25 / about 0.1. (PAIR_RELOAD with one block a step is
+// left out: ptxas serialises its wgmmas, C7515.)
+#define WGMMA_ISSUE_MODES(M)                                                               \
+    M(32, 4, 64, 2, 1) M(32, 4, 64, 2, 2) M(32, 4, 64, 2, 3) M(32, 2, 64, 2, 0)            \
+    M(32, 2, 64, 2, 1) M(32, 2, 64, 2, 2) M(32, 2, 64, 2, 3) M(32, 1, 64, 2, 0)            \
+    M(32, 1, 64, 2, 1) M(32, 1, 64, 2, 2) M(32, 8, 64, 2, 4) M(32, 8, 64, 2, 5)              \
+    M(32, 8, 64, 2, 6)
 #define WGMMA_ISSUE_SS(N, NB, BK, WG) WGMMA_ISSUE_ENTRY(ss, false, N, NB, BK, WG)
 #define WGMMA_ISSUE_RS(N, NB, BK, WG) WGMMA_ISSUE_ENTRY(rs, true, N, NB, BK, WG)
+#define WGMMA_ISSUE_RS_M(N, NB, BK, WG, MODE) WGMMA_ISSUE_ENTRY_M(rs, true, N, NB, BK, WG, MODE)
 WGMMA_ISSUE_CONFIGS(WGMMA_ISSUE_SS, WGMMA_ISSUE_RS)
+WGMMA_ISSUE_MODES(WGMMA_ISSUE_RS_M)
 
 #ifndef __CUDACC_RTC__
 #include <cstdio>
@@ -154,6 +259,7 @@ struct Config {
     int n, nb, bk, wg;
     bool rs;
     unsigned smem;
+    int mode;
 };
 
 static float time_ms(const Config& c, int sms, int iters, float* out) {
@@ -185,26 +291,40 @@ int main(int argc, char** argv) {
     const int sms = prop.multiProcessorCount;
     float* out = nullptr;
     CHECK(cudaMalloc(&out, (size_t)sms * 256 * sizeof(float)));
-#define WGMMA_ISSUE_ROW(FORM, RS, N, NB, BK, WG)                                              \
-    {#FORM " m64n" #N "k16 x" #NB ", bk " #BK ", " #WG " wg",                                 \
-     wgmma_issue_##FORM##_n##N##_x##NB##_bk##BK##_wg##WG, N, NB, BK, WG, RS,                 \
-     wgmma_issue::Layout<N, NB, BK, WG>::kBytes},
-#define WGMMA_ISSUE_ROW_SS(N, NB, BK, WG) WGMMA_ISSUE_ROW(ss, false, N, NB, BK, WG)
-#define WGMMA_ISSUE_ROW_RS(N, NB, BK, WG) WGMMA_ISSUE_ROW(rs, true, N, NB, BK, WG)
-    const Config configs[] = {WGMMA_ISSUE_CONFIGS(WGMMA_ISSUE_ROW_SS, WGMMA_ISSUE_ROW_RS)};
+#define WGMMA_ISSUE_ROW_M(FORM, RS, N, NB, BK, WG, MODE)                                      \
+    {#FORM " m64n" #N "k16 x" #NB ", bk " #BK ", " #WG " wg" MODE_NAME_##MODE,               \
+     wgmma_issue_##FORM##_n##N##_x##NB##_bk##BK##_wg##WG##_m##MODE, N, NB, BK, WG, RS,       \
+     wgmma_issue::Layout<N, NB, BK, WG>::kBytes, MODE},
+#define MODE_NAME_0 ""
+#define MODE_NAME_1 ", drain each slice"
+#define MODE_NAME_2 ", drain and reload A each slice"
+#define MODE_NAME_3 ", reload A into two sets in turn, one slice in flight"
+#define MODE_NAME_4 ", each block kept with p = 1/2, drain and reload A each slice"
+#define MODE_NAME_5 ", each block kept with p = 1/4, drain and reload A each slice"
+#define MODE_NAME_6 ", each block kept with p = 1/2, A loaded once, one slice in flight"
+#define WGMMA_ISSUE_ROW_SS(N, NB, BK, WG) WGMMA_ISSUE_ROW_M(ss, false, N, NB, BK, WG, 0)
+#define WGMMA_ISSUE_ROW_RS(N, NB, BK, WG) WGMMA_ISSUE_ROW_M(rs, true, N, NB, BK, WG, 0)
+#define WGMMA_ISSUE_ROW_RS_M(N, NB, BK, WG, MODE) WGMMA_ISSUE_ROW_M(rs, true, N, NB, BK, WG, MODE)
+    const Config configs[] = {WGMMA_ISSUE_CONFIGS(WGMMA_ISSUE_ROW_SS, WGMMA_ISSUE_ROW_RS)
+                                  WGMMA_ISSUE_MODES(WGMMA_ISSUE_ROW_RS_M)};
     std::printf("%s, %d SMs, %d slices per warpgroup, one CTA per SM\n", prop.name, sms, iters);
     std::printf("| form, shape x per k16 step, slice k, warpgroups | TFLOP/s | ns per wgmma per SM | "
-                "vs one m64n256k16 per step |\n|---|---:|---:|---:|\n");
+                "ns per slice | vs one m64n256k16 per step |\n|---|---:|---:|---:|---:|\n");
     // The reference of each warpgroup count: one m64n256k16 (descriptor form) per k16 step.
     double ref[3] = {0, 0, 0};
     for (const Config& c : configs) {
         const float ms = time_ms(c, sms, iters, out);
-        const double wgmmas = (double)sms * c.wg * iters * (c.bk / 16) * c.nb;
+        // The kept blocks of every slice (all of them but in the random modes).
+        long kept_blocks = 0;
+        for (int it = 0; it < iters; ++it)
+            for (int b = 0; b < c.nb; ++b) kept_blocks += wgmma_issue::kept(c.mode, it, b) ? 1 : 0;
+        const double wgmmas = (double)sms * c.wg * kept_blocks * (c.bk / 16);
         const double flops = wgmmas * 2.0 * 64 * c.n * 16;
         const double tflops = flops / (ms * 1e-3) / 1e12;
         const double ns = ms * 1e6 / (wgmmas / sms);
         if (c.n == 256) ref[c.wg] = tflops;
-        std::printf("| %s | %.1f | %.2f | %.2f |\n", c.name, tflops, ns, tflops / ref[c.wg]);
+        std::printf("| %s | %.1f | %.2f | %.1f | %.2f |\n", c.name, tflops, ns, ms * 1e6 / iters,
+                    tflops / ref[c.wg]);
     }
     CHECK(cudaFree(out));
     return 0;
