@@ -74,17 +74,24 @@ enum Mode {
     PAIR_RELOAD = 3,
     RANDOM_HALF = 4,
     RANDOM_QUARTER = 5,
-    RANDOM_HALF_ONCE = 6
+    RANDOM_HALF_ONCE = 6,
+    RANDOM_HALF_16 = 7,
+    RANDOM_QUARTER_16 = 8
 };
+/// RANDOM_HALF_16 / RANDOM_QUARTER_16: the kernel's window layout, 16 positions a slice (NB = 8
+/// blocks x 2 block columns of 32), position w * 8 + b two wgmmas (the k16 steps 2w, 2w + 1) into
+/// accumulator b, each kept with probability 1/2 or 1/4: twice the bits tested and the stages
+/// of RANDOM_HALF / RANDOM_QUARTER for the same expected work.
+__host__ __device__ constexpr bool kernel_layout(int mode) { return mode >= RANDOM_HALF_16; }
 
 /// Whether slice `it` keeps block `b` under `mode`'s probability (1 for the other modes).
 __host__ __device__ inline bool kept(int mode, int it, int b) {
     if (mode < RANDOM_HALF) return true;
-    u32 h = (u32)(it * 8 + b) * 2654435761u;
+    u32 h = (u32)(it * (kernel_layout(mode) ? 16 : 8) + b) * 2654435761u;
     h ^= h >> 16;
     h *= 2246822519u;
     h ^= h >> 13;
-    return (h & 255u) < (mode == RANDOM_QUARTER ? 64u : 128u);
+    return (h & 255u) < (mode == RANDOM_QUARTER || mode == RANDOM_QUARTER_16 ? 64u : 128u);
 }
 
 template <int N, int NB, int BK, int WG, bool RS, int MODE = IN_FLIGHT>
@@ -144,7 +151,33 @@ __device__ __forceinline__ void run(int iters, float* out) {
         mlpc::wgmma_detail::commit();
         pin();
     };
-    if constexpr (MODE >= RANDOM_HALF) {
+    if constexpr (kernel_layout(MODE)) {
+        static_assert(NB == 8 && K16 == 4, "the kernel's layout: 8 blocks, two columns of 32");
+        for (int it = 0; it < iters; ++it) {
+            u32 mask = 0;
+#pragma unroll
+            for (int pos = 0; pos < 16; ++pos) mask |= kept(MODE, it, pos) ? 1u << pos : 0u;
+            load(frag);
+            mlpc::wgmma_detail::fence();
+#pragma unroll
+            for (int w = 0; w < 2; ++w)
+#pragma unroll
+                for (int b = 0; b < NB; ++b) {
+                    if (((mask >> (w * NB + b)) & 1u) == 0) continue;
+#pragma unroll
+                    for (int j = 2 * w; j < 2 * w + 2; ++j) {
+                        const u64 bd = mlpc::bsr_wgmma::desc_of<SW>(
+                            b_lo + ((b * L::kBlockBytes + mlpc::bsr_wgmma::kstep_offset<N, BK>(j)) >> 4));
+                        mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[b], frag[j], bd);
+                    }
+                }
+            mlpc::wgmma_detail::commit();
+            pin();
+            mlpc::wgmma_detail::wait<0>();
+            pin();
+            mlpc::bsr_wgmma::fence_frag(frag);
+        }
+    } else if constexpr (MODE >= RANDOM_HALF) {
         for (int it = 0; it < iters; ++it) {
             u32 mask = 0;
 #pragma unroll
@@ -231,7 +264,7 @@ __device__ __forceinline__ void run(int iters, float* out) {
     M(32, 4, 64, 2, 1) M(32, 4, 64, 2, 2) M(32, 4, 64, 2, 3) M(32, 2, 64, 2, 0)            \
     M(32, 2, 64, 2, 1) M(32, 2, 64, 2, 2) M(32, 2, 64, 2, 3) M(32, 1, 64, 2, 0)            \
     M(32, 1, 64, 2, 1) M(32, 1, 64, 2, 2) M(32, 8, 64, 2, 4) M(32, 8, 64, 2, 5)              \
-    M(32, 8, 64, 2, 6)
+    M(32, 8, 64, 2, 6) M(32, 8, 64, 2, 7) M(32, 8, 64, 2, 8)
 #define WGMMA_ISSUE_SS(N, NB, BK, WG) WGMMA_ISSUE_ENTRY(ss, false, N, NB, BK, WG)
 #define WGMMA_ISSUE_RS(N, NB, BK, WG) WGMMA_ISSUE_ENTRY(rs, true, N, NB, BK, WG)
 #define WGMMA_ISSUE_RS_M(N, NB, BK, WG, MODE) WGMMA_ISSUE_ENTRY_M(rs, true, N, NB, BK, WG, MODE)
@@ -302,6 +335,8 @@ int main(int argc, char** argv) {
 #define MODE_NAME_4 ", each block kept with p = 1/2, drain and reload A each slice"
 #define MODE_NAME_5 ", each block kept with p = 1/4, drain and reload A each slice"
 #define MODE_NAME_6 ", each block kept with p = 1/2, A loaded once, one slice in flight"
+#define MODE_NAME_7 ", 16 positions of 2 wgmmas (the kernel's windows), each kept with p = 1/2, drain and reload"
+#define MODE_NAME_8 ", 16 positions of 2 wgmmas (the kernel's windows), each kept with p = 1/4, drain and reload"
 #define WGMMA_ISSUE_ROW_SS(N, NB, BK, WG) WGMMA_ISSUE_ROW_M(ss, false, N, NB, BK, WG, 0)
 #define WGMMA_ISSUE_ROW_RS(N, NB, BK, WG) WGMMA_ISSUE_ROW_M(rs, true, N, NB, BK, WG, 0)
 #define WGMMA_ISSUE_ROW_RS_M(N, NB, BK, WG, MODE) WGMMA_ISSUE_ROW_M(rs, true, N, NB, BK, WG, MODE)
@@ -315,10 +350,13 @@ int main(int argc, char** argv) {
     for (const Config& c : configs) {
         const float ms = time_ms(c, sms, iters, out);
         // The kept blocks of every slice (all of them but in the random modes).
+        // (The kernel's layout: 16 positions of two k16 steps each.)
+        const bool layout = wgmma_issue::kernel_layout(c.mode);
+        const int positions = layout ? 16 : c.nb;
         long kept_blocks = 0;
         for (int it = 0; it < iters; ++it)
-            for (int b = 0; b < c.nb; ++b) kept_blocks += wgmma_issue::kept(c.mode, it, b) ? 1 : 0;
-        const double wgmmas = (double)sms * c.wg * kept_blocks * (c.bk / 16);
+            for (int b = 0; b < positions; ++b) kept_blocks += wgmma_issue::kept(c.mode, it, b) ? 1 : 0;
+        const double wgmmas = (double)sms * c.wg * kept_blocks * (layout ? 2 : c.bk / 16);
         const double flops = wgmmas * 2.0 * 64 * c.n * 16;
         const double tflops = flops / (ms * 1e-3) / 1e12;
         const double ns = ms * 1e6 / (wgmmas / sms);
