@@ -318,93 +318,65 @@ __device__ __forceinline__ void run(int iters, float* out) {
 #pragma unroll
         for (int b = 0; b < NB; ++b) mlpc::wgmma_detail::fence_regs(acc[b]);
     };
+    // Block b's descriptor at k16 step j.
+    auto b_desc = [&](int b, int j) {
+        return mlpc::bsr_wgmma::desc_of<SW>(
+            b_lo + ((b * L::kBlockBytes + mlpc::bsr_wgmma::kstep_offset<N, BK>(j)) >> 4));
+    };
     auto slice = [&](u32(&f)[K16][4]) {
         mlpc::wgmma_detail::fence();
 #pragma unroll
         for (int j = 0; j < K16; ++j) {
 #pragma unroll
             for (int b = 0; b < NB; ++b) {
-                const u64 bd = mlpc::bsr_wgmma::desc_of<SW>(
-                    b_lo + ((b * L::kBlockBytes + mlpc::bsr_wgmma::kstep_offset<N, BK>(j)) >> 4));
                 if constexpr (RS) {
-                    mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[b], f[j], bd);
+                    mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[b], f[j], b_desc(b, j));
                 } else {
                     const u64 ad = mlpc::bsr_wgmma::desc_of<SW>(
                         a_lo + (mlpc::bsr_wgmma::kstep_offset<64 * WG, BK>(j) >> 4));
-                    mlpc::bsr_wgmma::Mma<bf16, N>::run(acc[b], ad, bd);
+                    mlpc::bsr_wgmma::Mma<bf16, N>::run(acc[b], ad, b_desc(b, j));
                 }
             }
         }
         mlpc::wgmma_detail::commit();
         pin();
     };
-    if constexpr (MODE == RANDOM_HALF_BRX || MODE == RANDOM_QUARTER_BRX) {
-        static_assert(NB == 8 && K16 == 4 && N == 32 && RS, "two nibbles of m64n32k16 blocks");
+    if constexpr (MODE >= RANDOM_HALF) {
+        // Slices keeping a random subset of their positions: NB blocks of K16 steps, or the
+        // kernel's 16 positions of two steps; issued by a branch per position, or by one
+        // `brx.idx` per nibble.
+        constexpr bool kBrx = MODE == RANDOM_HALF_BRX || MODE == RANDOM_QUARTER_BRX;
+        constexpr int kPositions = kernel_layout(MODE) ? 16 : NB;
+        static_assert(RS && (!kBrx || (NB == 8 && K16 == 4 && N == 32)) &&
+                          (!kernel_layout(MODE) || (NB == 8 && K16 == 4)),
+                      "random slices: A from registers; brx and the kernel's layout: 8 blocks of 4 steps");
         for (int it = 0; it < iters; ++it) {
             u32 mask = 0;
 #pragma unroll
-            for (int b = 0; b < NB; ++b) mask |= kept(MODE, it, b) ? 1u << b : 0u;
-            load(frag);
-            mlpc::wgmma_detail::fence();
-#pragma unroll
-            for (int n = 0; n < 2; ++n) {
-                u64 d[4][4];
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j)
-                        d[i][j] = mlpc::bsr_wgmma::desc_of<SW>(
-                            b_lo + (((4 * n + i) * L::kBlockBytes + mlpc::bsr_wgmma::kstep_offset<N, BK>(j)) >> 4));
-                brx_nibble(acc[4 * n], acc[4 * n + 1], acc[4 * n + 2], acc[4 * n + 3], frag, d,
-                           (mask >> (4 * n)) & 15u);
-            }
-            mlpc::wgmma_detail::commit();
-            pin();
-            mlpc::wgmma_detail::wait<0>();
-            pin();
-            mlpc::bsr_wgmma::fence_frag(frag);
-        }
-    } else if constexpr (kernel_layout(MODE)) {
-        static_assert(NB == 8 && K16 == 4, "the kernel's layout: 8 blocks, two columns of 32");
-        for (int it = 0; it < iters; ++it) {
-            u32 mask = 0;
-#pragma unroll
-            for (int pos = 0; pos < 16; ++pos) mask |= kept(MODE, it, pos) ? 1u << pos : 0u;
-            load(frag);
-            mlpc::wgmma_detail::fence();
-#pragma unroll
-            for (int w = 0; w < 2; ++w)
-#pragma unroll
-                for (int b = 0; b < NB; ++b) {
-                    if (((mask >> (w * NB + b)) & 1u) == 0) continue;
-#pragma unroll
-                    for (int j = 2 * w; j < 2 * w + 2; ++j) {
-                        const u64 bd = mlpc::bsr_wgmma::desc_of<SW>(
-                            b_lo + ((b * L::kBlockBytes + mlpc::bsr_wgmma::kstep_offset<N, BK>(j)) >> 4));
-                        mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[b], frag[j], bd);
-                    }
-                }
-            mlpc::wgmma_detail::commit();
-            pin();
-            mlpc::wgmma_detail::wait<0>();
-            pin();
-            mlpc::bsr_wgmma::fence_frag(frag);
-        }
-    } else if constexpr (MODE >= RANDOM_HALF) {
-        for (int it = 0; it < iters; ++it) {
-            u32 mask = 0;
-#pragma unroll
-            for (int b = 0; b < NB; ++b) mask |= kept(MODE, it, b) ? 1u << b : 0u;
+            for (int p = 0; p < kPositions; ++p) mask |= kept(MODE, it, p) ? 1u << p : 0u;
             if constexpr (MODE != RANDOM_HALF_ONCE) load(frag);
             mlpc::wgmma_detail::fence();
+            if constexpr (kBrx) {
 #pragma unroll
-            for (int b = 0; b < NB; ++b) {
-                if (((mask >> b) & 1u) == 0) continue;
+                for (int n = 0; n < 2; ++n) {
+                    u64 d[4][4];
 #pragma unroll
-                for (int j = 0; j < K16; ++j) {
-                    const u64 bd = mlpc::bsr_wgmma::desc_of<SW>(
-                        b_lo + ((b * L::kBlockBytes + mlpc::bsr_wgmma::kstep_offset<N, BK>(j)) >> 4));
-                    mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[b], frag[j], bd);
+                    for (int i = 0; i < 4; ++i)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) d[i][j] = b_desc(4 * n + i, j);
+                    brx_nibble(acc[4 * n], acc[4 * n + 1], acc[4 * n + 2], acc[4 * n + 3], frag, d,
+                               (mask >> (4 * n)) & 15u);
+                }
+            } else {
+                // Position p: block p % NB, k16 steps from (p / NB) * kSteps.
+                constexpr int kSteps = kernel_layout(MODE) ? 2 : K16;
+#pragma unroll
+                for (int p = 0; p < kPositions; ++p) {
+                    if (((mask >> p) & 1u) == 0) continue;
+#pragma unroll
+                    for (int j = (p / NB) * kSteps; j < (p / NB + 1) * kSteps; ++j) {
+                        mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[p % NB], frag[j], b_desc(p % NB, j));
+                    }
                 }
             }
             mlpc::wgmma_detail::commit();
