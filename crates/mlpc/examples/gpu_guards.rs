@@ -117,6 +117,8 @@ fn run() -> Result<bool, Error> {
     // 3. With re-specialisation on, a transposed view is not refused: a variant whose GEMM reads
     //    the caller's memory transposed computes the same result.
     let resp = Compiler::new().respecialize(4).compile_file(&path)?;
+    // Its own device and stream: the view is written, and the output read, in its order.
+    let resp_device = resp.device()?;
     let xv = x.to_f64();
     let storage: Vec<f64> = (0..d)
         .flat_map(|c| (0..t).map(move |r| (r, c)))
@@ -124,12 +126,12 @@ fn run() -> Result<bool, Error> {
         .collect();
     let storage = mlpc::HostTensor::from_f64(x.dtype(), vec![d, t], &storage)
         .map_err(|e| Error::Bench(e.to_string()))?;
-    let mut view = device.upload(&storage)?;
+    let mut view = resp_device.upload(&storage)?;
     view.shape = vec![t, d];
     view.strides = vec![1, t];
     let out = resp.run_device(&[("x".to_string(), view)].into())?;
-    let y = device.download(&out["y"])?;
-    device.synchronize()?;
+    let y = resp_device.download(&out["y"])?;
+    resp_device.synchronize()?;
     let err = mlpc::ir::relative_error(&y.to_f64(), &want["y"].to_f64());
     let pass = err <= mlpc::tolerance(y.dtype());
     ok &= pass;

@@ -893,8 +893,11 @@ impl Compiled {
                 (n.clone(), r)
             })
             .collect();
+        // On this model's device and stream: the inputs were written, and the outputs will be
+        // read, in that stream's order (a device of its own would race with both).
+        let device = self.gpu_state()?.exe.device().clone();
         Ok(variant
-            .gpu_state()?
+            .gpu_state_on(&device)?
             .exe
             .run_refs(&refs, self.run_options(false))?)
     }
@@ -910,11 +913,27 @@ impl Compiled {
     }
 
     pub(crate) fn gpu_state(&self) -> Result<Arc<crate::cuda::GpuState>, Error> {
+        self.gpu_state_with(|| Ok(mlpc_runtime::Device::open(0)?))
+    }
+
+    /// [`Compiled::gpu_state`], made on `device` (its stream) if it does not exist yet: a
+    /// variant's kernels run on its model's stream, where the caller's tensors are ordered.
+    fn gpu_state_on(
+        &self,
+        device: &mlpc_runtime::Device,
+    ) -> Result<Arc<crate::cuda::GpuState>, Error> {
+        self.gpu_state_with(|| Ok(device.clone()))
+    }
+
+    fn gpu_state_with(
+        &self,
+        device: impl FnOnce() -> Result<mlpc_runtime::Device, Error>,
+    ) -> Result<Arc<crate::cuda::GpuState>, Error> {
         let mut slot = self.gpu.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = slot.as_ref() {
             return Ok(s.clone());
         }
-        let s = Arc::new(crate::cuda::GpuState::new(self)?);
+        let s = Arc::new(crate::cuda::GpuState::new(self, device()?)?);
         *slot = Some(s.clone());
         Ok(s)
     }

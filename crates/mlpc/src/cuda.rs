@@ -34,8 +34,8 @@ pub(crate) fn images(
 }
 
 impl GpuState {
-    pub(crate) fn new(c: &Compiled) -> Result<GpuState, Error> {
-        let device = Device::open(0)?;
+    /// The kernels of `c` loaded on `device`, whose stream runs them.
+    pub(crate) fn new(c: &Compiled, device: Device) -> Result<GpuState, Error> {
         let arch = c.arch_for_device(device.compute_capability()?)?;
         let (tiles, notes) = c.device_tiles(arch, &device.describe())?;
         let images = images(c, arch, &tiles)?;
