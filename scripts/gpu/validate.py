@@ -4,7 +4,8 @@
 For every model of tests/cases and examples, at several token counts: `mlpc check --backend cuda`
 (fresh random inputs, outputs and intermediates poisoned with NaN before the run, every output
 compared with the reference interpreter within the dtype's tolerance). Then the guard cases
-(`gpu_guards`: inputs of the wrong dtype, shape, rank, strides or name are refused), then
+(`gpu_guards` on a small case and on an example of full size: inputs of the wrong dtype, shape,
+rank, strides or name are refused, a transposed view is re-specialised, graph replays match), then
 `compute-sanitizer --tool memcheck` on a few models. Writes a markdown report.
 
 With --f32-kernel fp64 (or ffma): the f32 models of tests/cases and f32 copies of the examples
@@ -118,12 +119,18 @@ def main():
             for x in r:
                 print(("ok  " if x["ok"] else "FAIL"), x["model"], "T=%d" % x["T"], x["output"], "%.2e" % x["error"],
                       x.get("message", ""), flush=True)
-    if f32:
-        g = subprocess.CompletedProcess([], 0, f"not run (--f32-kernel {f32})", "")
-    else:
-        g = subprocess.run([a.guards, "tests/cases/gpt2-mlp/model.json"], capture_output=True, text=True,
-                           env=dict(os.environ, MLPC_CACHE_DIR=cache + "/guards"))
-    print(g.stdout, g.stderr, flush=True)
+    # The guard cases on a small case and on an example of full size (small-M entries, tiled
+    # GEMMs and a re-specialised variant at the sizes users run).
+    guard_models = ["tests/cases/gpt2-mlp/model.json", "examples/gpt2-mlp/model.json"]
+    guards = []
+    for gm in guard_models:
+        if f32:
+            g = subprocess.CompletedProcess([], 0, f"not run (--f32-kernel {f32})", "")
+        else:
+            g = subprocess.run([a.guards, gm], capture_output=True, text=True,
+                               env=dict(os.environ, MLPC_CACHE_DIR=cache + "/guards"))
+        print(g.stdout, g.stderr, flush=True)
+        guards.append((gm, g))
     san = []
     for m in [s for s in a.sanitize.split(",") if s]:
         p = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "9", a.mlpc, "check", m,
@@ -156,9 +163,11 @@ def main():
         out.append(f"| {name} | {r['T']} | {r['output']} | {r['dtype']} | [{r['shape']}] | {r['error']:.2e} | "
                    f"{r['tol']:.0e} | {'ok' if r['ok'] else 'FAIL ' + r.get('message', '').replace('|', '/')[:200]} |")
     out.append("\n## Guards\n")
-    out.append(f"`gpu_guards tests/cases/gpt2-mlp/model.json` (exit status {g.returncode}): inputs on the device that "
-               "break an assumption of the kernels must be refused before any launch.\n")
-    out.append("```text\n" + g.stdout.strip() + ("\n" + g.stderr.strip() if g.stderr.strip() else "") + "\n```\n")
+    for gm, g in guards:
+        out.append(f"`gpu_guards {gm}` (exit status {g.returncode}): inputs on the device that break an "
+                   "assumption of the kernels must be refused before any launch.\n")
+        out.append("```text\n" + g.stdout.strip() + ("\n" + g.stderr.strip() if g.stderr.strip() else "") +
+                   "\n```\n")
     out.append("## compute-sanitizer memcheck (T = 129)\n")
     out.append("| model | exit status | summary |")
     out.append("|---|---:|---|")
@@ -167,9 +176,11 @@ def main():
     with open(a.out, "w") as f:
         f.write("\n".join(out) + "\n")
     with open(a.out.replace(".md", ".json"), "w") as f:
-        json.dump(dict(device=dev, rows=rows, guards=g.returncode, sanitizer=san), f, indent=1)
-    bad = len(rows) - ok + (g.returncode != 0) + sum(rc != 0 for _, rc, _ in san)
-    print(f"{ok}/{len(rows)} outputs ok; guards exit {g.returncode}; sanitizer exits {[rc for _, rc, _ in san]}")
+        json.dump(dict(device=dev, rows=rows, guards={gm: g.returncode for gm, g in guards}, sanitizer=san), f,
+                  indent=1)
+    bad = len(rows) - ok + sum(g.returncode != 0 for _, g in guards) + sum(rc != 0 for _, rc, _ in san)
+    print(f"{ok}/{len(rows)} outputs ok; guards exits {[g.returncode for _, g in guards]}; "
+          f"sanitizer exits {[rc for _, rc, _ in san]}")
     sys.exit(1 if bad else 0)
 
 
