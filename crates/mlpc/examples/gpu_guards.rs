@@ -159,6 +159,52 @@ fn run() -> Result<bool, Error> {
 
     // 5. CUDA graph replay, on a fresh executable (so that no T has run before).
     ok &= graph_replay(&Compiler::new().compile_file(&path)?)?;
+
+    // 6. Two models on one stream (`use_device`): the second reads the first's output with no
+    //    synchronisation between them.
+    ok &= shared_stream(&path, &host)?;
+    Ok(ok)
+}
+
+/// The model twice, the second on the first's device and stream, the first's output fed to
+/// the second as its input (where the shapes allow: an MLP's output is shaped as its input);
+/// and `use_device` refused once a model runs on a stream of its own.
+fn shared_stream(path: &std::path::Path, host: &Tensors) -> Result<bool, Error> {
+    let first = Compiler::new().compile_file(path)?;
+    let second = Compiler::new().compile_file(path)?;
+    let device = first.device()?;
+    second.use_device(&device)?;
+    let x = &host["x"];
+    let mut ok = true;
+    let mut y = first.run_device(&[("x".to_string(), device.upload(x)?)].into())?;
+    match y.remove("y") {
+        Some(y) if y.shape == x.shape() => {
+            let y_host = device.download(&y)?;
+            let z = second.run_device(&[("x".to_string(), y)].into())?;
+            let z_host = device.download(&z["y"])?;
+            device.synchronize()?;
+            let want = second.run(Backend::Reference, &[("x".to_string(), y_host)].into())?;
+            let err = mlpc::ir::relative_error(&z_host.to_f64(), &want["y"].to_f64());
+            let pass = err <= mlpc::tolerance(z_host.dtype());
+            ok &= pass;
+            println!(
+                "{} two models on one stream: the second on the first's output, relative error {err:.2e}",
+                mark(pass)
+            );
+        }
+        _ => println!(
+            "ok   two models on one stream: skipped (the output is not shaped as the input)"
+        ),
+    }
+    let third = Compiler::new().compile_file(path)?;
+    third.run_device(&[("x".to_string(), third.device()?.upload(x)?)].into())?;
+    let refused = matches!(third.use_device(&device), Err(Error::DeviceInUse(_)));
+    ok &= refused;
+    println!(
+        "{} use_device after a run on a stream of its own: {}",
+        mark(refused),
+        if refused { "refused" } else { "NOT refused" }
+    );
     Ok(ok)
 }
 

@@ -819,9 +819,23 @@ impl Compiled {
     }
 
     /// The device the CUDA backend runs on (opened on first use), for callers that keep their
-    /// tensors on the GPU.
+    /// tensors on the GPU. Each model opens a stream of its own unless told otherwise
+    /// ([`Compiled::use_device`]).
     pub fn device(&self) -> Result<mlpc_runtime::Device, Error> {
         Ok(self.gpu_state()?.exe.device().clone())
+    }
+
+    /// Runs this model's CUDA kernels on `device` and its stream, e.g. another model's
+    /// ([`Compiled::device`]): models whose device tensors pass from one to the next then run
+    /// in that stream's order, with no synchronisation between them (on streams of their own,
+    /// the caller would have to synchronise). Loads the kernels now; must come before the
+    /// model's first CUDA run, or name the device it already runs on.
+    pub fn use_device(&self, device: &mlpc_runtime::Device) -> Result<(), Error> {
+        let state = self.gpu_state_on(device)?;
+        if !Arc::ptr_eq(state.exe.device().stream(), device.stream()) {
+            return Err(Error::DeviceInUse(self.plan.name.clone()));
+        }
+        Ok(())
     }
 
     /// Runs the CUDA kernels on tensors already on the device, enqueued on the device's stream:

@@ -58,6 +58,13 @@ pub enum Error {
     /// A compiled directory cannot be run.
     #[error("compiled directory `{}`: {what}", dir.display())]
     Bundle { dir: PathBuf, what: String },
+    /// [`crate::Compiled::use_device`] after the model's kernels were loaded on another device
+    /// or stream.
+    #[error(
+        "model `{0}` already runs on another device or stream (call use_device before its first \
+         CUDA run)"
+    )]
+    DeviceInUse(String),
     /// A variant for the inputs' layout could not be made.
     #[error("re-specialisation: {0}")]
     Respecialize(String),
