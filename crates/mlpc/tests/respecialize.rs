@@ -1,6 +1,6 @@
 //! Re-specialised variants (a transposed input read as the row-major memory it is) compute what
-//! the model computes: every example, its variant on the CPU backend against the reference
-//! interpreter on the original model.
+//! the model computes: for three examples, the variant on the reference interpreter and the CPU
+//! backend against the reference interpreter on the original model.
 
 use mlpc::{Backend, Compiler};
 use std::collections::BTreeMap;
