@@ -11,7 +11,7 @@ use crate::view::{is_one, matrix_view, MatrixView};
 use crate::wgmma::Family;
 use crate::{dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch, Param};
 use crate::{ShortGrid, TileChoice, TileKey};
-use mlpc_ir::{DType, Epilogue, Extent, Gemm, MatLayout};
+use mlpc_ir::{BufferKind, DType, Epilogue, Extent, Gemm, MatLayout};
 use smallvec::SmallVec;
 
 /// An unfused `matmul`: `A @ B` with both operands as stored.
@@ -443,6 +443,11 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
     let dtype = ctx.out.ty.dtype;
     let dual = g.dual.is_some();
     let ops = Operands::new(ctx, g)?;
+    // B (and Bu) do not change during a run (weights, or the caller's inputs): the small-M
+    // entries may load them before the kernel before has finished (early launch).
+    let const_b = ctx.args[1..g.matrix_operands()]
+        .iter()
+        .all(|b| matches!(b.kind, BufferKind::Input | BufferKind::Weight));
     let cfg = Config::choose(dtype, dual);
     let dmma = f32_fp64_choice(
         ctx,
@@ -782,6 +787,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             k,
             entry: &entry,
             epilogue: &epi_type,
+            const_b,
             signature: &sig,
             fill: &fill,
         },

@@ -215,6 +215,9 @@ pub(crate) struct Parts<'a> {
     pub entry: &'a str,
     /// The `mlpc::SingleEpilogue<...>` / `mlpc::DualEpilogue<...>` type.
     pub epilogue: &'a str,
+    /// B (and Bu) are constant through a run (weights, or the caller's inputs), so the entries may
+    /// load them before the kernel before has finished (early launch).
+    pub const_b: bool,
     /// The parameter list of the tiled entry (the variants take the same arguments).
     pub signature: &'a str,
     /// The body lines that fill `mlpc::GemmParams p`, without the call that runs it.
@@ -286,8 +289,9 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
             launch: Launch {
                 block: [c.threads(), 1, 1],
                 smem_bytes: 0,
-                // The templates wait for the kernel before (`wait_for_predecessors`) from sm_90 on.
-                early_launch: parts.arch != Arch::Sm80,
+                // The templates wait for the kernel before (`wait_for_predecessors`) from sm_90
+                // on, after their first weight loads: only constant weights may go first.
+                early_launch: parts.arch != Arch::Sm80 && parts.const_b,
                 // y: the CTAs of a cluster (the entry's `__cluster_dims__`).
                 grid: Grid::Tiles {
                     m: parts.n.clone(),

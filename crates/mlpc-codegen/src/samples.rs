@@ -340,6 +340,23 @@ pub fn elementwise(dtype: DType) -> Plan {
     p.finish()
 }
 
+/// A GEMM whose B is written by the kernel before it, bf16: `h = relu(a Wa^T)`, `[1024, 768]`,
+/// then `y = x h^T`. Its B is not constant through a run, so nothing of it may be read before the
+/// kernel before has finished (no early launch of its small-M entries, no B copies before the
+/// wait in the Hopper entries).
+pub fn intermediate_b_bf16() -> Plan {
+    let mut p = PlanBuilder::new("intermediate_b_bf16", DType::Bf16);
+    let a = p.dense("a", Input, &["1024", "768"]);
+    let wa = p.dense("fc.weight", Weight, &["768", "768"]);
+    let h = p.dense("h", Intermediate, &["1024", "768"]);
+    let x = p.dense("x", Input, &["T", "768"]);
+    let y = p.dense("y", Output, &["T", "1024"]);
+    let relu = gemm(N, T, smallvec![Epilogue::Act(Activation::Relu)]);
+    p.kernel("gemm_relu_bf16_nt_0", relu, &[a, wa], h);
+    p.kernel("gemm_bf16_nt_1", gemm(N, T, smallvec![]), &[x, h], y);
+    p.finish()
+}
+
 /// Every sample plan.
 pub fn all() -> Vec<Plan> {
     vec![

@@ -262,22 +262,38 @@ fn kernels_without_variants_launch_their_own_entry() {
 }
 
 #[test]
-fn only_small_m_entries_for_sm_90_and_later_launch_early() {
+fn small_m_entries_launch_early_from_sm_90_on_where_their_weights_are_constant() {
+    let mut intermediate_b = 0;
     for arch in Arch::ALL {
         let opts = CodegenOptions {
             arch,
             ..CodegenOptions::default()
         };
-        for plan in plans() {
-            for k in generate(&plan, &opts).unwrap() {
+        // With a B the kernel before writes.
+        let intermediate = samples::intermediate_b_bf16();
+        for plan in plans().iter().chain([&intermediate]) {
+            for (k, pk) in generate(plan, &opts).unwrap().iter().zip(&plan.kernels) {
                 // The tiled kernels read their operands from the first instruction on.
                 assert!(!k.launch.early_launch, "{}", k.entry);
+                let const_b = pk.args[1..3.min(pk.args.len())].iter().all(|&b| {
+                    matches!(
+                        plan.buffers[b].kind,
+                        BufferKind::Input | BufferKind::Weight
+                    )
+                });
                 for v in k.small_m.iter().flat_map(|s| &s.variants) {
-                    assert_eq!(v.launch.early_launch, arch != Arch::Sm80, "{}", v.entry);
+                    assert_eq!(
+                        v.launch.early_launch,
+                        arch != Arch::Sm80 && const_b,
+                        "{}",
+                        v.entry
+                    );
+                    intermediate_b += usize::from(!const_b);
                 }
             }
         }
     }
+    assert!(intermediate_b > 0, "no small-M entry with an intermediate B was checked");
 }
 
 // ---------------------------------------------------------------------------------------------
