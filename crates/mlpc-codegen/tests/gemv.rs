@@ -276,10 +276,7 @@ fn small_m_entries_launch_early_from_sm_90_on_where_their_weights_are_constant()
                 // The tiled kernels read their operands from the first instruction on.
                 assert!(!k.launch.early_launch, "{}", k.entry);
                 let const_b = pk.args[1..3.min(pk.args.len())].iter().all(|&b| {
-                    matches!(
-                        plan.buffers[b].kind,
-                        BufferKind::Input | BufferKind::Weight
-                    )
+                    matches!(plan.buffers[b].kind, BufferKind::Input | BufferKind::Weight)
                 });
                 for v in k.small_m.iter().flat_map(|s| &s.variants) {
                     assert_eq!(
@@ -293,7 +290,10 @@ fn small_m_entries_launch_early_from_sm_90_on_where_their_weights_are_constant()
             }
         }
     }
-    assert!(intermediate_b > 0, "no small-M entry with an intermediate B was checked");
+    assert!(
+        intermediate_b > 0,
+        "no small-M entry with an intermediate B was checked"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
