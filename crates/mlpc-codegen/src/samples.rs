@@ -342,8 +342,7 @@ pub fn elementwise(dtype: DType) -> Plan {
 
 /// A GEMM whose B is written by the kernel before it, bf16: `h = relu(a Wa^T)`, `[1024, 768]`,
 /// then `y = x h^T`. Its B is not constant through a run, so nothing of it may be read before the
-/// kernel before has finished (no early launch of its small-M entries, no B copies before the
-/// wait in the Hopper entries).
+/// kernel before has finished (no early launch of its small-M entries).
 pub fn intermediate_b_bf16() -> Plan {
     let mut p = PlanBuilder::new("intermediate_b_bf16", DType::Bf16);
     let a = p.dense("a", Input, &["1024", "768"]);

@@ -275,7 +275,12 @@ fn small_m_entries_launch_early_from_sm_90_on_where_their_weights_are_constant()
             for (k, pk) in generate(plan, &opts).unwrap().iter().zip(&plan.kernels) {
                 // The tiled kernels read their operands from the first instruction on.
                 assert!(!k.launch.early_launch, "{}", k.entry);
-                let const_b = pk.args[1..3.min(pk.args.len())].iter().all(|&b| {
+                // B (and Bu): the matrix operands after A.
+                let matrices = match &pk.op {
+                    Op::Gemm(g) => g.matrix_operands(),
+                    _ => 2,
+                };
+                let const_b = pk.args[1..matrices.min(pk.args.len())].iter().all(|&b| {
                     matches!(plan.buffers[b].kind, BufferKind::Input | BufferKind::Weight)
                 });
                 for v in k.small_m.iter().flat_map(|s| &s.variants) {
