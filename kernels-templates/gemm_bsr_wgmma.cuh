@@ -126,7 +126,10 @@ struct BsrWgmmaConfig {
     static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536,
                   "the register handover must fit the register file");
     static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
-    static_assert(G >= 1 && WB >= 1 && G * WB <= 16, "the row mask of a step has 16 bits");
+    static_assert(G >= 1 && WB >= 1 && G * WB <= 24, "the row mask of a step has 24 bits at most");
+    /// Low bits of a step's info that hold its row mask (the block column is above them): 16,
+    /// or 24 for masks wider than 16 bits (block columns below 256 then).
+    static constexpr int kMaskBits = G * WB > 16 ? 24 : 16;
     static_assert(BK == 16 || BK == 32 || BK == 48 || BK == 64, "BK must be 16, 32, 48 or 64");
     static_assert(STAGES >= 2, "the ring needs a stage loading while one computes");
     static_assert(SLOTS >= 1 && SLOTS <= WB * G, "a step keeps at most WB * G blocks");
@@ -142,7 +145,7 @@ struct BsrWgmmaParams : GemmParams<T, NEPI> {
     /// The groups in the order the CTAs take them (most steps first), and their count.
     const int* grp_order;
     int groups;
-    /// Per step: `(block column << 16) | mask`, bit w * G + g of the mask set when block row g of
+    /// Per step: `(block column << Cfg::kMaskBits) | mask`, bit w * G + g of the mask set when block row g of
     /// the group keeps block column `column + w` (w < WB: the step's window).
     const int* step_info;
     /// PAIRS: per step, its second block column (`step_info` has the first; the same column
@@ -605,6 +608,8 @@ struct GemmBsrWgmma {
     static constexpr int kAtomsB = BKB / SWB;
     /// WIDE: a block's box rows of 128 bytes.
     static constexpr int kWideRows = BR * BC * 2 / 128;
+    /// The row mask's bits of a step's info.
+    static constexpr u32 kMaskLow = (1u << Cfg::kMaskBits) - 1u;
     /// Producer warps filling the ring, slice s by warp s % kProducerWarps (a stage is then
     /// filled by the warps in turn, each after its `empty` wait for the slice a lap before). At
     /// most STAGES: a warp whose slices were more than a lap apart could pass its parity wait on
@@ -635,7 +640,8 @@ struct GemmBsrWgmma {
     static_assert(BR % 8 == 0 && BR >= 8 && BR <= 256, "BR must be a wgmma N");
     static_assert(!Cfg::A_REGS || BR == 16 || BR == 32 || BR == 64,
                   "A from registers: block heights 16, 32 and 64 (bsr_wgmma::MmaRs)");
-    static_assert(G * kAcc * (kDual ? 2 : 1) <= 128, "the accumulators must fit the registers");
+    static_assert(G * kAcc * (kDual ? 2 : 1) <= (kDual ? 128 : 192),
+                  "the accumulators must fit the registers");
     static_assert(kTileABytes % 1024 == 0, "the slots start on a swizzle period");
     static_assert(kSlotBytes % (8 * 2 * SWB) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
@@ -972,7 +978,7 @@ struct GemmBsrWgmma {
                 // PAIRS: the step's second block column (kKSub is 1).
                 auto col1_at = [&](int sl) { return PAIRS && sl < slices ? p.step_col1[s0 + sl] : 0; };
                 auto blk_of = [&](u32 info, int first) {
-                    return lane < __popc(info & 0xffffu) ? p.step_blk[first + lane] : 0;
+                    return lane < __popc(info & kMaskLow) ? p.step_blk[first + lane] : 0;
                 };
                 // The warp's first slice of this tile.
                 int sl = ((pw - before) % kProducerWarps + kProducerWarps) % kProducerWarps;
@@ -987,9 +993,9 @@ struct GemmBsrWgmma {
                     const u32 info2 = info_at(sl + 2 * kProducerWarps);
                     const int first2 = first_at(sl + 2 * kProducerWarps);
                     const int col1_2 = col1_at(sl + 2 * kProducerWarps);
-                    const u32 mask = info & 0xffffu;
+                    const u32 mask = info & kMaskLow;
                     const int ks = sl % kKSub;
-                    const int col = (int)(info >> 16) * BC;
+                    const int col = (int)(info >> Cfg::kMaskBits) * BC;
                     const int stage = (before + sl) % STAGES;
                     const u32 phase = (u32)((before + sl) / STAGES) & 1u;
                     mbar_wait(empty + 8 * stage, phase ^ 1);

@@ -17,7 +17,8 @@
 #         and the three sparse models
 #
 # Checks: when a block-sparse row is timed, the block-sparse cases (tests/cases at T = 1, 77,
-# 129, 1000, bert-sparse-ffn at 67 and 2048, the generated weights at a few hundred rows); for a
+# 129, 1000, bert-sparse-ffn at 67 and 2048, the generated weights at a few hundred rows and
+# the 4096^2 ones at 4200); for a
 # MODEL.json:T row, the model at T = 200 and at T, and at every T of CHECK_T ("1 9 16", say) too.
 # CHECKS=0 skips them all (timing-only probes whose results are wrong by design).
 #
@@ -114,6 +115,9 @@ checks() {
             check "$i" examples/bert-sparse-ffn/model.json --bind T=67
             check "$i" examples/bert-sparse-ffn/model.json --bind T=2048
             for d in 0.5 0.25 0.1; do check "$i" "$models/bsr-$d.json" --bind T=300; done
+            # Enough rows for the groups of eleven block rows (the short-grid entry of eight
+            # runs at T = 300), with a partial last row tile.
+            for d in 0.5 0.1; do check "$i" "$models/bsr-$d.json" --bind T=4200; done
             check "$i" "$models/bsr64-0.5.json" --bind T=300
             check "$i" "$models/geglu-sparse.json" --bind T=100
             check "$i" "$models/mlp3-sparse.json" --bind T=700

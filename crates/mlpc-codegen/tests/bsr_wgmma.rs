@@ -53,7 +53,9 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
             assert_eq!(k.launch.block, [384, 1, 1]);
             assert!(k.launch.smem_bytes <= 227 * 1024);
             // Tiles of 128 rows and a group of G block rows, on a persistent grid of one CTA
-            // per SM at most; G * BR columns at most 256 (128 for two accumulators).
+            // per SM at most; G * BR columns at most 256 (128 for two accumulators, 352 for
+            // plain GEMMs of 32-row blocks, whose kernels then have a short-grid entry of
+            // eight-row groups).
             let g: u64 = k
                 .source
                 .split("Kernel::kGroup == ")
@@ -87,10 +89,28 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
                 .and_then(|s| s.split('>').next())
                 .unwrap_or_else(|| panic!("{}: no config", k.name));
             let field = |i: usize| config.split(", ").nth(i);
+            // The short-grid entry's configuration, where there is one.
+            let short = k
+                .source
+                .split("using Config_short = mlpc::BsrWgmmaConfig<")
+                .nth(1);
+            let short_field =
+                |i: usize| short.and_then(|s| s.split('>').next()?.split(", ").nth(i));
+            assert_eq!(
+                short.is_some(),
+                sg.pattern.block == [32, 32]
+                    && !dual
+                    && g > 8
+                    && sg.pattern.inp >= 4096
+                    && sg.pattern.block_cols() < 256,
+                "{}",
+                k.name
+            );
+            assert_eq!(short.is_some(), k.short_grid.is_some(), "{}", k.name);
             let windows = field(5) == Some("2");
             let wide = field(6) == Some("true");
             let pairs = field(9) == Some("true");
-            assert!(!windows || (bc == 32 && 2 * g <= 16), "{}", k.name);
+            assert!(!windows || (bc == 32 && 2 * g <= 24), "{}", k.name);
             assert!(!pairs || windows, "{}", k.name);
             assert_eq!(
                 pairs,
@@ -118,8 +138,18 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
             if dual {
                 expect.push(block_box);
             }
-            // The epilogue's TMA stores: the output in 64 x 64 boxes, after the operands.
-            let tma_store = field(8) == Some("true");
+            // The short-grid entry's A boxes where they differ from the entry's own.
+            let sw_a_short = match (short_field(5) == Some("2"), short_field(9) == Some("true")) {
+                (true, false) => 64,
+                (true, true) => 32,
+                _ => sw,
+            };
+            if short.is_some() && sw_a_short != sw_a {
+                expect.insert(1, (128, sw_a_short));
+            }
+            // The epilogue's TMA stores (of either entry): the output in 64 x 64 boxes, after
+            // the operands.
+            let tma_store = field(8) == Some("true") || short_field(8) == Some("true");
             if tma_store {
                 expect.push((64, 64));
             }
@@ -147,30 +177,54 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
                 );
             }
             assert_eq!(relaid, expect, "{}", k.name);
-            assert!(g * u64::from(br) <= if dual { 128 } else { 256 });
-            let Grid::Persistent {
-                n: cols,
-                tile_m,
-                tile_n,
-                per_sm,
-                ..
-            } = &k.launch.grid
-            else {
-                panic!("{}: expected a persistent grid", k.name)
-            };
-            assert_eq!((*tile_m, *tile_n, *per_sm), (128, 1, 1));
             assert!(
-                k.source.contains(&format!(
-                    "    p.groups = {};",
-                    cols.as_constant().unwrap_or(0)
-                )),
-                "{}: the group count the kernel walks",
-                k.name
+                g * u64::from(br)
+                    <= if dual {
+                        128
+                    } else if [br, bc] == [32, 32] && sg.pattern.inp >= 4096 {
+                        352
+                    } else {
+                        256
+                    }
             );
-            assert_eq!(
-                cols.as_constant(),
-                Some(sg.pattern.block_rows().div_ceil(g))
-            );
+            // The grid's tiles: 128 rows by a group's columns, over the output's columns.
+            let grid_of = |launch: &mlpc_codegen::Launch, g: u64| {
+                let Grid::Persistent {
+                    n: cols,
+                    tile_m,
+                    tile_n,
+                    per_sm,
+                    ..
+                } = &launch.grid
+                else {
+                    panic!("{}: expected a persistent grid", k.name)
+                };
+                assert_eq!(
+                    (*tile_m, u64::from(*tile_n), *per_sm),
+                    (128, g * u64::from(br), 1),
+                    "{}",
+                    k.name
+                );
+                assert_eq!(cols.as_constant(), Some(sg.pattern.out), "{}", k.name);
+                assert!(
+                    k.source.contains(&format!(
+                        "    p.groups = {};",
+                        sg.pattern.block_rows().div_ceil(g)
+                    )),
+                    "{}: the group count the kernel walks",
+                    k.name
+                );
+            };
+            grid_of(&k.launch, g);
+            if let Some(s) = &k.short_grid {
+                grid_of(&s.launch, 8);
+                assert!(
+                    k.source.contains(&format!(" {}(\n", s.entry)),
+                    "{}",
+                    s.entry
+                );
+                assert!(s.entry.contains("_wgmma_128x256x"), "{}", s.entry);
+            }
             for list in [
                 "grp_ptr",
                 "grp_order",

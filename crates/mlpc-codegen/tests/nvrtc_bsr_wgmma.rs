@@ -8,7 +8,7 @@
 mod bsr_plans;
 
 use mlpc_codegen::{generate, samples, Arch, CodegenOptions, CudaKernel};
-use mlpc_jit::{compile_all, ensure_nvrtc, JitOptions};
+use mlpc_jit::{compile_all, ensure_nvrtc, entry_resources, JitOptions};
 
 fn sm_90a() -> CodegenOptions {
     CodegenOptions {
@@ -34,19 +34,30 @@ fn config_of(k: &CudaKernel) -> Option<&str> {
 }
 
 /// `k` with A read by the wgmmas from shared memory (the descriptor form) where the rule chose A
-/// from registers (`BsrWgmmaConfig`'s A_REGS, block heights 16, 32 and 64): the descriptor form
-/// is what every other block height runs, so it is compiled for every plan.
+/// from registers (`BsrWgmmaConfig`'s A_REGS, block heights 16, 32 and 64), in every entry of
+/// the module: the descriptor form is what every other block height runs, so it is compiled for
+/// every plan.
 fn with_a_from_shared(k: &CudaKernel) -> Option<CudaKernel> {
-    let config = config_of(k)?;
-    // `<BM, G, BK, STAGES, A_REGS[, WB[, WIDE]]`: A_REGS set to false.
-    let mut fields: Vec<&str> = config.split(", ").collect();
-    if fields.get(4) != Some(&"true") {
-        return None;
+    // `<BM, G, BK, STAGES, A_REGS[, WB[, WIDE ...]]`: A_REGS set to false.
+    let mut source = k.source.clone();
+    let mut changed = false;
+    let mut from = 0;
+    while let Some(at) = source[from..]
+        .find("mlpc::BsrWgmmaConfig<")
+        .map(|i| i + from)
+    {
+        let end = at + source[at..].find('>')?;
+        let mut fields: Vec<String> = source[at..end].split(", ").map(String::from).collect();
+        if fields.get(4).map(String::as_str) == Some("true") {
+            fields[4] = "false".into();
+            changed = true;
+        }
+        let plain = fields.join(", ");
+        source.replace_range(at..end, &plain);
+        from = at + plain.len();
     }
-    fields[4] = "false";
-    let plain = fields.join(", ");
-    Some(CudaKernel {
-        source: k.source.replacen(config, &plain, 1),
+    changed.then(|| CudaKernel {
+        source,
         name: format!("{}_a_shared", k.name),
         ..k.clone()
     })
@@ -114,6 +125,21 @@ fn bsr_wgmma_kernels_compile_for_sm_90a_without_local_memory_or_serialised_wgmma
             k.name
         );
         assert!(c.resources.barriers >= 1, "{}: {:?}", k.name, c.resources);
+        short_entry_fits(k, &c.log);
+    }
+    assert!(
+        kernels.iter().any(|k| k.short_grid.is_some()),
+        "no kernel with a short-grid entry"
+    );
+}
+
+/// The short-grid entry of `k`, where it has one, compiled without local memory too.
+fn short_entry_fits(k: &CudaKernel, log: &str) {
+    if let Some(s) = &k.short_grid {
+        let r = entry_resources(log, &s.entry)
+            .unwrap_or_else(|| panic!("{}: no ptxas report in the log:\n{log}", s.entry));
+        eprintln!("{}: {r:?}", s.entry);
+        assert!(!r.uses_local_memory(), "{}: {r:?}\n{log}", s.entry);
     }
 }
 
@@ -151,7 +177,14 @@ fn the_benchmark_shape_compiles_without_local_memory() {
         eprintln!("{}: {:?}", k.name, c.resources);
         // The grouped kernel at every density (ahead of the one-block-row kernel at all three),
         // over K windows of two block columns at 0.5 and 0.25, pairs of kept columns at 0.1.
-        assert!(k.entry.ends_with("_b32x32_wgmma_128x256x64"), "{}", k.entry);
+        // Groups of eleven 32-row block rows (352 columns), and the short-grid entry's of
+        // eight.
+        assert!(k.entry.ends_with("_b32x32_wgmma_128x352x64"), "{}", k.entry);
+        let short = k.short_grid.as_ref().map(|s| s.entry.as_str());
+        assert!(
+            short.is_some_and(|e| e.ends_with("_b32x32_wgmma_128x256x64")),
+            "{short:?}"
+        );
         assert_eq!(
             k.source.contains("step_col1["),
             k.name == "bench_d10",
@@ -164,6 +197,7 @@ fn the_benchmark_shape_compiles_without_local_memory() {
             c.log
         );
         assert!(!c.log.contains("serialized"), "{}", c.log);
+        short_entry_fits(k, &c.log);
     }
 }
 
@@ -196,7 +230,7 @@ fn the_wgmma_issue_microbenchmark_compiles_with_the_templates() {
         .unwrap_or_else(|e| panic!("{e}"))
         .remove(0);
     let entries = c.ptx.matches(".entry wgmma_issue_").count();
-    assert_eq!(entries, 34, "entries in the PTX");
+    assert_eq!(entries, 40, "entries in the PTX");
     for shape in [
         "m64n16k16",
         "m64n32k16",

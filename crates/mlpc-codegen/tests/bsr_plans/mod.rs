@@ -90,8 +90,8 @@ pub fn plan(
 pub fn all() -> Vec<Plan> {
     use DType::{Bf16, F16};
     vec![
-        // 32x32, 12 block rows: one full group of 8 and a group of 4; block row 1 keeps nothing
-        // and block row 9 keeps a single block.
+        // 32x32, 12 block rows: two groups of 6 (wide groups spread the rows evenly); block
+        // row 1 keeps nothing and block row 9 keeps a single block.
         plan(
             "b32x32_bias_gelu",
             Bf16,
@@ -101,6 +101,16 @@ pub fn all() -> Vec<Plan> {
             false,
             true,
             false,
+        ),
+        // 32x32, 22 block rows, K = 4096: two groups of 11 (a 22-bit mask), and the short-grid
+        // entry's three groups of 8, 8 and 6; a residual.
+        plan(
+            "b32x32_wide_groups",
+            Bf16,
+            pattern([32, 32], 704, 4096, |r, c| (r * 7 + c) % 9 < 3),
+            false,
+            false,
+            true,
         ),
         // 16x16 (G = 16), dual with a residual.
         plan(
