@@ -19,6 +19,9 @@
 // but in chunks of C block columns (C = 8 and 4) whose A sits in shared memory, each block row
 // a run-time loop over its kept columns (two wgmmas an iteration, A and B through descriptors),
 // one drain a chunk; and the C = 8 loops with A loaded into registers per column instead.
+// (Measured 2026-12-02: 1.16x / 1.48x the branch-per-block rate at p = 1/2 / 1/4 here, yet
+// 24-36 % slower built into the kernel, where the copy engine shares the shared memory that A
+// is read from: docs/perf-notes.md, block-sparse variants 24 and 25.)
 //
 // Prints one line per configuration: the useful TFLOP/s of the whole GPU (2 x 64 x N x 16 per
 // kept wgmma), the nanoseconds one SM takes per wgmma and per slice (its warpgroups' slices run
