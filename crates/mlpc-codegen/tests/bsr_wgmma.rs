@@ -66,7 +66,7 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
             // A, the packed blocks (and the up blocks) through tensor maps of one swizzle atom
             // column (the widest of 64, 32, 16 elements dividing the slice) per box: A in boxes
             // of 128 rows, the blocks in boxes of one block's rows. Windows of two block columns
-            // (32-wide blocks in groups of up to 8 block rows): A's box 64 wide; pairs of kept
+            // (32-wide blocks in groups of up to 12 block rows): A's box 64 wide; pairs of kept
             // columns (where windows do not pay): one box of 32 per column.
             let maps: Vec<(u32, u32)> = k
                 .params
