@@ -18,7 +18,7 @@
 #
 # Checks: when a block-sparse row is timed, the block-sparse cases (tests/cases at T = 1, 77,
 # 129, 1000, bert-sparse-ffn at 67 and 2048, the generated weights at a few hundred rows and
-# the 4096^2 ones at 4200); for a
+# the 4096^2 ones at 4200, at density 0.16 both); for a
 # MODEL.json:T row, the model at T = 200 and at T, and at every T of CHECK_T ("1 9 16", say) too.
 # CHECKS=0 skips them all (timing-only probes whose results are wrong by design).
 #
@@ -54,7 +54,7 @@ def linear(name, block, density):
                "layers": [{"op": "linear", "name": "fc", "in": 4096, "out": 4096, "bias": False}],
                "sparsity": {"fc.weight": {"block": block, "density": density}}},
               open(f"{out}/{name}.json", "w"))
-for d in ("0.5", "0.25", "0.1"):
+for d in ("0.5", "0.25", "0.1", "0.16"):
     linear(f"bsr-{d}", [32, 32], float(d))
 linear("bsr64-0.5", [64, 64], 0.5)
 for name, example, density in (("mlp3-sparse", "mlp3-relu", 0.25),
@@ -118,6 +118,9 @@ checks() {
             # Enough rows for the groups of eleven block rows (the short-grid entry of eight
             # runs at T = 300), with a partial last row tile.
             for d in 0.5 0.1; do check "$i" "$models/bsr-$d.json" --bind T=4200; done
+            # Groups of eleven on windows, the short grid's of eight on pairs (its A through a
+            # tensor map of its own): both entries.
+            for t in 300 4200; do check "$i" "$models/bsr-0.16.json" --bind T=$t; done
             check "$i" "$models/bsr64-0.5.json" --bind T=300
             check "$i" "$models/geglu-sparse.json" --bind T=100
             check "$i" "$models/mlp3-sparse.json" --bind T=700

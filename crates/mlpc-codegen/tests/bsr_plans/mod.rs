@@ -112,6 +112,20 @@ pub fn all() -> Vec<Plan> {
             false,
             true,
         ),
+        // The same shape at about 16 % density: the groups of 11 take windows, the short
+        // grid's groups of 8 pairs of kept columns, whose A boxes (32 wide, not 64) come
+        // through a tensor map of their own; a bias.
+        plan(
+            "b32x32_wide_groups_pairs",
+            Bf16,
+            pattern([32, 32], 704, 4096, |r, c| {
+                (r.wrapping_mul(2654435761) ^ c.wrapping_mul(40503)).wrapping_mul(2246822519) >> 24
+                    < 41
+            }),
+            false,
+            true,
+            false,
+        ),
         // 16x16 (G = 16), dual with a residual.
         plan(
             "b16x16_dual_residual",
