@@ -646,8 +646,9 @@ struct GemmBsrWgmma {
     static_assert(kSlotBytes % (8 * 2 * SWB) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
     static_assert(!PAIRS || (SW == BKB && BKB == BC), "pairs: one A atom column per block column");
-    static_assert(!Cfg::kTmaStore || (G * BR) % 64 == 0,
-                  "TMA stores take whole 64-column chunks of the group's columns");
+    static_assert(!Cfg::kTmaStore || (G * BR >= 64 && ((G * BR) % 64 == 0 || 64 % BR == 0)),
+                  "TMA stores take whole 64-column chunks of the group's columns, whole block "
+                  "rows past them from registers");
     static_assert(!Cfg::WIDE || (BKB == BC && kSlotBytes % 1024 == 0 && kWideRows <= 256),
                   "wide copies: whole blocks of whole 128B swizzle periods, at most 256 box rows");
 
@@ -817,9 +818,13 @@ struct GemmBsrWgmma {
                 }
             }
         }
+        // Block rows from kRegRow0 on are stored from registers: all of them without TMA
+        // stores, else those past the group's whole 64-column chunks (eleven 32-row blocks: the
+        // last one).
+        constexpr int kRegRow0 = Cfg::kTmaStore ? G * BR / 64 * 64 / BR : 0;
         if constexpr (Cfg::kTmaStore) {
             store_tma(m0 + wg * 64, n0, tid & 127, p.n, acc, map_c, staging + wg * (2 * wgmma_detail::kStagingBufferBytes), 3 + wg, chunk);
-            return;
+            if constexpr (kRegRow0 == G) return;
         }
         if constexpr (BR % 16 == 0) {
             // A tile wholly inside the output with 8-byte aligned rows: whole sectors.
@@ -829,7 +834,7 @@ struct GemmBsrWgmma {
                     const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;
                     T* out_row = p.c + row * p.ldc + n0;
 #pragma unroll
-                    for (int g = 0; g < G; ++g) {
+                    for (int g = kRegRow0; g < G; ++g) {
 #pragma unroll
                         for (int i = 0; i < BR / 8; i += 2) {
                             const int r = 4 * i + 2 * h;
@@ -848,7 +853,7 @@ struct GemmBsrWgmma {
             if (row >= p.m) continue;
             T* out_row = p.c + row * p.ldc;
 #pragma unroll
-            for (int g = 0; g < G; ++g) {
+            for (int g = kRegRow0; g < G; ++g) {
                 if (n0 + g * BR >= p.n) break;
 #pragma unroll
                 for (int i = 0; i < BR / 8; ++i) {
@@ -867,7 +872,8 @@ struct GemmBsrWgmma {
     }
 
     /// The stores of `store` by the copy engine, for the warpgroup's 64-row band from `row0`
-    /// (`wtid` its thread): each 64-column chunk of the group's columns by
+    /// (`wtid` its thread): each whole 64-column chunk of the group's columns (the block rows past
+    /// them: `store`, from registers) by
     /// `wgmma_detail::store_chunk_tma` (its comment has the buffer protocol; `staging`, `bar`
     /// and `chunk` are its). Column group cg of the band (8 columns) is group
     /// i = cg % (BR / 8) of block row g = cg / (BR / 8): its pair of row half h is

@@ -180,12 +180,16 @@ impl WgmmaBsr {
     }
 
     /// This configuration with the epilogue's stores by the copy engine when `ok` (the output's
-    /// rows 16-byte multiples apart, its columns contiguous), the group's columns are whole
-    /// 64-column chunks, and the staging buffers leave the ring its stages or at least 6 of
-    /// them (pairs at density 0.1: 6 stages with the stores by the copy engine 2.5 % faster
-    /// than 8 without; docs/perf-notes.md, block-sparse variant 15).
+    /// rows 16-byte multiples apart, its columns contiguous), the group's columns hold at least
+    /// one whole 64-column chunk (block rows past the last whole chunk, the eleventh 32-row
+    /// block of a wide group, are stored from registers), and the staging buffers leave the ring
+    /// its stages or at least 4 of them: 4 stages with the stores are level with 5 without on
+    /// the 4096^2 weight at density 0.25, 5 with them 3.5 % faster than 6 without on the sparse
+    /// bert-large FFN, 3 with them 44 % slower than 4 without at density 0.5
+    /// (docs/perf-notes.md, block-sparse variant 26).
     pub fn with_tma_store(self, br: u32, dual: bool, ok: bool) -> WgmmaBsr {
-        if !ok || !(self.g * br).is_multiple_of(64) {
+        let chunks = self.g * br >= 64 && ((self.g * br).is_multiple_of(64) || 64 % br == 0);
+        if !ok || !chunks {
             return self;
         }
         let cfg = WgmmaBsr {
@@ -194,7 +198,7 @@ impl WgmmaBsr {
         };
         let stage = Self::stage_bytes(self.bm, self.slots, br, self.bk, self.wb, dual);
         let stages = ((SMEM_LIMIT - 1024 - cfg.staging_bytes()) / (stage + 20)).min(MAX_STAGES);
-        if stages == self.stages || stages >= 6 {
+        if stages == self.stages || stages >= 4 {
             WgmmaBsr { stages, ..cfg }
         } else {
             self
@@ -277,10 +281,10 @@ pub(crate) fn select_wgmma(
 /// GEMMs, two accumulator sets). Eleven rows share each A piece among more kept blocks: 3-5 %
 /// faster on the 4096^2 weight at density 0.5 / 0.25 (level at 0.1) where the waves of groups
 /// come out even; where they do not, the short-grid entry of eight rows runs instead
-/// ([`select_wgmma_short`]). Not for shorter K: 352 columns are not whole 64-column chunks, so
-/// the epilogue stores from registers, and at K = 1024 (the sparse bert-large FFN's up
-/// projection) that costs more than the main loop saves (docs/perf-notes.md, block-sparse
-/// variant 23).
+/// ([`select_wgmma_short`]). Not for shorter K: at K = 1024 (the sparse bert-large FFN's up
+/// projection) eleven rows measured 7 % slower on the model, with the epilogue's register
+/// stores (variant 23) and with its stores by the copy engine (docs/perf-notes.md,
+/// block-sparse variant 26).
 fn wide_group_cols(dual: bool, p: &BlockPattern) -> u32 {
     match dual {
         true => 128,
@@ -2086,7 +2090,25 @@ mod tests {
             slots: 13,
             ..pick(Arch::Sm90a, DType::Bf16, false, n, &b32).unwrap()
         };
-        assert_eq!(h.with_tma_store(32, false, true), h);
+        // 13 slots: the staging takes the fifth stage, and four are enough.
+        let stored = h.with_tma_store(32, false, true);
+        assert!(stored.tma_store && stored.stages == 4);
+        assert!(stored.smem_bytes(32, false) <= SMEM_LIMIT);
+        // Eleven block rows of 32 (five whole 64-column chunks and a block row from registers)
+        // with 18 slots: the staging would leave 3 of 4 stages, too few.
+        let wide = WgmmaBsr {
+            g: 11,
+            slots: 18,
+            stages: 4,
+            ..h
+        };
+        assert_eq!(wide.with_tma_store(32, false, true), wide);
+        let stored = WgmmaBsr { slots: 14, ..wide }.with_tma_store(32, false, true);
+        assert!(stored.tma_store && stored.stages == 4 && stored.g == 11);
+        assert!(stored.smem_bytes(32, false) <= SMEM_LIMIT);
+        // Fewer than 64 columns: no whole chunk to stage.
+        let narrow = WgmmaBsr { g: 1, ..h };
+        assert_eq!(narrow.with_tma_store(32, false, true), narrow);
         let eleven = WgmmaBsr { slots: 11, ..h };
         let stored = eleven.with_tma_store(32, false, true);
         assert!(stored.tma_store);
