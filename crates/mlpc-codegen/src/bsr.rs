@@ -282,9 +282,9 @@ pub(crate) fn select_wgmma(
 /// faster on the 4096^2 weight at density 0.5 / 0.25 (level at 0.1) where the waves of groups
 /// come out even; where they do not, the short-grid entry of eight rows runs instead
 /// ([`select_wgmma_short`]). Not for shorter K: at K = 1024 (the sparse bert-large FFN's up
-/// projection) eleven rows measured 7 % slower on the model, with the epilogue's register
-/// stores (variant 23) and with its stores by the copy engine (docs/perf-notes.md,
-/// block-sparse variant 26).
+/// projection) eleven rows measured 7 % slower on the model with the epilogue's register
+/// stores (variant 23), and still 5 % slower with both sides storing by the copy engine
+/// (docs/perf-notes.md, block-sparse variant 26).
 fn wide_group_cols(dual: bool, p: &BlockPattern) -> u32 {
     match dual {
         true => 128,
