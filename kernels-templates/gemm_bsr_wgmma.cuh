@@ -105,17 +105,21 @@ namespace mlpc {
 /// 128-byte rows from the packed weight rearranged into its slot's image (see "Loads").
 /// SLOTS: block slots per stage, the most kept blocks of any step (0: WB * G). PAIRS (WB = 2):
 /// a step is two of the group's kept block columns, consecutive in its union but anywhere in
-/// the weight, instead of a window of two neighbouring ones (see "Pairs").
+/// the weight, instead of a window of two neighbouring ones (see "Pairs"). STAGING_BUFS: the
+/// staging buffers per consumer warpgroup of TMA_STORE's epilogue, 2 or 1.
 template <int BM_, int G_, int BK_, int STAGES_, bool A_REGS_ = false, int WB_ = 1,
-          bool WIDE_ = false, int SLOTS_ = 0, bool TMA_STORE_ = false, bool PAIRS_ = false>
+          bool WIDE_ = false, int SLOTS_ = 0, bool TMA_STORE_ = false, bool PAIRS_ = false,
+          int STAGING_BUFS_ = 2>
 struct BsrWgmmaConfig {
     static constexpr int BM = BM_, G = G_, BK = BK_, STAGES = STAGES_, WB = WB_;
     static constexpr int SLOTS = SLOTS_ > 0 ? SLOTS_ : WB * G;
     static constexpr bool A_REGS = A_REGS_, WIDE = WIDE_, PAIRS = PAIRS_;
-    /// The epilogue stores each warpgroup's 64 x (G x BR) band through two 64 x 64 staging
-    /// buffers and the copy engine (the output's tensor map `map_c`), by the dense kernel's
-    /// `wgmma_detail::store_chunk_tma`.
+    /// The epilogue stores each warpgroup's 64 x (G x BR) band through kStagingBufs 64 x 64
+    /// staging buffers and the copy engine (the output's tensor map `map_c`), by the dense
+    /// kernel's `wgmma_detail::store_chunk_tma`.
     static constexpr bool kTmaStore = TMA_STORE_;
+    static constexpr int kStagingBufs = STAGING_BUFS_;
+    static_assert(kStagingBufs == 1 || kStagingBufs == 2, "one or two staging buffers");
     static constexpr int kWarpgroups = BM / 64;
     /// The consumer warpgroups, then the producer warpgroup (ptxas budgets registers by whole
     /// warpgroups); `setmaxnreg` moves registers from the producer to the consumers.
@@ -626,9 +630,11 @@ struct GemmBsrWgmma {
     static constexpr int kSlotBytes = BR * BKB * 2;
     static constexpr int kSlotsBytes = Cfg::SLOTS * kSlotBytes;
     static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);
-    /// With TMA stores, two staging buffers per consumer warpgroup after the ring.
+    /// With TMA stores, the staging buffers of every consumer warpgroup after the ring.
+    static constexpr int kWarpgroupStagingBytes =
+        Cfg::kStagingBufs * wgmma_detail::kStagingBufferBytes;
     static constexpr int kStagingBytes =
-        Cfg::kTmaStore ? Cfg::kWarpgroups * 2 * wgmma_detail::kStagingBufferBytes : 0;
+        Cfg::kTmaStore ? Cfg::kWarpgroups * kWarpgroupStagingBytes : 0;
     /// The ring, the staging buffers, 1024 bytes to align the ring's base to the widest swizzle
     /// pattern, the barriers and a word per stage for the row mask of the slice in it.
     static constexpr int kSmemBytes =
@@ -823,7 +829,8 @@ struct GemmBsrWgmma {
         // last one).
         constexpr int kRegRow0 = Cfg::kTmaStore ? G * BR / 64 * 64 / BR : 0;
         if constexpr (Cfg::kTmaStore) {
-            store_tma(m0 + wg * 64, n0, tid & 127, p.n, acc, map_c, staging + wg * (2 * wgmma_detail::kStagingBufferBytes), 3 + wg, chunk);
+            store_tma(m0 + wg * 64, n0, tid & 127, p.n, acc, map_c,
+                      staging + wg * kWarpgroupStagingBytes, 3 + wg, chunk);
             if constexpr (kRegRow0 == G) return;
         }
         if constexpr (BR % 16 == 0) {
@@ -886,7 +893,7 @@ struct GemmBsrWgmma {
 #pragma unroll
         for (int c = 0; c < G * BR / 64; ++c) {
             if (n0 + 64 * c >= n) break;
-            wgmma_detail::store_chunk_tma(
+            wgmma_detail::store_chunk_tma<Cfg::kStagingBufs>(
                 map_c, row0, n0 + 64 * c, wtid, staging, bar, chunk, [&](int i, int h) {
                     const int cg = 8 * c + i;
                     const int g = cg / kGroupsPerBlock;

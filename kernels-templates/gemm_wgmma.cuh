@@ -736,15 +736,16 @@ constexpr int kStagingBufferBytes = 64 * 64 * 2;
 /// row `row0` and column `col0` of the output (`wtid`: the warpgroup's thread). `pair(i, h)` is
 /// the lane's two packed values of column group i (< 8) and row half h of the chunk in the wgmma
 /// accumulator layout (acc[4 g + 2 h], acc[4 g + 2 h + 1] of column group g). They go into one
-/// of the warpgroup's two staging buffers at `staging` (`stmatrix`, rows of 128 bytes with the
-/// 128-byte swizzle: 16-byte chunk c of row r at position c ^ (r % 8), the layout of `map_c`'s
-/// box, 64 x 64), then the warpgroup's first thread issues one `tma_store_2d` of the chunk. The
-/// copy engine clips rows past M and columns past N. `chunk` counts the warpgroup's chunks over
-/// the whole kernel and picks the buffer: before a buffer is written again, the store that read
-/// it two chunks before has finished reading (`bulk_wait_read<1>`, then the warpgroup's named
-/// barrier `bar`); the other buffer's store may still run under the next chunk's writes. The
-/// warpgroup's first thread must `bulk_wait_all` before the kernel ends.
-template <class Pair>
+/// of the warpgroup's kBuffers (2 or 1) staging buffers at `staging` (`stmatrix`, rows of 128
+/// bytes with the 128-byte swizzle: 16-byte chunk c of row r at position c ^ (r % 8), the layout
+/// of `map_c`'s box, 64 x 64), then the warpgroup's first thread issues one `tma_store_2d` of the
+/// chunk. The copy engine clips rows past M and columns past N. `chunk` counts the warpgroup's
+/// chunks over the whole kernel and picks the buffer: before a buffer is written again, the
+/// store that read it kBuffers chunks before has finished reading (`bulk_wait_read<kBuffers -
+/// 1>`, then the warpgroup's named barrier `bar`); with two, the other buffer's store may still
+/// run under the next chunk's writes. The warpgroup's first thread must `bulk_wait_all` before
+/// the kernel ends.
+template <int kBuffers = 2, class Pair>
 __device__ __forceinline__ void store_chunk_tma(const TensorMap& map_c, i64 row0, i64 col0,
                                                 int wtid, u32 staging, int bar, u32& chunk,
                                                 Pair&& pair) {
@@ -755,8 +756,9 @@ __device__ __forceinline__ void store_chunk_tma(const TensorMap& map_c, i64 row0
     const int j = lane >> 3;
     const u32 row_addr = (u32)((16 * q + 8 * (j & 1) + (lane & 7)) * 128);
     const int swz = lane & 7;
-    const u32 buf = staging + (chunk & 1u) * kStagingBufferBytes;
-    if (wtid == 0) bulk_wait_read<1>();
+    static_assert(kBuffers == 1 || kBuffers == 2, "one or two staging buffers");
+    const u32 buf = staging + (kBuffers == 2 ? (chunk & 1u) * kStagingBufferBytes : 0u);
+    if (wtid == 0) bulk_wait_read<kBuffers - 1>();
     named_sync<128>(bar);
 #pragma unroll
     for (int i = 0; i < 8; i += 2) {

@@ -141,9 +141,9 @@ pub(crate) struct WgmmaBsr {
     /// Block slots per stage: the most blocks any step of the pattern keeps (at most `wb * g`);
     /// a step's j-th kept block takes slot j.
     pub slots: u32,
-    /// The epilogue stored by the copy engine through two 8 KB staging buffers per consumer
-    /// warpgroup ([`WgmmaBsr::with_tma_store`]).
-    pub tma_store: bool,
+    /// The epilogue's 8 KB staging buffers per consumer warpgroup: 0 (stores from registers),
+    /// or 2 or 1 (the stores by the copy engine; [`WgmmaBsr::with_tma_store`]).
+    pub staging_bufs: u32,
     /// With `wb` = 2: a step is two consecutive block columns of the group's union of kept
     /// columns, wherever they lie in the weight ([`GroupSteps::pairs`]), instead of a window of
     /// two neighbouring ones; the A piece is then copied as one box per column.
@@ -172,11 +172,12 @@ impl WgmmaBsr {
 
     /// Mirrors `GemmBsrWgmma::kStagingBytes`.
     fn staging_bytes(&self) -> u32 {
-        if self.tma_store {
-            self.bm / 64 * 2 * STAGING_BUFFER_BYTES
-        } else {
-            0
-        }
+        self.bm / 64 * self.staging_bufs * STAGING_BUFFER_BYTES
+    }
+
+    /// The epilogue stored by the copy engine (through staging buffers).
+    pub fn tma_store(&self) -> bool {
+        self.staging_bufs > 0
     }
 
     /// This configuration with the epilogue's stores by the copy engine when `ok` (the output's
@@ -186,23 +187,30 @@ impl WgmmaBsr {
     /// its stages or at least 4 of them: 4 stages with the stores are level with 5 without on
     /// the 4096^2 weight at density 0.25, 5 with them 3.5 % faster than 6 without on the sparse
     /// bert-large FFN, 3 with them 44 % slower than 4 without at density 0.5
-    /// (docs/perf-notes.md, block-sparse variant 26).
+    /// (docs/perf-notes.md, block-sparse variant 26). Two staging buffers per warpgroup where
+    /// they leave that, else one where it does: at density 0.5 one buffer and 4 stages are 1.8 %
+    /// faster than 4 stages without the stores, while one buffer where two fit measured 0.8-1 %
+    /// slower on the sparse models, whose sixth stage is worth less than the second buffer
+    /// (variant 27).
     pub fn with_tma_store(self, br: u32, dual: bool, ok: bool) -> WgmmaBsr {
         let chunks = self.g * br >= 64 && ((self.g * br).is_multiple_of(64) || 64 % br == 0);
         if !ok || !chunks {
             return self;
         }
-        let cfg = WgmmaBsr {
-            tma_store: true,
-            ..self
-        };
         let stage = Self::stage_bytes(self.bm, self.slots, br, self.bk, self.wb, dual);
-        let stages = ((SMEM_LIMIT - 1024 - cfg.staging_bytes()) / (stage + 20)).min(MAX_STAGES);
-        if stages == self.stages || stages >= 4 {
-            WgmmaBsr { stages, ..cfg }
-        } else {
-            self
-        }
+        [2, 1]
+            .into_iter()
+            .map(|staging_bufs| {
+                let cfg = WgmmaBsr {
+                    staging_bufs,
+                    ..self
+                };
+                let stages =
+                    ((SMEM_LIMIT - 1024 - cfg.staging_bytes()) / (stage + 20)).min(MAX_STAGES);
+                WgmmaBsr { stages, ..cfg }
+            })
+            .find(|cfg| cfg.stages == self.stages || cfg.stages >= 4)
+            .unwrap_or(self)
     }
 
     /// The width in elements of one swizzle atom column of the A piece
@@ -233,14 +241,18 @@ impl WgmmaBsr {
             self.wide,
             self.slots == self.wb * self.g,
         ) {
-            _ if self.tma_store || self.pairs => format!(
+            _ if self.tma_store() || self.pairs => format!(
                 ", {}, {}, {}, {}, {}{}",
                 self.a_regs,
                 self.wb,
                 self.wide,
                 self.slots,
-                self.tma_store,
-                if self.pairs { ", true" } else { "" }
+                self.tma_store(),
+                match (self.pairs, self.staging_bufs) {
+                    (pairs, 1) => format!(", {pairs}, 1"),
+                    (true, _) => ", true".to_string(),
+                    (false, _) => String::new(),
+                }
             ),
             (false, 1, false, true) => String::new(),
             (true, 1, false, true) => ", true".to_string(),
@@ -398,7 +410,7 @@ fn select_wgmma_cols(
         a_regs,
         wide,
         slots,
-        tma_store: false,
+        staging_bufs: 0,
         pairs,
     })
 }
@@ -879,7 +891,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             if dual {
                 maps.push(("tm_bu", blocks(2)));
             }
-            let tma_store = h.tma_store || short.is_some_and(|s| s.tma_store);
+            let tma_store = h.tma_store() || short.is_some_and(|s| s.tma_store());
             if tma_store {
                 maps.push(("tm_c", output_store_map(ctx, &c, m, n)));
             }
@@ -2058,7 +2070,7 @@ mod tests {
                 a_regs: true,
                 wide: true,
                 slots: 18,
-                tma_store: false,
+                staging_bufs: 0,
                 pairs: false,
             })
         );
@@ -2092,26 +2104,38 @@ mod tests {
         };
         // 13 slots: the staging takes the fifth stage, and four are enough.
         let stored = h.with_tma_store(32, false, true);
-        assert!(stored.tma_store && stored.stages == 4);
+        assert!(stored.staging_bufs == 2 && stored.stages == 4);
         assert!(stored.smem_bytes(32, false) <= SMEM_LIMIT);
         // Eleven block rows of 32 (five whole 64-column chunks and a block row from registers)
-        // with 18 slots: the staging would leave 3 of 4 stages, too few.
+        // with 18 slots: two staging buffers would leave 3 of 4 stages, too few; one leaves 4.
         let wide = WgmmaBsr {
             g: 11,
             slots: 18,
             stages: 4,
             ..h
         };
-        assert_eq!(wide.with_tma_store(32, false, true), wide);
+        let stored = wide.with_tma_store(32, false, true);
+        assert!(stored.staging_bufs == 1 && stored.stages == 4);
+        assert!(stored.smem_bytes(32, false) <= SMEM_LIMIT);
+        assert!(stored
+            .template()
+            .ends_with(", true, 2, true, 18, true, false, 1>"));
+        // With 19 slots not even one buffer leaves 4 stages.
+        let deep = WgmmaBsr {
+            slots: 19,
+            stages: 4,
+            ..wide
+        };
+        assert_eq!(deep.with_tma_store(32, false, true), deep);
         let stored = WgmmaBsr { slots: 14, ..wide }.with_tma_store(32, false, true);
-        assert!(stored.tma_store && stored.stages == 4 && stored.g == 11);
+        assert!(stored.staging_bufs == 2 && stored.stages == 4 && stored.g == 11);
         assert!(stored.smem_bytes(32, false) <= SMEM_LIMIT);
         // Fewer than 64 columns: no whole chunk to stage.
         let narrow = WgmmaBsr { g: 1, ..h };
         assert_eq!(narrow.with_tma_store(32, false, true), narrow);
         let eleven = WgmmaBsr { slots: 11, ..h };
         let stored = eleven.with_tma_store(32, false, true);
-        assert!(stored.tma_store);
+        assert_eq!(stored.staging_bufs, 2);
         assert_eq!(stored.stages, 5);
         assert!(stored.smem_bytes(32, false) <= SMEM_LIMIT);
         assert!(stored.template().ends_with(", true, 2, true, 11, true>"));
@@ -2124,7 +2148,7 @@ mod tests {
             ..h
         };
         let stored = pairs.with_tma_store(32, false, true);
-        assert!(stored.tma_store && stored.stages == 6);
+        assert!(stored.staging_bufs == 2 && stored.stages == 6);
         assert!(stored.smem_bytes(32, false) <= SMEM_LIMIT);
         assert!(stored
             .template()

@@ -81,7 +81,7 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
             let bk = [64, 48, 32, 16].into_iter().find(|d| bc % d == 0).unwrap();
             let sw = [64, 32, 16].into_iter().find(|w| bk % w == 0).unwrap();
             // `BsrWgmmaConfig<BM, G, BK, STAGES[, A_REGS[, WB[, WIDE[, SLOTS[, TMA_STORE[,
-            // PAIRS]]]]]]>`.
+            // PAIRS[, STAGING_BUFS]]]]]]]>`.
             let config = k
                 .source
                 .split("mlpc::BsrWgmmaConfig<")

@@ -126,6 +126,19 @@ pub fn all() -> Vec<Plan> {
             true,
             false,
         ),
+        // The same shape at density 0.5 with 18 kept blocks in the first window of each group
+        // of 11: two staging buffers would leave the ring 3 stages, so the groups of 11 store
+        // through one (and 4 stages); the short grid's 15 slots keep two; a bias.
+        plan(
+            "b32x32_wide_groups_one_staging",
+            Bf16,
+            pattern([32, 32], 704, 4096, |r, c| {
+                (r + c) % 2 == 0 || (c < 2 && r % 11 < 7)
+            }),
+            false,
+            true,
+            false,
+        ),
         // 16x16 (G = 16), dual with a residual.
         plan(
             "b16x16_dual_residual",
