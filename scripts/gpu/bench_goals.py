@@ -39,6 +39,16 @@ SPARSE = [
 DENSITY = 0.25
 
 
+def sparse_model(name, path, tmp):
+    """The model.json of a SPARSE row: the example with every weight at DENSITY (32 x 32 blocks)."""
+    m = json.load(open(path))
+    m["name"] = f"{name}-sparse"
+    m["sparsity"] = {"*.weight": {"block": [32, 32], "density": DENSITY}}
+    p = os.path.join(tmp, f"{name}-sparse.json")
+    json.dump(m, open(p, "w"))
+    return p
+
+
 def section(path, name, text):
     """Puts `text` between the `<!-- NAME:begin -->` / `<!-- NAME:end -->` markers of `path`
     (appended at the end when absent), keeping the rest of the file."""
@@ -142,11 +152,7 @@ def main():
 
     sparse_rows = []
     for name, path, dims, act, T in SPARSE:
-        m = json.load(open(path))
-        m["name"] = f"{name}-sparse"
-        m["sparsity"] = {"*.weight": {"block": [32, 32], "density": DENSITY}}
-        p = os.path.join(tmp, f"{name}-sparse.json")
-        json.dump(m, open(p, "w"))
+        p = sparse_model(name, path, tmp)
         res, err = bench_mlpc(a.mlpc, p, T, "auto")
         f = acts[act]
         x = torch.randn(T, dims[0], device="cuda", dtype=torch.bfloat16)

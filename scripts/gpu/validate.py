@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """GPU validation of every kernel mlpc generates, in one run on a CUDA machine.
 
-For every model of tests/cases and examples, at several token counts: `mlpc check --backend cuda`
-(fresh random inputs, outputs and intermediates poisoned with NaN before the run, every output
-compared with the reference interpreter within the dtype's tolerance). Then the guard cases
+For every model of tests/cases and examples, at several token counts, and for every model the
+benchmarks time (`bench.py`'s and `bench_goals.py`'s rows, generated as they generate them) at
+the T they time it at: `mlpc check --backend cuda` (fresh random inputs, outputs and intermediates
+poisoned with NaN before the run, every output compared with the reference interpreter within
+the dtype's tolerance), so that every kernel a table times has been checked in the same call. Then the guard cases
 (`gpu_guards` on a small case and on an example of full size: inputs of the wrong dtype, shape,
 rank, strides or name are refused, a transposed view is re-specialised, graph replays match), then
 `compute-sanitizer --tool memcheck` on a few models. Writes a markdown report.
@@ -25,6 +27,10 @@ import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import MODELS as BENCH_MODELS, model_file  # noqa: E402
+from bench_goals import DECODE, DECODE_T, SPARSE, sparse_model  # noqa: E402
 
 # `--f32-kernel`: mlpc's option forcing that kernel, and its name in the report.
 F32_FLAGS = {"fp64": "--f32-fp64-tensor-cores", "ffma": "--f32-ffma"}
@@ -72,7 +78,33 @@ def models(quick, f32_dir=None):
     return jobs
 
 
-def check(mlpc, model, t, cache, target, extra):
+def bench_models(into):
+    """Every model the benchmarks time, at the T they time it at, each with its row's name there:
+    (path, T, label). `bench.py`'s rows (the examples in the row's dtype, the single linears,
+    dense and block-sparse) and `bench_goals.py`'s (the decode sizes, the sparse MLPs), written
+    into `into`; a model and T that both time once. The largest references first, so that they
+    do not end the run alone."""
+    os.makedirs(into, exist_ok=True)
+    rows = [((src or name, dtype, t), t, sum(i * o for i, o in zip(dims, dims[1:])) * (3 if gated else 1),
+             lambda src=src, dims=dims, dtype=dtype, name=name: model_file(src, dims, dtype, into, name),
+             f"bench.py: {name}")
+            for name, src, t, dims, _, gated, _, dtype in BENCH_MODELS]
+    rows += [((path, "bf16", t), t, 0, lambda path=path: path, f"bench_goals.py: {name} T={t}")
+             for name, path, *_ in DECODE for t in DECODE_T]
+    rows += [((name, "sparse", t), t, sum(i * o for i, o in zip(dims, dims[1:])),
+              lambda name=name, path=path: sparse_model(name, path, into), f"bench_goals.py: {name} sparse")
+             for name, path, dims, _, t in SPARSE]
+    seen, jobs = set(), []
+    for key, t, weights, path, label in sorted(rows, key=lambda r: -r[1] * r[2]):
+        if key not in seen:
+            seen.add(key)
+            jobs.append((path(), t, label))
+    return jobs
+
+
+def check(mlpc, model, t, cache, target, extra, label=None):
+    """`mlpc check` of `model` at T = `t`: one row per output (`label` names the model in them)."""
+    label = label or model
     env = dict(os.environ, MLPC_CACHE_DIR=cache)
     cmd = [mlpc, "check", model, "--backend", "cuda", "--bind", f"T={t}", "--bind", "B=3", "--seed", str(t)]
     cmd += ([] if target == "auto" else ["--target", target]) + extra
@@ -81,10 +113,10 @@ def check(mlpc, model, t, cache, target, extra):
     for line in p.stdout.splitlines():
         m = LINE.match(line)
         if m:
-            rows.append(dict(ok=m.group(1) == "ok  ", model=model, T=t, output=m.group(3), dtype=m.group(4),
+            rows.append(dict(ok=m.group(1) == "ok  ", model=label, T=t, output=m.group(3), dtype=m.group(4),
                              shape=m.group(5), error=float(m.group(6)), tol=float(m.group(7))))
     if p.returncode != 0 and not rows:
-        rows.append(dict(ok=False, model=model, T=t, output="-", dtype="-", shape="-", error=float("nan"), tol=0.0,
+        rows.append(dict(ok=False, model=label, T=t, output="-", dtype="-", shape="-", error=float("nan"), tol=0.0,
                          message=(p.stderr or p.stdout).strip()[-400:]))
     return rows
 
@@ -107,14 +139,18 @@ def main():
     # Compile every model once (fills the kernel cache) so the parallel checks do not race on it.
     f32 = a.f32_kernel
     extra = [F32_FLAGS[f32]] if f32 else []
-    jobs = models(a.quick, os.path.join(cache, "f32-models") if f32 else None)
+    jobs = [(m, t, None) for m, t in models(a.quick, os.path.join(cache, "f32-models") if f32 else None)]
+    if not a.quick and not f32:
+        # The benchmarks' own models at the T they are timed at, first: their references take
+        # the longest (seconds to a minute each).
+        jobs = bench_models(os.path.join(cache, "bench-models")) + jobs
     if f32:
-        a.sanitize = ",".join(m for m, _ in jobs if m.endswith(("gpt2-mlp-f32.json", "bert-sparse-ffn-f32.json")))
+        a.sanitize = ",".join(m for m, _, _ in jobs if m.endswith(("gpt2-mlp-f32.json", "bert-sparse-ffn-f32.json")))
         a.sanitize = ",".join(sorted(set(a.sanitize.split(","))))
     rows = []
     with cf.ThreadPoolExecutor(a.jobs) as ex:
-        for r in ex.map(lambda j: check(a.mlpc, j[0], j[1], cache + "/" + re.sub(r"\W", "_", j[0]), a.target, extra),
-                        jobs):
+        for r in ex.map(lambda j: check(a.mlpc, j[0], j[1], cache + "/" + re.sub(r"\W", "_", j[0]), a.target, extra,
+                                        j[2]), jobs):
             rows.extend(r)
             for x in r:
                 print(("ok  " if x["ok"] else "FAIL"), x["model"], "T=%d" % x["T"], x["output"], "%.2e" % x["error"],
@@ -151,7 +187,10 @@ def main():
     if f32:
         out.append("The f32 models of `tests/cases/` and f32 copies of the examples (llama left out), every f32 "
                    f"GEMM that offers the choice on {F32_NAMES[f32]} (`{F32_FLAGS[f32]}`).\n")
-    out.append("Every kernel of every model in `tests/cases/` and `examples/` ran through `mlpc check --backend cuda`: "
+    bench_note = ("" if a.quick or f32 else
+                  ", and every model the benchmarks time at the T they time it at (rows `bench.py: ...` and "
+                  "`bench_goals.py: ...`, named as in their tables),")
+    out.append(f"Every kernel of every model in `tests/cases/` and `examples/`{bench_note} ran through `mlpc check --backend cuda`: "
                "fresh random inputs, outputs and intermediates filled with NaN before the run, each output compared "
                "with the reference interpreter (f64) by relative Frobenius error. Tolerances: f32 1e-5, f16 2e-3, "
                "bf16 1e-2.\n")
