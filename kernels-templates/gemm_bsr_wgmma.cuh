@@ -13,10 +13,12 @@
 // warpgroup) x a group of G consecutive block rows of W (G * BR output columns). Accumulator g (G of
 // them; two sets for a dual GEMM) is a separate register array of BR / 2 f32 per thread: the
 // m64nBRk16 result of block row g. A tile is a (BM rows, group) pair; the grid is persistent
-// (at most one CTA per SM), each CTA walks its tiles (`bsr_wgmma::work_item`): the groups in
-// the order of `grp_order` (most steps first), a group's row tiles consecutive, handed to the
-// CTAs in a snake (round r: CTA b takes item r * P + b, or r * P + P - 1 - b when r is odd), so
-// that the long groups are spread first and the CTAs' sums of steps even out. The ring runs on
+// (at most one CTA per SM), each CTA walks its tiles (`bsr_wgmma::work_item`): the row tiles in
+// order, a row tile's groups consecutive in the order of `grp_order` (most steps first), so that
+// the groups that read one band of A run at about the same time and A comes from DRAM about once
+// (the groups' row tiles consecutive instead measured 4-10 % slower: docs/perf-notes.md,
+// block-sparse variant 28), handed to the CTAs in a snake (round r: CTA b takes item r * P + b,
+// or r * P + P - 1 - b when r is odd), so that the CTAs' sums of steps even out. The ring runs on
 // across a CTA's tiles: its producer fills the next tile's stages while the consumers store the
 // last one.
 //
@@ -941,8 +943,8 @@ struct GemmBsrWgmma {
         };
         auto tile_at = [&](int w) {
             Tile t;
-            t.group = p.grp_order[w / m_tiles];
-            t.m0 = (w % m_tiles) * BM;
+            t.group = p.grp_order[w % p.groups];
+            t.m0 = (w / p.groups) * BM;
             t.s0 = p.grp_ptr[t.group];
             t.steps = p.grp_ptr[t.group + 1] - t.s0;
             return t;

@@ -608,8 +608,8 @@ impl GroupSteps {
         }
     }
 
-    /// The groups in the order the persistent CTAs take them (`grp_order`): most steps first,
-    /// ties in group order.
+    /// The groups in the order the persistent CTAs take them within each row tile
+    /// (`grp_order`): most steps first, ties in group order.
     pub fn order(&self) -> Vec<u32> {
         let steps = |j: u32| self.grp_ptr[j as usize + 1] - self.grp_ptr[j as usize];
         let mut order: Vec<u32> = (0..self.grp_ptr.len() as u32 - 1).collect();
@@ -1291,8 +1291,8 @@ mod tests {
             // The persistent walk.
             "return r * P + ((r & 1) ? P - 1 - b : b);",
             "const int tiles = m_tiles * p.groups;",
-            "t.group = p.grp_order[w / m_tiles];",
-            "t.m0 = (w % m_tiles) * BM;",
+            "t.group = p.grp_order[w % p.groups];",
+            "t.m0 = (w / p.groups) * BM;",
             "int sl = ((pw - before) % kProducerWarps + kProducerWarps) % kProducerWarps;",
             "for (; sl < slices; sl += kProducerWarps) {",
             "const int stage = (before + sl) % STAGES;",
@@ -1472,8 +1472,8 @@ mod tests {
                 .map(|r| work_item(r, cta, ctas))
                 .take_while(|&w| w < tiles)
             {
-                let group = order[(w / m_tiles) as usize] as usize;
-                let m0 = u64::from(w % m_tiles * bm);
+                let group = order[w as usize % groups] as usize;
+                let m0 = u64::from(w / groups as u32 * bm);
                 let start = before;
                 before +=
                     (steps.grp_ptr[group + 1] - steps.grp_ptr[group]) as usize * kksub as usize;
