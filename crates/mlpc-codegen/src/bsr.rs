@@ -1074,7 +1074,9 @@ fn hopper_lists(p: &BlockPattern, h: &WgmmaBsr, sfx: &str) -> String {
         g = h.g,
     );
     src.push_str(&int_array(&format!("grp_ptr{sfx}"), &steps.grp_ptr));
-    src.push_str("// The groups in the order the CTAs take them: most steps first.\n");
+    src.push_str(
+        "// The groups in the order the CTAs take them in each row tile: most steps first.\n",
+    );
     src.push_str(&int_array(&format!("grp_order{sfx}"), &steps.order()));
     src.push_str(&int_array(&format!("step_info{sfx}"), &steps.step_info));
     if h.pairs {
