@@ -3,12 +3,13 @@
 
 For every model of tests/cases and examples, at several token counts, and for every model the
 benchmarks time (`bench.py`'s and `bench_goals.py`'s rows, generated as they generate them) at
-the T they time it at: `mlpc check --backend cuda` (fresh random inputs, outputs and intermediates
-poisoned with NaN before the run, every output compared with the reference interpreter within
-the dtype's tolerance), so that every kernel a table times has been checked in the same call. Then the guard cases
-(`gpu_guards` on a small case and on an example of full size: inputs of the wrong dtype, shape,
-rank, strides or name are refused, a transposed view is re-specialised, graph replays match), then
-`compute-sanitizer --tool memcheck` on a few models. Writes a markdown report.
+the T they time it at: `mlpc check --backend cuda` (fresh random inputs, outputs and
+intermediates poisoned with NaN before the run, every output compared with the reference
+interpreter within the dtype's tolerance), so that every kernel a table times has been checked
+in the same call. Then the guard cases (`gpu_guards` on a small case and on an example of full
+size: inputs of the wrong dtype, shape, rank, strides or name are refused, a transposed view is
+re-specialised, graph replays match), then `compute-sanitizer --tool memcheck` on a few models.
+Writes a markdown report.
 
 With --f32-kernel fp64 (or ffma): the f32 models of tests/cases and f32 copies of the examples
 (llama left out: its reference takes minutes), every f32 GEMM that offers the choice forced onto
@@ -85,20 +86,24 @@ def bench_models(into):
     into `into`; a model and T that both time once. The largest references first, so that they
     do not end the run alone."""
     os.makedirs(into, exist_ok=True)
-    rows = [((src or name, dtype, t), t, sum(i * o for i, o in zip(dims, dims[1:])) * (3 if gated else 1),
-             lambda src=src, dims=dims, dtype=dtype, name=name: model_file(src, dims, dtype, into, name),
-             f"bench.py: {name}")
+
+    def weights(dims):
+        return sum(i * o for i, o in zip(dims, dims[1:]))
+
+    # (key, cost, path, T, label), the key naming the model and T.
+    rows = [((src or name, dtype, t), t * weights(dims) * (3 if gated else 1),
+             model_file(src, dims, dtype, into, name), t, f"bench.py: {name}")
             for name, src, t, dims, _, gated, _, dtype in BENCH_MODELS]
-    rows += [((path, "bf16", t), t, 0, lambda path=path: path, f"bench_goals.py: {name} T={t}")
+    rows += [((path, "bf16", t), 0, path, t, f"bench_goals.py: {name} T={t}")
              for name, path, *_ in DECODE for t in DECODE_T]
-    rows += [((name, "sparse", t), t, sum(i * o for i, o in zip(dims, dims[1:])),
-              lambda name=name, path=path: sparse_model(name, path, into), f"bench_goals.py: {name} sparse")
+    rows += [((name, "sparse", t), t * weights(dims), sparse_model(name, path, into), t,
+              f"bench_goals.py: {name} sparse")
              for name, path, dims, _, t in SPARSE]
     seen, jobs = set(), []
-    for key, t, weights, path, label in sorted(rows, key=lambda r: -r[1] * r[2]):
+    for key, _, path, t, label in sorted(rows, key=lambda r: -r[1]):
         if key not in seen:
             seen.add(key)
-            jobs.append((path(), t, label))
+            jobs.append((path, t, label))
     return jobs
 
 
