@@ -13,7 +13,8 @@
 // `__device__ const int` arrays.
 //
 // Structure of one CTA: a BM x BN tile of C inside one block row of W (output columns
-// r*BR + s*BN .. + BN, s < ceil(BR / BN)); grid (ceil(M / BM), N / BR * ceil(BR / BN)). The
+// r*BR + s*BN .. + BN, s < ceil(BR / BN)); ceil(M / BM) row tiles by N / BR * ceil(BR / BN)
+// column tiles, a row tile's column tiles consecutive in launch order (`bsr_row_tile`). The
 // k loop walks the kept blocks of block row r, each in ceil(BC / BK) slices of BK: a slice loads
 // A[m0 .., c*BC + j*BK ..] and the matching BN x BK piece of the packed block, both zero-filled
 // past the block (and past M), so blocks of any shape are exact. The shared-memory stages, the
@@ -29,6 +30,19 @@
 
 namespace mlpc {
 
+/// The row tile of this block of a `Grid::RowTiles` launch, `[column tiles, r, ceil(row tiles /
+/// r)]` (its column tile is `blockIdx.x`). Blocks start in launch order (`blockIdx.x`
+/// fastest), so a row tile's column tiles start together: the blocks resident at once share
+/// their bands of A (read from DRAM about once) and re-read the packed weight, which the L2
+/// keeps. With `blockIdx.x` the row tile, a wave covered every row tile of a few column tiles
+/// and read A from DRAM again for every wave of column tiles (docs/perf-notes.md, block-sparse
+/// variant 29: the f32 GEMM at d = 0.25 5 % faster this way). Both indices stay special
+/// registers, which the kernels re-read where they need them (a division here made the
+/// tightest ones spill).
+__device__ __forceinline__ i64 bsr_row_tile() {
+    return (i64)blockIdx.y + (i64)blockIdx.z * gridDim.y;
+}
+
 /// Run-time description of a BSR GEMM: the dense GEMM parameters (`b` and `b_up` point at the
 /// packed blocks; `ldb` is unused) and the kept-block lists.
 template <class T, int NEPI>
@@ -41,7 +55,8 @@ struct BsrParams : GemmParams<T, NEPI> {
 
 /// The tensor-core BSR GEMM. `T` is `bf16` or `f16`; `LA` the layout of A; `BR` x `BC` the block;
 /// `Cfg` an `MmaConfig` whose BN is the CTA's share of a block row. Launch with `kThreads` threads,
-/// grid `(ceil(M / BM), N / BR * kNSub)` and `kSmemBytes` bytes of dynamic shared memory.
+/// a `Grid::RowTiles` grid over `ceil(M / BM)` row tiles and `N / BR * kNSub` column tiles
+/// (`bsr_row_tile`) and `kSmemBytes` bytes of dynamic shared memory.
 template <class T, Layout LA, int BR, int BC, class Cfg, class Epi>
 struct GemmBsrMma {
     typedef GemmMma<T, LA, Layout::T, Cfg, Epi> Dense;
@@ -94,9 +109,10 @@ struct GemmBsrMma {
         const int warp = tid >> 5;
         const int warp_m = warp % Cfg::WARPS_M;
         const int warp_n = warp / Cfg::WARPS_M;
-        const i64 m0 = (i64)blockIdx.x * BM;
-        const int brow = (int)blockIdx.y / kNSub;
-        const int nb0 = ((int)blockIdx.y % kNSub) * BN;
+        const i64 m0 = bsr_row_tile() * BM;
+        if (m0 >= p.m) return;  // past the row tiles, in the last layer of the grid
+        const int brow = (int)blockIdx.x / kNSub;
+        const int nb0 = ((int)blockIdx.x % kNSub) * BN;
         const i64 n0 = (i64)brow * BR + nb0;
         const i64 n_end = (i64)brow * BR + BR < p.n ? (i64)brow * BR + BR : p.n;
 
@@ -226,8 +242,9 @@ struct GemmBsrMma {
 };
 
 /// The SIMT BSR GEMM (exact f32 FFMA; f16 / bf16 operands are widened on load). `Cfg` a
-/// `SimtConfig` whose BN is the CTA's share of a block row. Launch with `kThreads` threads, grid
-/// `(ceil(M / BM), N / BR * kNSub)` and `kSmemBytes` bytes of dynamic shared memory.
+/// `SimtConfig` whose BN is the CTA's share of a block row. Launch with `kThreads` threads, a
+/// `Grid::RowTiles` grid over `ceil(M / BM)` row tiles and `N / BR * kNSub` column tiles and
+/// `kSmemBytes` bytes of dynamic shared memory.
 template <class T, Layout LA, int BR, int BC, class Cfg, class Epi>
 struct GemmBsrSimt {
     static constexpr bool kDual = Epi::kDual;
@@ -252,9 +269,10 @@ struct GemmBsrSimt {
         const int tid = (int)threadIdx.x;
         const int tx = tid % Cfg::TX;
         const int ty = tid / Cfg::TX;
-        const i64 m0 = (i64)blockIdx.x * BM;
-        const int brow = (int)blockIdx.y / kNSub;
-        const int nb0 = ((int)blockIdx.y % kNSub) * BN;
+        const i64 m0 = bsr_row_tile() * BM;
+        if (m0 >= p.m) return;  // past the row tiles, in the last layer of the grid
+        const int brow = (int)blockIdx.x / kNSub;
+        const int nb0 = ((int)blockIdx.x % kNSub) * BN;
         const i64 n0 = (i64)brow * BR + nb0;
         const i64 n_end = (i64)brow * BR + BR < p.n ? (i64)brow * BR + BR : p.n;
 
@@ -415,9 +433,10 @@ struct GemmBsrDmma {
         const int lane = tid % 32, warp = tid / 32;
         const int g = lane / 4, t = lane % 4;
         const int wm = warp * WM;
-        const i64 m0 = (i64)blockIdx.x * BM;
-        const int brow = (int)blockIdx.y / kNSub;
-        const int nb0 = ((int)blockIdx.y % kNSub) * BN;
+        const i64 m0 = bsr_row_tile() * BM;
+        if (m0 >= p.m) return;  // past the row tiles, in the last layer of the grid
+        const int brow = (int)blockIdx.x / kNSub;
+        const int nb0 = ((int)blockIdx.x % kNSub) * BN;
         const i64 n0 = (i64)brow * BR + nb0;
         const i64 n_end = (i64)brow * BR + BR < p.n ? (i64)brow * BR + BR : p.n;
 

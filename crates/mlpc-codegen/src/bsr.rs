@@ -1014,10 +1014,11 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             block: [threads, 1, 1],
             smem_bytes: smem,
             early_launch: false,
-            // Otherwise one CTA per BM rows and BN-column share of a block row.
+            // Otherwise one CTA per BM rows and BN-column share of a block row, a row tile's
+            // column tiles consecutive (`bsr_tile_of_block` in `gemm_bsr.cuh`).
             grid: match hopper {
                 Some(h) => persistent(&h),
-                None => Grid::Tiles {
+                None => Grid::RowTiles {
                     m: m.clone(),
                     n: Extent::constant(col_tiles),
                     tile_m: bm,

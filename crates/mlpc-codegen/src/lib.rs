@@ -463,6 +463,17 @@ pub enum Grid {
         tile_m: u32,
         tile_n: u32,
     },
+    /// One block per `tile_m x tile_n` tile of an `[m, n]` output, a row tile's column tiles
+    /// consecutive in launch order (the blocks resident at once then share their rows of the
+    /// input): `[ceil(n / tile_n), r, ceil(R / r)]`, with `R = ceil(m / tile_m)` row tiles and
+    /// `r = min(R, 65535)`. A block's row tile is `blockIdx.y + blockIdx.z * gridDim.y`; blocks
+    /// of the last `z` layer past `R` have no tile.
+    RowTiles {
+        m: Extent,
+        n: Extent,
+        tile_m: u32,
+        tile_n: u32,
+    },
     /// One block per `per_block` consecutive elements: `[ceil(numel / per_block), 1, 1]`.
     Elements { numel: Extent, per_block: u32 },
     /// A persistent kernel over the `tile_m x tile_n` tiles of an `[m, n]` output: `per_sm`
@@ -664,6 +675,20 @@ impl Launch {
                 blocks(1, resolve(n)?, *tile_n, 65535)?,
                 1,
             ])),
+            Grid::RowTiles {
+                m,
+                n,
+                tile_m,
+                tile_n,
+            } => {
+                let rows = resolve(m)?.div_ceil(u64::from((*tile_m).max(1)));
+                let layer = rows.min(65535);
+                Ok(Shape::plain([
+                    blocks(0, resolve(n)?, *tile_n, (1 << 31) - 1)?,
+                    layer as u32,
+                    blocks(2, rows, layer.max(1) as u32, 65535)?,
+                ]))
+            }
             Grid::Elements { numel, per_block } => Ok(Shape::plain([
                 blocks(0, resolve(numel)?, *per_block, (1 << 31) - 1)?,
                 1,
@@ -983,6 +1008,39 @@ mod tests {
         let mut z = Bindings::new();
         z.bind(&"T".into(), 0).unwrap();
         assert_eq!(launch.grid(&z, 132), Ok([0, 24, 1]));
+    }
+
+    #[test]
+    fn row_tile_grids_put_column_tiles_first_and_spill_rows_into_z() {
+        let launch = Launch {
+            block: [128, 1, 1],
+            smem_bytes: 0,
+            early_launch: false,
+            grid: Grid::RowTiles {
+                m: Extent::of_dim(&Dim::sym("T")),
+                n: Extent::constant(4096),
+                tile_m: 64,
+                tile_n: 32,
+            },
+        };
+        let grid = |t: u64| {
+            let mut b = Bindings::new();
+            b.bind(&"T".into(), t).unwrap();
+            launch.grid(&b, 132)
+        };
+        assert_eq!(grid(129), Ok([128, 3, 1]));
+        assert_eq!(grid(0), Ok([128, 0, 0]));
+        // 65535 row tiles fit one layer; one more takes a second, mostly without tiles.
+        assert_eq!(grid(64 * 65535), Ok([128, 65535, 1]));
+        assert_eq!(grid(64 * 65535 + 1), Ok([128, 65535, 2]));
+        assert_eq!(
+            grid(64 * 65535 * 65535 + 1),
+            Err(LaunchError::GridTooLarge {
+                axis: 2,
+                blocks: 65536,
+                limit: 65535
+            })
+        );
     }
 
     /// A persistent launch over `[T, 768]` in 128 x 192 tiles, without clusters.

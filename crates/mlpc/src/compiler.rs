@@ -537,7 +537,8 @@ impl Compiled {
                     .map_err(|e| Error::Launches(format!("kernel `{}`: {e}", k.name)))?;
                 let tiles = match &c.launch.grid {
                     mlpc_codegen::Grid::Persistent { tile_m, tile_n, .. }
-                    | mlpc_codegen::Grid::Tiles { tile_m, tile_n, .. } => {
+                    | mlpc_codegen::Grid::Tiles { tile_m, tile_n, .. }
+                    | mlpc_codegen::Grid::RowTiles { tile_m, tile_n, .. } => {
                         format!(", tiles {tile_m}x{tile_n}")
                     }
                     mlpc_codegen::Grid::Elements { .. } => String::new(),
