@@ -7,8 +7,10 @@
 #
 # Wall times on the H200 (2026-11-29, warm machine): smoke 15 s, validate 120 s (228 outputs,
 # guards, sanitizer; 240 s since 2026-12-03, with every model the benchmarks time checked at its
-# T: 290 outputs), bench 120 s, `bench_goals.py` 70 s, `tune` about 45 s per model. So `all`
-# with every row takes most of a 600 s call: `--only ROWS` keeps it short.
+# T: 290 outputs; and 26 rows of the portable block-sparse kernels, which `validate.py --only
+# portable` checked in 45 s on its own, guards included), bench 120 s, `bench_goals.py` 70 s,
+# `tune` about 45 s per model. So `all` with every row takes most of a 600 s call: `--only ROWS`
+# keeps it short.
 #
 # `run_all.sh bench --only "llama-swiglu T=1,gpt2-mlp T=1" --merge` refreshes those rows only and
 # keeps the others of docs/benchmarks.json (the table then names each row's run).

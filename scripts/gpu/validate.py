@@ -6,7 +6,10 @@ benchmarks time (`bench.py`'s and `bench_goals.py`'s rows, generated as they gen
 the T they time it at: `mlpc check --backend cuda` (fresh random inputs, outputs and
 intermediates poisoned with NaN before the run, every output compared with the reference
 interpreter within the dtype's tolerance), so that every kernel a table times has been checked
-in the same call. Then the guard cases (`gpu_guards` on a small case and on an example of full
+in the same call. Also the block-sparse kernels of `gemm_bsr.cuh` that `--target auto` does not
+reach on Hopper (rows `portable: ...`): the `mma.sync` kernel (`--target cuda:sm_90`) of the
+block-sparse cases, f32 copies of them on the FP64 tensor cores and on the FFMA pipes, and a
+linear whose row tiles fill more than one layer of its `Grid::RowTiles` launch. Then the guard cases (`gpu_guards` on a small case and on an example of full
 size: inputs of the wrong dtype, shape, rank, strides or name are refused, a transposed view is
 re-specialised, graph replays match), then `compute-sanitizer --tool memcheck` on a few models.
 Writes a markdown report.
@@ -17,7 +20,7 @@ the FP64 tensor cores (mlpc's `--f32-fp64-tensor-cores`; the heuristic's choice)
 pipes (`--f32-ffma`), and the sanitizer on two of the copies; no guard cases.
 
 usage: validate.py --mlpc BIN --guards BIN --out REPORT.md [--jobs N] [--quick]
-                   [--f32-kernel fp64|ffma]
+                   [--f32-kernel fp64|ffma] [--only TEXT,...]
 """
 import argparse
 import concurrent.futures as cf
@@ -107,6 +110,40 @@ def bench_models(into):
     return jobs
 
 
+# T of the tall linear of `portable_bsr`: 65547 row tiles of 128 rows (the portable kernels' BM),
+# past the 65535 that one layer (`gridDim.y`) of a `Grid::RowTiles` launch holds.
+TALL_T = 8390000
+
+
+def portable_bsr(into):
+    """The block-sparse cases on the kernels of `gemm_bsr.cuh` (`--target auto` runs the wgmma
+    kernel on Hopper): (path, T, label, target, flags), the target None for the run's own."""
+    os.makedirs(into, exist_ok=True)
+    jobs = []
+    for m in sorted(glob.glob("tests/cases/*/model.json")) + sorted(glob.glob("examples/*/model.json")):
+        model = json.load(open(m))
+        if "sparsity" not in model:
+            continue
+        name = os.path.basename(os.path.dirname(m))
+        model["dtype"] = "f32"
+        f32 = os.path.join(into, name + "-f32.json")
+        json.dump(model, open(f32, "w"))
+        for t in (77, 1000):
+            jobs.append((m, t, f"portable: {name} on sm_90 (mma.sync)", "cuda:sm_90", []))
+            jobs.append((f32, t, f"portable: {name} f32 (FP64 tensor cores)", None, ["--f32-fp64-tensor-cores"]))
+            jobs.append((f32, t, f"portable: {name} f32 (FFMA)", None, ["--f32-ffma"]))
+    for dtype, target, kernel in (("f32", None, "FP64 tensor cores"), ("bf16", "cuda:sm_90", "mma.sync")):
+        tall = os.path.join(into, f"tall-linear-{dtype}.json")
+        json.dump({"mlpc": 1, "name": "tall-linear", "dtype": dtype, "seed": 0,
+                   "inputs": {"x": {"shape": ["T", 16]}},
+                   "layers": [{"op": "linear", "name": "fc", "in": 16, "out": 32, "bias": True}],
+                   "sparsity": {"fc.weight": {"block": [16, 16], "density": 0.5}}}, open(tall, "w"))
+        jobs.append((tall, TALL_T, f"portable: 16 -> 32 linear {dtype} ({kernel}), row tiles in two grid layers",
+                     target, []))
+    # The tall ones first: their references take the longest.
+    return jobs[-2:] + jobs[:-2]
+
+
 def check(mlpc, model, t, cache, target, extra, label=None):
     """`mlpc check` of `model` at T = `t`: one row per output (`label` names the model in them)."""
     label = label or model
@@ -137,6 +174,8 @@ def main():
     ap.add_argument("--sanitize", default="tests/cases/seed-geglu/model.json,tests/cases/batched-bf16/model.json,tests/cases/prime-dims-f16/model.json,tests/cases/residual/model.json,tests/cases/transposed-input/model.json,tests/cases/sparse-geglu-b16/model.json,tests/cases/sparse-residual-b64/model.json,tests/cases/sparse-pairs-b32/model.json")
     ap.add_argument("--f32-kernel", choices=sorted(F32_FLAGS),
                     help="f32 models only, their GEMMs forced onto this kernel (see the module docs)")
+    ap.add_argument("--only", help="check only the models whose label or path contains one of these "
+                    "comma-separated texts (e.g. `portable`, `sparse`); the guards and the sanitizer still run")
     a = ap.parse_args()
     dev = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
@@ -144,18 +183,23 @@ def main():
     # Compile every model once (fills the kernel cache) so the parallel checks do not race on it.
     f32 = a.f32_kernel
     extra = [F32_FLAGS[f32]] if f32 else []
-    jobs = [(m, t, None) for m, t in models(a.quick, os.path.join(cache, "f32-models") if f32 else None)]
+    # (path, T, label, target, flags): the target None for the run's own (`--target`).
+    jobs = [(m, t, None, None, []) for m, t in models(a.quick, os.path.join(cache, "f32-models") if f32 else None)]
     if not a.quick and not f32:
         # The benchmarks' own models at the T they are timed at, first: their references take
-        # the longest (seconds to a minute each).
-        jobs = bench_models(os.path.join(cache, "bench-models")) + jobs
+        # the longest (seconds to a minute each); the tall linear of the portable kernels too.
+        jobs = ([(p, t, label, None, []) for p, t, label in bench_models(os.path.join(cache, "bench-models"))]
+                + portable_bsr(os.path.join(cache, "portable-models")) + jobs)
+    if a.only:
+        keys = [k for k in a.only.split(",") if k]
+        jobs = [j for j in jobs if any(k in (j[2] or "") or k in j[0] for k in keys)]
     if f32:
         a.sanitize = ",".join(m for m, _, _ in jobs if m.endswith(("gpt2-mlp-f32.json", "bert-sparse-ffn-f32.json")))
         a.sanitize = ",".join(sorted(set(a.sanitize.split(","))))
     rows = []
     with cf.ThreadPoolExecutor(a.jobs) as ex:
-        for r in ex.map(lambda j: check(a.mlpc, j[0], j[1], cache + "/" + re.sub(r"\W", "_", j[0]), a.target, extra,
-                                        j[2]), jobs):
+        for r in ex.map(lambda j: check(a.mlpc, j[0], j[1], cache + "/" + re.sub(r"\W", "_", j[0] + (j[3] or "")),
+                                        j[3] or a.target, extra + j[4], j[2]), jobs):
             rows.extend(r)
             for x in r:
                 print(("ok  " if x["ok"] else "FAIL"), x["model"], "T=%d" % x["T"], x["output"], "%.2e" % x["error"],
