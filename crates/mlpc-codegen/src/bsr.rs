@@ -1124,9 +1124,67 @@ mod tests {
     //! product needs; the accumulated values must equal the pruned GEMM.
 
     use super::*;
+    use mlpc_ir::{Bindings, Dim};
     use std::collections::HashMap;
 
     const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_bsr_wgmma.cuh");
+    /// The kernels of every target but sm_90a (`GemmBsrMma`, `GemmBsrSimt`, `GemmBsrDmma`).
+    const PORTABLE: &str = include_str!("../../../kernels-templates/gemm_bsr.cuh");
+
+    /// The portable kernels find their tile as `Grid::RowTiles` lays its blocks out (the lines
+    /// below, transcribed from the template, which this test checks still says them): every
+    /// (row tile, column tile) is computed by exactly one block, and the blocks of the last
+    /// layer past the row tiles return, also where the row tiles exceed one layer.
+    #[test]
+    fn row_tile_grids_give_every_tile_one_block() {
+        assert!(PORTABLE.contains("return (i64)blockIdx.y + (i64)blockIdx.z * gridDim.y;"));
+        for line in [
+            "const i64 m0 = bsr_row_tile() * BM;",
+            "if (m0 >= p.m) return;",
+            "const int brow = (int)blockIdx.x / kNSub;",
+            "const int nb0 = ((int)blockIdx.x % kNSub) * BN;",
+        ] {
+            assert_eq!(
+                PORTABLE.matches(line).count(),
+                3,
+                "each kernel says `{line}`"
+            );
+        }
+        let (bm, cols) = (128u64, 3u32);
+        let launch = Launch {
+            block: [128, 1, 1],
+            smem_bytes: 0,
+            early_launch: false,
+            grid: Grid::RowTiles {
+                m: Extent::of_dim(&Dim::sym("T")),
+                n: Extent::constant(u64::from(cols)),
+                tile_m: bm as u32,
+                tile_n: 1,
+            },
+        };
+        for t in [1, 129, 4096, 65535 * bm, 65535 * bm + 1, 65536 * bm + 77] {
+            let mut b = Bindings::new();
+            b.bind(&"T".into(), t).unwrap();
+            let [gx, gy, gz] = launch.grid(&b, 132).unwrap();
+            let rows = t.div_ceil(bm);
+            let mut seen = vec![0u8; (rows * u64::from(cols)) as usize];
+            for z in 0..u64::from(gz) {
+                for y in 0..u64::from(gy) {
+                    let m0 = (y + z * u64::from(gy)) * bm;
+                    if m0 >= t {
+                        continue;
+                    }
+                    for x in 0..u64::from(gx) {
+                        seen[(m0 / bm * u64::from(cols) + x) as usize] += 1;
+                    }
+                }
+            }
+            assert!(
+                seen.iter().all(|&n| n == 1),
+                "T = {t}: a tile without one block"
+            );
+        }
+    }
     /// Consumer threads (two warpgroups); the producer warpgroup follows them.
     const CONSUMERS: u32 = 256;
 
