@@ -1015,7 +1015,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             smem_bytes: smem,
             early_launch: false,
             // Otherwise one CTA per BM rows and BN-column share of a block row, a row tile's
-            // column tiles consecutive (`bsr_tile_of_block` in `gemm_bsr.cuh`).
+            // column tiles consecutive (`bsr_row_tile` in `gemm_bsr.cuh`).
             grid: match hopper {
                 Some(h) => persistent(&h),
                 None => Grid::RowTiles {
