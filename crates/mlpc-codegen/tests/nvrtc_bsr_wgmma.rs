@@ -256,3 +256,53 @@ fn the_wgmma_issue_microbenchmark_compiles_with_the_templates() {
         );
     }
 }
+
+/// The swapped-operand block-sparse probe (`scripts/gpu/bsr_swap.cu`, built with nvcc on a CUDA
+/// machine: the weight as wgmma's M side, the tokens as N) reuses the templates' wgmma wrappers,
+/// barriers and copies: its device part must keep compiling with them, every entry without local
+/// memory or serialised wgmmas.
+#[test]
+fn the_swapped_block_sparse_probe_compiles_with_the_templates() {
+    if let Err(e) = ensure_nvrtc() {
+        panic!("these tests need NVRTC 13.0: {e}");
+    }
+    let source = include_str!("../../../scripts/gpu/bsr_swap.cu");
+    let template = hopper_kernels().remove(0);
+    let kernel = CudaKernel {
+        name: "bsr_swap".to_string(),
+        entry: "bsr_swap_p3_n96".to_string(),
+        source: source.to_string(),
+        small_m: None,
+        relayouts: Vec::new(),
+        short_grid: None,
+        ..template
+    };
+    let opts = JitOptions {
+        arch: Arch::Sm90a,
+        no_cache: true,
+        cache_dir: None,
+    };
+    let c = compile_all(std::slice::from_ref(&kernel), &opts)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .remove(0);
+    eprintln!("{}", c.log);
+    let entries = c.ptx.matches(".entry bsr_swap_").count();
+    assert_eq!(entries, 6, "entries in the PTX");
+    for shape in ["m64n96k16", "m64n128k16"] {
+        assert!(c.ptx.contains(shape), "no {shape} in the PTX");
+    }
+    assert!(c.resources_known, "no ptxas report in the log:\n{}", c.log);
+    assert!(!c.log.contains("serialized"), "{}", c.log);
+    let frames: Vec<&str> = c
+        .log
+        .lines()
+        .filter(|l| l.contains("bytes stack frame"))
+        .collect();
+    assert_eq!(frames.len(), entries, "{}", c.log);
+    for line in frames {
+        assert!(
+            line.contains(" 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+            "{line}"
+        );
+    }
+}
