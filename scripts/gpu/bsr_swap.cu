@@ -5,26 +5,32 @@
 //   Y[t, f] = sum over kept blocks (r, c), f in block row r:  X[t, 32c ..] . W[f, 32c ..]
 //
 // computed as Y^T = W X^T: a wgmma's A operand is 64 rows of W, i.e. a PAIR of 32-row block rows
-// (top rows 0-31, bottom rows 32-63), its B operand 128 tokens of X (K-major, as X is stored), so
-// one kept (pair, block column) costs two m64n128k16 (k = 32) where the grouped kernel spends two
-// m64n32k16 per kept block and 64 tokens: 8x the work per instruction and per branch on the mask.
+// (top rows 0-31, bottom rows 32-63), its B operand NT tokens of X (K-major, as X is stored), so
+// one kept (pair, block column) costs two m64nNTk16 (k = 32; NT = 96 or 128) where the grouped
+// kernel spends two m64n32k16 per kept block and 64 tokens: 6-8x the work per instruction and
+// per branch on the mask.
 // The price: where only one block of a pair is kept, the other half of A is zeros (the tensor
 // cores do the work of both), i.e. issued / kept work = (1 - (1 - d)^2) / d per pair at a random
 // mask of density d (1.5 / 1.75 / 1.9 at d = 0.5 / 0.25 / 0.1), less where the pairs are chosen
-// for overlap (`--pairing greedy`: each block row paired with the free row sharing most kept
-// columns).
+// for overlap (the `greedy` rows: of all pairs of block rows, most shared kept columns first,
+// each taken where both rows are still free; the `natural` rows pair rows 2p and 2p + 1).
 //
-// CTA: 384 threads. Two consumer warpgroups (tokens 0-127 and 128-255 of the CTA's 256) and a
-// producer warp. A tile is (256 tokens, a group of P pairs): P accumulator arrays of 64 f32 a
-// thread. Steps: the windows of two block columns where any of the group's 4P block rows keeps a
-// block, each with a 4P-bit mask (bit 2 (2 pp + wc) + h: pair pp keeps column wc of the window
-// in its top (h = 0) or bottom half). A stage holds the X piece of the window (256 tokens x 64 k,
-// one TMA box, 128B swizzle) and one 4 KB pair slot per (pair, column) with a kept block, in the
-// order of the mask bits: the kept blocks come from the packed weight (2 KB each, already in the
-// slot's 64B-swizzled image, packed in step order: one bulk copy a block), the missing halves are
-// zeroed by the producer warp. The consumers then run both operands from shared memory (SS form).
-// Persistent grid; the ring runs on across a CTA's tiles; the epilogue stores Y from registers
-// (bf16, 16-byte runs of 8 features; STORE = false leaves it out, to time the main loop alone).
+// CTA: 384 threads, two consumer warpgroups and a producer warp. A tile is (tokens, a group of
+// pairs); each consumer warpgroup holds P accumulator arrays of NT / 2 f32 a thread (NT tokens
+// x 64 rows of W each). Two ways to share a CTA's tile: the warpgroups take NT tokens each of
+// the CTA's 2 NT and the same P pairs, or (SPLIT) the same NT tokens and P pairs each (2 P
+// pairs a CTA: the X piece serves twice the pairs). Steps: the windows of two block columns
+// where any of the group's block rows keeps a block, each with a mask of 4 bits a pair (bit
+// 2 (2 pp + wc) + h: pair pp keeps column wc of the window in its top (h = 0) or bottom half).
+// A stage holds the X piece of the window (the tile's tokens x 64 k, one TMA box, 128B swizzle)
+// and one 4 KB pair slot per (pair, column) with a kept block, in the order of the mask bits:
+// the kept blocks come from the packed weight (2 KB each, already in the slot's 64B-swizzled
+// image, packed in step order: one bulk copy a block, a lane each), the missing halves are
+// zeroed by the producer warp, whose lanes read the step lists 32 steps at a time. The
+// consumers run both operands from shared memory (SS form), one step's wgmmas in flight while
+// the next step's are issued. Persistent grid; the ring runs on across a CTA's tiles; the
+// epilogue goes through a small staging buffer (32 tokens x 64 features a warpgroup) to 16-byte
+// stores of Y (STORE = false leaves it out, to time the main loop alone).
 //
 // What it measures: the time of this form at d = 0.5 / 0.25 / 0.1 (W 4096 x 4096, 32 x 32 blocks,
 // T = 4096, bf16) beside cuBLAS's dense GEMM of the unpruned shape in the same process, both
@@ -379,23 +385,25 @@ struct Plan {
 static Plan plan(const std::vector<unsigned char>& keep, const std::vector<unsigned short>& w, int nbr,
                  int nbc, int k, int P, bool greedy) {
     Plan pl;
-    std::vector<int> partner(nbr, -1);
     if (!greedy) {
         for (int r = 0; r < nbr; r += 2) pl.pair_rows.insert(pl.pair_rows.end(), {r, r + 1});
     } else {
-        std::vector<bool> used(nbr, false);
-        for (int r = 0; r < nbr; ++r) {
-            if (used[r]) continue;
-            used[r] = true;
-            int best = -1, best_ov = -1;
-            for (int s = r + 1; s < nbr; ++s) {
-                if (used[s]) continue;
+        // Every (r, s) by the kept columns they share, most first; a pair taken where both
+        // rows are still free (a greedy matching of maximum overlap).
+        std::vector<std::pair<int, int>> cand;
+        for (int r = 0; r < nbr; ++r)
+            for (int s2 = r + 1; s2 < nbr; ++s2) {
                 int ov = 0;
-                for (int c = 0; c < nbc; ++c) ov += keep[r * nbc + c] & keep[s * nbc + c];
-                if (ov > best_ov) best_ov = ov, best = s;
+                for (int c = 0; c < nbc; ++c) ov += keep[r * nbc + c] & keep[s2 * nbc + c];
+                cand.push_back({-ov, r * nbr + s2});
             }
-            used[best] = true;
-            pl.pair_rows.insert(pl.pair_rows.end(), {r, best});
+        std::sort(cand.begin(), cand.end());
+        std::vector<bool> used(nbr, false);
+        for (const auto& cv : cand) {
+            const int r = cv.second / nbr, s2 = cv.second % nbr;
+            if (used[r] || used[s2]) continue;
+            used[r] = used[s2] = true;
+            pl.pair_rows.insert(pl.pair_rows.end(), {r, s2});
         }
     }
     const int pairs = nbr / 2;
@@ -441,58 +449,68 @@ static Plan plan(const std::vector<unsigned char>& keep, const std::vector<unsig
 
 static void flush_l2(void* buf, size_t bytes) { CHECK(cudaMemsetAsync(buf, 0, bytes)); }
 
+static float elapsed(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    return ms;
+}
+
+// Times f as the harness times every side (docs/perf-notes.md, "Measuring"): 1 s of untimed runs
+// first (the card's clock settles under the load), then as triton's do_bench: 25 ms of warm-up
+// and 200 ms of timed runs, each after a 256 MB buffer is zeroed (its L2 flush), counted from
+// an estimate of one run with its flush; the median of CUDA-event times around each run.
 template <class F>
-static float median_ms(F f, void* flush, size_t flush_bytes, int runs) {
+static float time_ms(F f, void* flush, size_t flush_bytes) {
     cudaEvent_t a, b;
     CHECK(cudaEventCreate(&a));
     CHECK(cudaEventCreate(&b));
-    std::vector<float> ts;
-    for (int i = 0; i < runs; ++i) {
-        flush_l2(flush, flush_bytes);
-        CHECK(cudaEventRecord(a));
-        f();
+    CHECK(cudaEventRecord(a));
+    for (;;) {
+        for (int i = 0; i < 20; ++i) f();
         CHECK(cudaEventRecord(b));
         CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        CHECK(cudaEventElapsedTime(&ms, a, b));
-        ts.push_back(ms);
+        if (elapsed(a, b) > 1000.0f) break;
     }
+    CHECK(cudaEventRecord(a));
+    for (int i = 0; i < 5; ++i) {
+        flush_l2(flush, flush_bytes);
+        f();
+    }
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    const float est = std::max(1e-3f, elapsed(a, b) / 5.0f);
+    const int warm = std::max(1, (int)(25.0f / est)), runs = std::max(10, (int)(200.0f / est));
+    for (int i = 0; i < warm; ++i) {
+        flush_l2(flush, flush_bytes);
+        f();
+    }
+    std::vector<cudaEvent_t> ev(2 * runs);
+    for (auto& e : ev) CHECK(cudaEventCreate(&e));
+    for (int i = 0; i < runs; ++i) {
+        flush_l2(flush, flush_bytes);
+        CHECK(cudaEventRecord(ev[2 * i]));
+        f();
+        CHECK(cudaEventRecord(ev[2 * i + 1]));
+    }
+    CHECK(cudaDeviceSynchronize());
     CHECK(cudaGetLastError());
+    std::vector<float> ts(runs);
+    for (int i = 0; i < runs; ++i) ts[i] = elapsed(ev[2 * i], ev[2 * i + 1]);
+    for (auto& e : ev) CHECK(cudaEventDestroy(e));
     CHECK(cudaEventDestroy(a));
     CHECK(cudaEventDestroy(b));
     std::sort(ts.begin(), ts.end());
     return ts[ts.size() / 2];
 }
 
-// Runs f for about `ms` milliseconds untimed (the card's clock settles under the load).
-template <class F>
-static void heat(F f, float ms) {
-    cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-    CHECK(cudaEventRecord(a));
-    for (int done = 0;;) {
-        for (int i = 0; i < 20; ++i) f();
-        done += 20;
-        CHECK(cudaEventRecord(b));
-        CHECK(cudaEventSynchronize(b));
-        float el = 0;
-        CHECK(cudaEventElapsedTime(&el, a, b));
-        if (el > ms) break;
-    }
-    CHECK(cudaEventDestroy(a));
-    CHECK(cudaEventDestroy(b));
-}
-
 int main(int argc, char** argv) {
     const int T = 4096, N = 4096, K = 4096, B = 32;
     const int nbr = N / B, nbc = K / B;
-    const int runs = argc > 1 ? std::atoi(argv[1]) : 100;
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
     const int sms = prop.multiProcessorCount;
-    std::printf("bsr_swap: %s, %d SMs; W %dx%d of %dx%d blocks, T = %d, bf16; medians of %d runs, L2 flushed\n",
-                prop.name, sms, N, K, B, B, T, runs);
+    std::printf("bsr_swap: %s, %d SMs; W %dx%d of %dx%d blocks, T = %d, bf16; timed as the harness times\n",
+                prop.name, sms, N, K, B, B, T);
 
     std::mt19937 rng(12345);
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
@@ -519,8 +537,7 @@ int main(int argc, char** argv) {
                                 CUDA_R_16BF, K, &zero, y, CUDA_R_16BF, N, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT));
     };
-    heat([&] { gemm(dw, dref); }, 1000.0f);
-    const float dense_ms = median_ms([&] { gemm(dw, dref); }, flush, flush_bytes, runs);
+    const float dense_ms = time_ms([&] { gemm(dw, dref); }, flush, flush_bytes);
     std::printf("dense cuBLAS %dx%dx%d: %.4f ms (%.0f TFLOP/s)\n", T, N, K, dense_ms,
                 2.0 * T * N * K / dense_ms / 1e9);
 
@@ -625,8 +642,7 @@ int main(int argc, char** argv) {
                     }
                 }
                 const bool ok = !stores || max_err <= 0.02 * max_ref + 1e-3;
-                heat(launch, 300.0f);
-                const float ms = median_ms(launch, flush, flush_bytes, runs);
+                const float ms = time_ms(launch, flush, flush_bytes);
                 const double issued = (double)pl.issued_pair_cols * 2.0 / (double)pl.kept;
                 std::printf(
                     "d = %.2f %-7s %-22s %.4f ms  %.2fx dense  useful %.0f TFLOP/s  issued/kept %.2f  "
