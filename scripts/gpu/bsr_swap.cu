@@ -332,14 +332,7 @@ BSR_SWAP_ENTRY(2, 128, false, true, bsr_swap_split_p2_n128_nostore)
 #include <random>
 #include <vector>
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        cudaError_t e_ = (call);                                                           \
-        if (e_ != cudaSuccess) {                                                           \
-            std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));               \
-            std::exit(1);                                                                  \
-        }                                                                                  \
-    } while (0)
+#include "host_check.h"
 #define CHECK_CU(call)                                                                     \
     do {                                                                                   \
         CUresult e_ = (call);                                                              \

@@ -145,17 +145,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) dmma_issue_ffma(int iters, 
 }
 
 #ifndef __CUDACC_RTC__
-#include <cstdio>
-#include <cstdlib>
+#include "host_check.h"
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        cudaError_t e_ = (call);                                                           \
-        if (e_ != cudaSuccess) {                                                           \
-            std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));               \
-            std::exit(1);                                                                  \
-        }                                                                                  \
-    } while (0)
 
 typedef void (*Entry)(int, double*);
 

@@ -636,17 +636,8 @@ WGMMA_ISSUE_MODES(WGMMA_ISSUE_RS_M)
 WGMMA_ISSUE_ROWS(WGMMA_ISSUE_SS_M, WGMMA_ISSUE_RS_M)
 
 #ifndef __CUDACC_RTC__
-#include <cstdio>
-#include <cstdlib>
+#include "host_check.h"
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        cudaError_t e_ = (call);                                                           \
-        if (e_ != cudaSuccess) {                                                           \
-            std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));               \
-            std::exit(1);                                                                  \
-        }                                                                                  \
-    } while (0)
 
 typedef void (*Entry)(int, float*);
 

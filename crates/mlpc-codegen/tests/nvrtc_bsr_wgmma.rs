@@ -201,20 +201,19 @@ fn the_benchmark_shape_compiles_without_local_memory() {
     }
 }
 
-/// The wgmma issue-rate microbenchmark (`scripts/gpu/wgmma_issue.cu`, built with nvcc on a CUDA
-/// machine) reuses the block-sparse kernel's wgmma wrappers and descriptor helpers: its device
-/// part must keep compiling with them, every entry without local memory or serialised wgmmas
-/// (a serialised entry would time ptxas' fallback, not the tensor pipe).
-#[test]
-fn the_wgmma_issue_microbenchmark_compiles_with_the_templates() {
+/// Compiles the device part of a measurement program under `scripts/gpu/` (built with nvcc on a
+/// CUDA machine; `prefix` starts the names of its entries, `entry` is one of them) as NVRTC
+/// compiles the templates, and checks that it has `entries` entries using each wgmma `shapes`,
+/// none with local memory or serialised wgmmas (a serialised entry would time ptxas' fallback,
+/// not the tensor pipe).
+fn script_compiles_clean(source: &str, prefix: &str, entry: &str, entries: usize, shapes: &[&str]) {
     if let Err(e) = ensure_nvrtc() {
         panic!("these tests need NVRTC 13.0: {e}");
     }
-    let source = include_str!("../../../scripts/gpu/wgmma_issue.cu");
     let template = hopper_kernels().remove(0);
     let kernel = CudaKernel {
-        name: "wgmma_issue".to_string(),
-        entry: "wgmma_issue_rs_n32_x8_bk32_wg2_m0".to_string(),
+        name: prefix.to_string(),
+        entry: entry.to_string(),
         source: source.to_string(),
         small_m: None,
         relayouts: Vec::new(),
@@ -229,15 +228,9 @@ fn the_wgmma_issue_microbenchmark_compiles_with_the_templates() {
     let c = compile_all(std::slice::from_ref(&kernel), &opts)
         .unwrap_or_else(|e| panic!("{e}"))
         .remove(0);
-    let entries = c.ptx.matches(".entry wgmma_issue_").count();
-    assert_eq!(entries, 40, "entries in the PTX");
-    for shape in [
-        "m64n16k16",
-        "m64n32k16",
-        "m64n64k16",
-        "m64n128k16",
-        "m64n256k16",
-    ] {
+    let found = c.ptx.matches(&format!(".entry {prefix}_")).count();
+    assert_eq!(found, entries, "entries in the PTX");
+    for shape in shapes {
         assert!(c.ptx.contains(shape), "no {shape} in the PTX");
     }
     assert!(c.resources_known, "no ptxas report in the log:\n{}", c.log);
@@ -257,52 +250,35 @@ fn the_wgmma_issue_microbenchmark_compiles_with_the_templates() {
     }
 }
 
-/// The swapped-operand block-sparse probe (`scripts/gpu/bsr_swap.cu`, built with nvcc on a CUDA
-/// machine: the weight as wgmma's M side, the tokens as N) reuses the templates' wgmma wrappers,
-/// barriers and copies: its device part must keep compiling with them, every entry without local
-/// memory or serialised wgmmas.
+/// The wgmma issue-rate microbenchmark (`scripts/gpu/wgmma_issue.cu`) reuses the block-sparse
+/// kernel's wgmma wrappers and descriptor helpers: its device part must keep compiling with them.
+#[test]
+fn the_wgmma_issue_microbenchmark_compiles_with_the_templates() {
+    script_compiles_clean(
+        include_str!("../../../scripts/gpu/wgmma_issue.cu"),
+        "wgmma_issue",
+        "wgmma_issue_rs_n32_x8_bk32_wg2_m0",
+        40,
+        &[
+            "m64n16k16",
+            "m64n32k16",
+            "m64n64k16",
+            "m64n128k16",
+            "m64n256k16",
+        ],
+    );
+}
+
+/// The swapped-operand block-sparse probe (`scripts/gpu/bsr_swap.cu`: the weight as wgmma's M
+/// side, the tokens as N; docs/perf-notes.md, block-sparse variant 31) reuses the templates'
+/// wgmma wrappers, barriers and copies: its device part must keep compiling with them.
 #[test]
 fn the_swapped_block_sparse_probe_compiles_with_the_templates() {
-    if let Err(e) = ensure_nvrtc() {
-        panic!("these tests need NVRTC 13.0: {e}");
-    }
-    let source = include_str!("../../../scripts/gpu/bsr_swap.cu");
-    let template = hopper_kernels().remove(0);
-    let kernel = CudaKernel {
-        name: "bsr_swap".to_string(),
-        entry: "bsr_swap_p3_n96".to_string(),
-        source: source.to_string(),
-        small_m: None,
-        relayouts: Vec::new(),
-        short_grid: None,
-        ..template
-    };
-    let opts = JitOptions {
-        arch: Arch::Sm90a,
-        no_cache: true,
-        cache_dir: None,
-    };
-    let c = compile_all(std::slice::from_ref(&kernel), &opts)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .remove(0);
-    eprintln!("{}", c.log);
-    let entries = c.ptx.matches(".entry bsr_swap_").count();
-    assert_eq!(entries, 6, "entries in the PTX");
-    for shape in ["m64n96k16", "m64n128k16"] {
-        assert!(c.ptx.contains(shape), "no {shape} in the PTX");
-    }
-    assert!(c.resources_known, "no ptxas report in the log:\n{}", c.log);
-    assert!(!c.log.contains("serialized"), "{}", c.log);
-    let frames: Vec<&str> = c
-        .log
-        .lines()
-        .filter(|l| l.contains("bytes stack frame"))
-        .collect();
-    assert_eq!(frames.len(), entries, "{}", c.log);
-    for line in frames {
-        assert!(
-            line.contains(" 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
-            "{line}"
-        );
-    }
+    script_compiles_clean(
+        include_str!("../../../scripts/gpu/bsr_swap.cu"),
+        "bsr_swap",
+        "bsr_swap_p3_n96",
+        6,
+        &["m64n96k16", "m64n128k16"],
+    );
 }
