@@ -90,6 +90,23 @@ __device__ __forceinline__ void unpack2(u32 w, float& lo, float& hi) {
     hi = to_f32(b);
 }
 
+/// `unpack2`, with bf16's widening as byte moves and a mask (`prmt`, `lop3`: the integer pipe,
+/// where the shift of `to_f32` may become an `IMAD` on the FP32 pipe).
+template <class T>
+__device__ __forceinline__ void widen_pair(u32 w, float& lo, float& hi) {
+    unpack2<T>(w, lo, hi);
+}
+
+template <>
+__device__ __forceinline__ void widen_pair<bf16>(u32 w, float& lo, float& hi) {
+    u32 l, h;
+    // Bytes 0, 1 of w to bytes 2, 3; zeros below (selector nibbles 4: bytes of the zero operand).
+    asm volatile("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(l) : "r"(w));
+    asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(h) : "r"(w));
+    lo = __uint_as_float(l);
+    hi = __uint_as_float(h);
+}
+
 /// Loads element `i` of `p` as f32.
 template <class T>
 __device__ __forceinline__ float load_f32(const T* p, i64 i) {
@@ -311,6 +328,21 @@ struct Chain<S, Rest...> {
     }
 };
 
+/// A chain whose first step is `Bias<I>` (`kLead`): `Rest` is the chain after it.
+template <class C>
+struct LeadingBias {
+    static constexpr bool kLead = false;
+    static constexpr int kIndex = -1;
+    using Rest = C;
+};
+
+template <int I, class... Steps>
+struct LeadingBias<Chain<Bias<I>, Steps...>> {
+    static constexpr bool kLead = true;
+    static constexpr int kIndex = I;
+    using Rest = Chain<Steps...>;
+};
+
 /// The epilogue of a plain GEMM: `Out(A @ B)`.
 template <class Out>
 struct SingleEpilogue {
@@ -320,6 +352,24 @@ struct SingleEpilogue {
                                                   const P& p) {
         return Out::apply(acc, r, c, p);
     }
+};
+
+/// For kernels that start their accumulators at the bias instead of zero: whether `Epi` is a
+/// plain GEMM's epilogue whose chain starts with a bias (`kLead`, the operand `kIndex`), and the
+/// epilogue that is left (`Rest`; `Epi` itself otherwise). Not for split K, whose partial tiles
+/// would each add the bias.
+template <class Epi>
+struct BiasFirst {
+    static constexpr bool kLead = false;
+    static constexpr int kIndex = -1;
+    using Rest = Epi;
+};
+
+template <class Out>
+struct BiasFirst<SingleEpilogue<Out>> {
+    static constexpr bool kLead = LeadingBias<Out>::kLead;
+    static constexpr int kIndex = LeadingBias<Out>::kIndex;
+    using Rest = SingleEpilogue<typename LeadingBias<Out>::Rest>;
 };
 
 /// The epilogue of a dual GEMM: `Out(Gate(A @ Bg) * Up(A @ Bu))`.

@@ -595,6 +595,14 @@ struct Mma<f16, 256> {
 template <class T, int BR, int BC, class Cfg, class Epi>
 struct GemmBsrWgmma {
     static constexpr bool kDual = Epi::kDual;
+    /// A plain GEMM whose epilogue chain starts with a bias starts its accumulators at the bias
+    /// instead of zero, and its epilogue applies the rest of the chain: the bias costs no load,
+    /// conversion and add per element in the epilogue (docs/perf-notes.md, block-sparse variant
+    /// 33). With A from registers only: where A comes from shared memory (wgmmas in flight
+    /// across slices), ptxas serialises every wgmma of a kernel that starts its accumulators so
+    /// (C7514, seen for 8 x 16 blocks).
+    static constexpr bool kBiasInit = BiasFirst<Epi>::kLead && Cfg::A_REGS;
+    using EpiAfterInit = typename BiasFirst<Epi>::Rest;
     static constexpr int BM = Cfg::BM, G = Cfg::G, BK = Cfg::BK, STAGES = Cfg::STAGES;
     static constexpr int kThreads = Cfg::kThreads;
     static constexpr int kConsumerThreads = Cfg::kConsumerThreads;
@@ -794,6 +802,57 @@ struct GemmBsrWgmma {
         }
     }
 
+    /// The accumulators' initial values for the tile at columns from `n0`: the bias where
+    /// `kBiasInit` (its element of the accumulator's column, the layout of `store`; columns past
+    /// N zero), else zero.
+    template <class P, class Acc, class AccUp>
+    __device__ __forceinline__ static void init_acc(const P& p, i64 n0, int tid, Acc& acc,
+                                                    AccUp& acc_up) {
+        if constexpr (kBiasInit) {
+            const auto& bias = p.epi[BiasFirst<Epi>::kIndex];
+            const int t = tid & 3;
+            if (n0 + G * BR <= p.n && bias.col_stride == 1 && is_aligned(bias.ptr, 4)) {
+                // The group's columns inside N, the bias contiguous: one 4-byte load a column
+                // pair, widened on the integer pipe (`widen_pair`).
+                const u32* w = reinterpret_cast<const u32*>(bias.ptr + n0) + t;
+#pragma unroll
+                for (int g = 0; g < G; ++g)
+#pragma unroll
+                    for (int i = 0; i < BR / 8; ++i) {
+                        // Rows lane / 4 and lane / 4 + 8: the same columns, each row half's
+                        // registers widened from the word on their own. (ptxas merges the two
+                        // widenings all the same and adds 88 register copies a tile over the
+                        // form that widens once and copies: docs/perf-notes.md, block-sparse
+                        // variant 33. This is the form checked and timed on the GPU.)
+                        const u32 v = __ldg(w + (g * BR + i * 8) / 2);
+                        widen_pair<T>(v, acc[g][4 * i], acc[g][4 * i + 1]);
+                        widen_pair<T>(v, acc[g][4 * i + 2], acc[g][4 * i + 3]);
+                    }
+                return;
+            }
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int i = 0; i < BR / 8; ++i)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const i64 col = n0 + g * BR + i * 8 + 2 * t + e;
+                        const float b = col < p.n ? load_f32(bias.ptr, col * bias.col_stride) : 0.0f;
+                        // Rows lane / 4 and lane / 4 + 8 (h = 0, 1): the same column.
+                        acc[g][4 * i + e] = b;
+                        acc[g][4 * i + 2 + e] = b;
+                    }
+        } else {
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int i = 0; i < kAcc; ++i) {
+                    acc[g][i] = 0.0f;
+                    if constexpr (kDual) acc_up[g][i] = 0.0f;
+                }
+        }
+    }
+
     /// Epilogue of one tile: acc[g][4i + 2h + e] is C[16q + lane / 4 + 8h][g * BR + 8i + 2t + e]
     /// of the warpgroup's 64 rows (from m0 + 64 wg) and the group's columns (from n0); columns
     /// past N (a last group with fewer than G block rows) are not written.
@@ -821,7 +880,7 @@ struct GemmBsrWgmma {
                         const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2 + e;
                         const int r = 4 * i + 2 * h + e;
                         const float up = kDual ? acc_up[kDual ? g : 0][kDual ? r : 0] : 0.0f;
-                        acc[g][r] = Epi::apply(acc[g][r], up, row, col, p);
+                        acc[g][r] = EpiAfterInit::apply(acc[g][r], up, row, col, p);
                     }
                 }
             }
@@ -1072,13 +1131,7 @@ struct GemmBsrWgmma {
         u32 phase = 0;
         u32 chunk = 0;
         for_each_tile(cta, ctas, tiles, tile_or_none, [&](const Tile& t) {
-#pragma unroll
-            for (int g = 0; g < G; ++g)
-#pragma unroll
-                for (int i = 0; i < kAcc; ++i) {
-                    acc[g][i] = 0.0f;
-                    if constexpr (kDual) acc_up[g][i] = 0.0f;
-                }
+            init_acc(p, (i64)t.group * (G * BR), tid, acc, acc_up);
             const int slices = t.steps * kKSub;
             consume(ring, full, empty, masks, slices, tid, acc, acc_up, stage, phase);
             store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up, map_c, staging, chunk);
