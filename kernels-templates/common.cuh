@@ -354,6 +354,27 @@ struct SingleEpilogue {
     }
 };
 
+/// `A` where `C`, else `B`.
+template <bool C, class A, class B>
+struct PickType {
+    using type = A;
+};
+template <class A, class B>
+struct PickType<false, A, B> {
+    using type = B;
+};
+
+/// Whether `A` and `B` are one type (an enumerator: a `static constexpr` member used in a
+/// `static_assert` becomes a global of the PTX).
+template <class A, class B>
+struct SameType {
+    enum { value = 0 };
+};
+template <class A>
+struct SameType<A, A> {
+    enum { value = 1 };
+};
+
 /// For kernels that start their accumulators at the bias instead of zero: whether `Epi` is a
 /// plain GEMM's epilogue whose chain starts with a bias (`kLead`, the operand `kIndex`), and the
 /// epilogue that is left (`Rest`; `Epi` itself otherwise). Not for split K, whose partial tiles

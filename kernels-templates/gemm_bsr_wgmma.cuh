@@ -602,7 +602,10 @@ struct GemmBsrWgmma {
     /// across slices), ptxas serialises every wgmma of a kernel that starts its accumulators so
     /// (C7514, seen for 8 x 16 blocks).
     static constexpr bool kBiasInit = BiasFirst<Epi>::kLead && Cfg::A_REGS;
-    using EpiAfterInit = typename BiasFirst<Epi>::Rest;
+    /// The epilogue after `init_acc`: without the bias where the accumulators start at it.
+    using EpiAfterInit = typename PickType<kBiasInit, typename BiasFirst<Epi>::Rest, Epi>::type;
+    static_assert(kBiasInit || SameType<EpiAfterInit, Epi>::value,
+                  "accumulators that start at zero take the whole epilogue chain");
     static constexpr int BM = Cfg::BM, G = Cfg::G, BK = Cfg::BK, STAGES = Cfg::STAGES;
     static constexpr int kThreads = Cfg::kThreads;
     static constexpr int kConsumerThreads = Cfg::kConsumerThreads;
