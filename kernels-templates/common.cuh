@@ -393,6 +393,55 @@ struct BiasFirst<SingleEpilogue<Out>> {
     using Rest = SingleEpilogue<typename LeadingBias<Out>::Rest>;
 };
 
+/// `acc = v` for an accumulator register that a wgmma reads next, by an opaque move. Where an
+/// accumulator's initial value came straight from an integer instruction (the bf16 widening's
+/// `prmt` / `lop3`), ptxas kept the main loop's accumulators in registers of their own and copied
+/// them into the wgmma's at the top of every k slice, then serialised every wgmma (C7514); a move
+/// or an FP32 instruction as the last writer keeps one set of registers (docs/perf-notes.md, dense
+/// variant 3w). The move costs nothing where ptxas can write the value in place.
+__device__ __forceinline__ void seed_acc(float& acc, float v) {
+    asm volatile("mov.b32 %0, %1;" : "=f"(acc) : "f"(v));
+}
+
+/// Starts B accumulator fragments of an m64nNk16 wgmma that share their columns (N / 2 registers
+/// a thread each: acc[b][4 i + 2 h + e] is column n0 + 8 i + 2 (lane % 4) + e of both row halves
+/// h) at the bias of those columns; columns at or past `n` start at zero. `whole`: the caller
+/// knows every column is inside `n` and the bias contiguous and 4-byte aligned, so that one
+/// 4-byte load a column pair serves.
+template <class T, int N, int B>
+__device__ __forceinline__ void bias_fragments(float (&acc)[B][N / 2], const EpiTensor<T>& bias,
+                                               i64 n0, i64 n, int lane, bool whole) {
+    const int t = lane & 3;
+    if (whole) {
+        const u32* w = reinterpret_cast<const u32*>(bias.ptr + n0) + t;
+#pragma unroll
+        for (int i = 0; i < N / 8; ++i) {
+            float lo, hi;
+            widen_pair<T>(__ldg(w + 4 * i), lo, hi);
+#pragma unroll
+            for (int b = 0; b < B; ++b) {
+                seed_acc(acc[b][4 * i], lo);
+                seed_acc(acc[b][4 * i + 1], hi);
+                seed_acc(acc[b][4 * i + 2], lo);
+                seed_acc(acc[b][4 * i + 3], hi);
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < N / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const i64 col = n0 + 8 * i + 2 * t + e;
+            const float v = col < n ? load_f32(bias.ptr, col * bias.col_stride) : 0.0f;
+#pragma unroll
+            for (int b = 0; b < B; ++b) {
+                seed_acc(acc[b][4 * i + e], v);
+                seed_acc(acc[b][4 * i + 2 + e], v);
+            }
+        }
+}
+
 /// The epilogue of a dual GEMM: `Out(Gate(A @ Bg) * Up(A @ Bu))`.
 template <class Gate, class Up, class Out>
 struct DualEpilogue {

@@ -1172,6 +1172,11 @@ struct WgmmaTmaConfig {
 template <class T, class Cfg, class Epi>
 struct GemmWgmmaTma {
     static constexpr bool kDual = Epi::kDual;
+    /// A plain GEMM whose epilogue chain starts with a bias starts its accumulators at the bias
+    /// (`bias_fragments`) and applies the rest of the chain in its epilogue (`EpiAfterInit`).
+    /// Not with split K: each partial tile would add the bias.
+    static constexpr bool kBiasInit = BiasFirst<Epi>::kLead && !Cfg::kSplitK;
+    using EpiAfterInit = typename PickType<kBiasInit, typename BiasFirst<Epi>::Rest, Epi>::type;
     static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
     static constexpr int kConsumers = Cfg::kConsumers;
     static constexpr int kBands = Cfg::kBands;
@@ -1377,12 +1382,19 @@ struct GemmWgmmaTma {
             tile_of(t, tiles_mc, tiles_nc, tm, tn);
             if constexpr (kShareB) tm = tm * CLUSTER + rank;
             if constexpr (kShareA) tn = tn * CLUSTER + rank;
+            if constexpr (kBiasInit) {
+                const auto& bias = p.epi[BiasFirst<Epi>::kIndex];
+                bias_fragments<T, BN, kBands>(
+                    acc, bias, tn * BN, p.n, tid & 31,
+                    (tn + 1) * BN <= p.n && bias.col_stride == 1 && is_aligned(bias.ptr, 4));
+            } else {
 #pragma unroll
-            for (int i = 0; i < kAcc; ++i) {
+                for (int i = 0; i < kAcc; ++i) {
 #pragma unroll
-                for (int b = 0; b < kBands; ++b) {
-                    acc[b][i] = 0.0f;
-                    if constexpr (kDual) acc_up[b][i] = 0.0f;
+                    for (int b = 0; b < kBands; ++b) {
+                        acc[b][i] = 0.0f;
+                        if constexpr (kDual) acc_up[b][i] = 0.0f;
+                    }
                 }
             }
             int stage = (int)(slice % STAGES);
@@ -1481,13 +1493,14 @@ struct GemmWgmmaTma {
             if (CLUSTER > 1 && (tn * BN >= p.n || tm * BM >= p.m)) continue;
 #pragma unroll
             for (int b = 0; b < kBands; ++b) {
+                const i64 m0 = tm * BM + (band0 + b) * 64;
                 if constexpr (Cfg::kTmaStore) {
-                    store_tile_tma<T, BN, kDual, Epi>(acc[b], acc_up[b], tm * BM + (band0 + b) * 64,
-                                                      tn * BN, tid & 127, p, map_c, my_staging,
-                                                      3 + wg, chunk);
+                    store_tile_tma<T, BN, kDual, EpiAfterInit>(acc[b], acc_up[b], m0, tn * BN,
+                                                               tid & 127, p, map_c, my_staging,
+                                                               3 + wg, chunk);
                 } else {
-                    store_tile<T, BN, kDual, Epi>(acc[b], acc_up[b], tm * BM + (band0 + b) * 64,
-                                                  tn * BN, tid & 127, p);
+                    store_tile<T, BN, kDual, EpiAfterInit>(acc[b], acc_up[b], m0, tn * BN,
+                                                           tid & 127, p);
                 }
             }
         }

@@ -6,7 +6,7 @@ use mlpc_codegen::{
     generate, generate_tiled, plan_tile_candidates, tile_candidates, Arch, CodegenError,
     CodegenOptions, EntryBase, Grid, TileChoice, TileKey, TileOverrides,
 };
-use mlpc_ir::{BufferKind, DType, Dual, Gemm, MatLayout, Op, Plan};
+use mlpc_ir::{Activation, BufferKind, DType, Dual, Epilogue, Gemm, MatLayout, Op, Plan};
 
 fn opts(arch: Arch) -> CodegenOptions {
     CodegenOptions {
@@ -27,19 +27,36 @@ fn gemm_op(dual: bool) -> Op {
     })
 }
 
-/// Three kernels: a plain GEMM `[T, k] x [n, k]^T`, a dual GEMM of the same shape, and a plain
-/// GEMM with a symbolic K (`D`).
+/// A plain GEMM with a bias (operand 2) then a ReLU: the Hopper kernels start its accumulators at
+/// the bias.
+fn gemm_bias_relu_op() -> Op {
+    Op::Gemm(Gemm {
+        a: MatLayout::N,
+        b: MatLayout::T,
+        dual: None,
+        epilogue: [
+            Epilogue::Bias { operand: 2 },
+            Epilogue::Act(Activation::Relu),
+        ]
+        .into_iter()
+        .collect(),
+    })
+}
+
+/// Three kernels: a plain GEMM `[T, k] x [n, k]^T` with a bias and a ReLU, a dual GEMM of the
+/// same shape, and a plain GEMM with a symbolic K (`D`).
 fn plan(k: &str, n: &str) -> Plan {
     let mut p = PlanBuilder::new("tiles", DType::Bf16);
     let x = p.dense("x", BufferKind::Input, &["T", k]);
     let w = p.dense("w", BufferKind::Weight, &[n, k]);
+    let bias = p.dense("bias", BufferKind::Weight, &[n]);
     let wu = p.dense("wu", BufferKind::Weight, &[n, k]);
     let y = p.dense("y", BufferKind::Intermediate, &["T", n]);
     let h = p.dense("h", BufferKind::Intermediate, &["T", n]);
     let xs = p.dense("xs", BufferKind::Input, &["T", "D"]);
     let ws = p.dense("ws", BufferKind::Weight, &[n, "D"]);
     let z = p.dense("z", BufferKind::Output, &["T", n]);
-    p.kernel("plain", gemm_op(false), &[x, w], y);
+    p.kernel("plain", gemm_bias_relu_op(), &[x, w, bias], y);
     p.kernel("dual", gemm_op(true), &[x, w, wu], h);
     p.kernel("symbolic_k", gemm_op(false), &[xs, ws], z);
     p.finish()
