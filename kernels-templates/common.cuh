@@ -80,6 +80,15 @@ __device__ __forceinline__ u32 pack2<f16>(float lo, float hi) {
     return r;
 }
 
+/// `max(v, 0)` of both halves of a packed bf16 pair (`max.bf16x2`: a NaN half becomes 0, as
+/// `fmaxf` gives; rounding first, then the maximum, gives the values of the other order, up to
+/// the sign of a zero).
+__device__ __forceinline__ u32 relu2_bf16(u32 w) {
+    u32 r;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(w), "r"(0u));
+    return r;
+}
+
 /// The two 16-bit values of a packed word, widened to f32.
 template <class T>
 __device__ __forceinline__ void unpack2(u32 w, float& lo, float& hi) {
@@ -352,6 +361,45 @@ struct SingleEpilogue {
                                                   const P& p) {
         return Out::apply(acc, r, c, p);
     }
+};
+
+/// `Chain<S, X...>` for `C` = `Chain<X...>`.
+template <class S, class C>
+struct Prepend;
+template <class S, class... X>
+struct Prepend<S, Chain<X...>> {
+    using type = Chain<S, X...>;
+};
+
+/// A chain whose last step is a ReLU (`kRelu`): `Rest` is the chain before it (`C` otherwise).
+template <class C>
+struct TrailingReluChain {
+    static constexpr bool kRelu = false;
+    using Rest = C;
+};
+template <>
+struct TrailingReluChain<Chain<Act<ActKind::Relu>>> {
+    static constexpr bool kRelu = true;
+    using Rest = Chain<>;
+};
+template <class S, class... Steps>
+struct TrailingReluChain<Chain<S, Steps...>> {
+    static constexpr bool kRelu = TrailingReluChain<Chain<Steps...>>::kRelu;
+    using Rest = typename Prepend<S, typename TrailingReluChain<Chain<Steps...>>::Rest>::type;
+};
+
+/// For kernels that round the output in pairs: whether `Epi` is a plain GEMM's epilogue whose
+/// chain ends with a ReLU (`kRelu`), applied then to each packed pair (`relu2_bf16`), and the
+/// epilogue before it (`Rest`; `Epi` itself otherwise).
+template <class Epi>
+struct TrailingRelu {
+    static constexpr bool kRelu = false;
+    using Rest = Epi;
+};
+template <class Out>
+struct TrailingRelu<SingleEpilogue<Out>> {
+    static constexpr bool kRelu = TrailingReluChain<Out>::kRelu;
+    using Rest = SingleEpilogue<typename TrailingReluChain<Out>::Rest>;
 };
 
 /// `A` where `C`, else `B`.

@@ -579,7 +579,7 @@ mod tests {
             "const u32 addr = buf + row_addr + (u32)((((i + (j >> 1)) ^ swz)) << 4);",
             "stmatrix_x4(addr, pair(i, 0), pair(i, 1), pair(i + 1, 0), pair(i + 1, 1));",
             "const int r = 4 * (8 * c + i) + 2 * h;",
-            "return pack2<T>(acc[r], acc[r + 1]);",
+            "const u32 w = pack2<T>(acc[r], acc[r + 1]);",
         ] {
             assert!(
                 TEMPLATE.contains(line),

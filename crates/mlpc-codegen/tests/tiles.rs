@@ -557,6 +557,14 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             .source
             .contains("const __grid_constant__ mlpc::TensorMap tm_c");
         assert_eq!(tma_store, per_sm == 1, "{}", k.entry);
+        // A trailing ReLU of the TMA stores runs on the packed bf16 pairs.
+        let relu = k.source.contains("mlpc::Act<mlpc::ActKind::Relu>");
+        assert_eq!(
+            c.ptx.contains("max.bf16x2"),
+            relu && tma_store,
+            "{}",
+            k.entry
+        );
         for needle in [
             "stmatrix.sync.aligned.m8n8.x4.shared.b16",
             "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
