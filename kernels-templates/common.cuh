@@ -80,12 +80,23 @@ __device__ __forceinline__ u32 pack2<f16>(float lo, float hi) {
     return r;
 }
 
-/// `max(v, 0)` of both halves of a packed bf16 pair (`max.bf16x2`: a NaN half becomes 0, as
-/// `fmaxf` gives; rounding first, then the maximum, gives the values of the other order, up to
-/// the sign of a zero).
-__device__ __forceinline__ u32 relu2_bf16(u32 w) {
+/// `max(v, 0)` of both halves of a packed 16-bit pair (`max.bf16x2` / `max.f16x2`: a NaN half
+/// becomes 0, as `fmaxf` gives; rounding first, then the maximum, gives the values of the other
+/// order, up to the sign of a zero).
+template <class T>
+__device__ __forceinline__ u32 relu2(u32 w);
+
+template <>
+__device__ __forceinline__ u32 relu2<bf16>(u32 w) {
     u32 r;
     asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(w), "r"(0u));
+    return r;
+}
+
+template <>
+__device__ __forceinline__ u32 relu2<f16>(u32 w) {
+    u32 r;
+    asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(w), "r"(0u));
     return r;
 }
 
@@ -389,7 +400,7 @@ struct TrailingReluChain<Chain<S, Steps...>> {
 };
 
 /// For kernels that round the output in pairs: whether `Epi` is a plain GEMM's epilogue whose
-/// chain ends with a ReLU (`kRelu`), applied then to each packed pair (`relu2_bf16`), and the
+/// chain ends with a ReLU (`kRelu`), applied then to each packed pair (`relu2`), and the
 /// epilogue before it (`Rest`; `Epi` itself otherwise).
 template <class Epi>
 struct TrailingRelu {

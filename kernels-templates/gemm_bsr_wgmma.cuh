@@ -606,6 +606,20 @@ struct GemmBsrWgmma {
     using EpiAfterInit = typename PickType<kBiasInit, typename BiasFirst<Epi>::Rest, Epi>::type;
     static_assert(kBiasInit || SameType<EpiAfterInit, Epi>::value,
                   "accumulators that start at zero take the whole epilogue chain");
+    /// A trailing ReLU runs on the packed pairs of the stores (`relu2`: one instruction a pair,
+    /// not one an element; docs/perf-notes.md, block-sparse variant 34); `EpiInPlace` is the
+    /// epilogue before it.
+    static constexpr bool kPackedRelu = TrailingRelu<EpiAfterInit>::kRelu;
+    using EpiInPlace =
+        typename PickType<kPackedRelu, typename TrailingRelu<EpiAfterInit>::Rest, EpiAfterInit>::type;
+    /// The packed output pair of two accumulators, and one output value, after the packed ReLU.
+    __device__ __forceinline__ static u32 out_pair(float lo, float hi) {
+        const u32 w = pack2<T>(lo, hi);
+        return kPackedRelu ? relu2<T>(w) : w;
+    }
+    __device__ __forceinline__ static T out_value(float v) {
+        return from_f32<T>(kPackedRelu ? fmaxf(v, 0.0f) : v);
+    }
     static constexpr int BM = Cfg::BM, G = Cfg::G, BK = Cfg::BK, STAGES = Cfg::STAGES;
     static constexpr int kThreads = Cfg::kThreads;
     static constexpr int kConsumerThreads = Cfg::kConsumerThreads;
@@ -883,7 +897,7 @@ struct GemmBsrWgmma {
                         const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2 + e;
                         const int r = 4 * i + 2 * h + e;
                         const float up = kDual ? acc_up[kDual ? g : 0][kDual ? r : 0] : 0.0f;
-                        acc[g][r] = EpiAfterInit::apply(acc[g][r], up, row, col, p);
+                        acc[g][r] = EpiInPlace::apply(acc[g][r], up, row, col, p);
                     }
                 }
             }
@@ -910,8 +924,8 @@ struct GemmBsrWgmma {
                         for (int i = 0; i < BR / 8; i += 2) {
                             const int r = 4 * i + 2 * h;
                             wgmma_detail::store_sector<T>(
-                                out_row + g * BR + i * 8, pack2<T>(acc[g][r], acc[g][r + 1]),
-                                pack2<T>(acc[g][r + 4], acc[g][r + 5]));
+                                out_row + g * BR + i * 8, out_pair(acc[g][r], acc[g][r + 1]),
+                                out_pair(acc[g][r + 4], acc[g][r + 5]));
                         }
                     }
                 }
@@ -932,10 +946,10 @@ struct GemmBsrWgmma {
                     const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2;
                     const int r = 4 * i + 2 * h;
                     if (pair_ok) {
-                        *reinterpret_cast<u32*>(out_row + col) = pack2<T>(acc[g][r], acc[g][r + 1]);
+                        *reinterpret_cast<u32*>(out_row + col) = out_pair(acc[g][r], acc[g][r + 1]);
                     } else {
-                        out_row[col] = from_f32<T>(acc[g][r]);
-                        out_row[col + 1] = from_f32<T>(acc[g][r + 1]);
+                        out_row[col] = out_value(acc[g][r]);
+                        out_row[col + 1] = out_value(acc[g][r + 1]);
                     }
                 }
             }
@@ -962,7 +976,7 @@ struct GemmBsrWgmma {
                     const int cg = 8 * c + i;
                     const int g = cg / kGroupsPerBlock;
                     const int r = 4 * (cg % kGroupsPerBlock) + 2 * h;
-                    return pack2<T>(acc[g][r], acc[g][r + 1]);
+                    return out_pair(acc[g][r], acc[g][r + 1]);
                 });
         }
     }

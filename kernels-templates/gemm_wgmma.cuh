@@ -787,9 +787,9 @@ __device__ __forceinline__ void store_tile_tma(float (&acc)[NACC], const float (
     const int q = wtid >> 5;
     const i64 rbase = row0 + q * 16 + (lane >> 2);
     const i64 cbase = n0 + (lane & 3) * 2;
-    // A trailing ReLU of a bf16 output runs on the packed pairs (`relu2_bf16`: one instruction
-    // a pair, not one an element; docs/perf-notes.md, dense variant 3x).
-    constexpr bool kPackedRelu = TrailingRelu<Epi>::kRelu && SameType<T, bf16>::value;
+    // A trailing ReLU runs on the packed pairs (`relu2`: one instruction a pair, not one an
+    // element; docs/perf-notes.md, dense variant 3x).
+    constexpr bool kPackedRelu = TrailingRelu<Epi>::kRelu;
     using Before = typename PickType<kPackedRelu, typename TrailingRelu<Epi>::Rest, Epi>::type;
     if (row0 + 64 <= p.m && n0 + BN <= p.n) {
         epilogue_pass<false, T, BN, kDual, Before>(acc, acc_up, rbase, cbase, p);
@@ -803,7 +803,7 @@ __device__ __forceinline__ void store_tile_tma(float (&acc)[NACC], const float (
         store_chunk_tma(map_c, row0, n0 + 64 * c, wtid, staging, bar, chunk, [&](int i, int h) {
             const int r = 4 * (8 * c + i) + 2 * h;
             const u32 w = pack2<T>(acc[r], acc[r + 1]);
-            return kPackedRelu ? relu2_bf16(w) : w;
+            return kPackedRelu ? relu2<T>(w) : w;
         });
     }
 }

@@ -9,7 +9,8 @@ interpreter within the dtype's tolerance), so that every kernel a table times ha
 in the same call. Also the block-sparse kernels of `gemm_bsr.cuh` that `--target auto` does not
 reach on Hopper (rows `portable: ...`): the `mma.sync` kernel (`--target cuda:sm_90`) of the
 block-sparse cases, f32 copies of them on the FP64 tensor cores and on the FFMA pipes, and a
-linear whose row tiles fill more than one layer of its `Grid::RowTiles` launch. Then the guard cases (`gpu_guards` on a small case and on an example of full
+linear whose row tiles fill more than one layer of its `Grid::RowTiles` launch. And f16 copies
+of the examples and of the sparse MLPs (rows `f16 copy: ...`), as no benchmark times f16. Then the guard cases (`gpu_guards` on a small case and on an example of full
 size: inputs of the wrong dtype, shape, rank, strides or name are refused, a transposed view is
 re-specialised, graph replays match), then `compute-sanitizer --tool memcheck` on a few models.
 Writes a markdown report.
@@ -110,6 +111,25 @@ def bench_models(into):
     return jobs
 
 
+def f16_copies(into):
+    """f16 copies of the examples (llama left out) and of the sparse MLPs `bench_goals.py` times,
+    no f16 model being among the benchmarks: (path, T, label), at a small T and at one where
+    every persistent CTA computes several tiles."""
+    os.makedirs(into, exist_ok=True)
+    sources = [(os.path.basename(os.path.dirname(m)), m) for m in sorted(glob.glob("examples/*/model.json"))
+               if "llama" not in m]
+    sources += [(f"{name}-sparse", sparse_model(name, path, into)) for name, path, *_ in SPARSE]
+    jobs = []
+    for name, src in sources:
+        model = json.load(open(src))
+        model["dtype"] = "f16"
+        path = os.path.join(into, f"{name}-f16.json")
+        json.dump(model, open(path, "w"))
+        for t in (67, 2048):
+            jobs.append((path, t, f"f16 copy: {name}"))
+    return jobs
+
+
 # T of the tall linear of `portable_bsr`: 65547 row tiles of 128 rows (the portable kernels' BM),
 # past the 65535 that one layer (`gridDim.y`) of a `Grid::RowTiles` launch holds.
 TALL_T = 8390000
@@ -189,7 +209,8 @@ def main():
         # The benchmarks' own models at the T they are timed at, first: their references take
         # the longest (seconds to a minute each); the tall linear of the portable kernels too.
         jobs = ([(p, t, label, None, []) for p, t, label in bench_models(os.path.join(cache, "bench-models"))]
-                + portable_bsr(os.path.join(cache, "portable-models")) + jobs)
+                + portable_bsr(os.path.join(cache, "portable-models")) + jobs
+                + [(p, t, label, None, []) for p, t, label in f16_copies(os.path.join(cache, "f16-models"))])
     if a.only:
         keys = [k for k in a.only.split(",") if k]
         jobs = [j for j in jobs if any(k in (j[2] or "") or k in j[0] for k in keys)]
@@ -237,8 +258,9 @@ def main():
         out.append("The f32 models of `tests/cases/` and f32 copies of the examples (llama left out), every f32 "
                    f"GEMM that offers the choice on {F32_NAMES[f32]} (`{F32_FLAGS[f32]}`).\n")
     bench_note = ("" if a.quick or f32 else
-                  ", and every model the benchmarks time at the T they time it at (rows `bench.py: ...` and "
-                  "`bench_goals.py: ...`, named as in their tables),")
+                  ", every model the benchmarks time at the T they time it at (rows `bench.py: ...` and "
+                  "`bench_goals.py: ...`, named as in their tables), and f16 copies of the examples and of the "
+                  "sparse MLPs (rows `f16 copy: ...`),")
     out.append(f"Every kernel of every model in `tests/cases/` and `examples/`{bench_note} ran through `mlpc check --backend cuda`: "
                "fresh random inputs, outputs and intermediates filled with NaN before the run, each output compared "
                "with the reference interpreter (f64) by relative Frobenius error. Tolerances: f32 1e-5, f16 2e-3, "

@@ -124,6 +124,13 @@ fn bsr_wgmma_kernels_compile_for_sm_90a_without_local_memory_or_serialised_wgmma
             "{}",
             k.name
         );
+        // A trailing ReLU runs on the packed pairs of the stores.
+        assert_eq!(
+            c.ptx.contains("max.bf16x2") || c.ptx.contains("max.f16x2"),
+            k.source.contains("mlpc::Act<mlpc::ActKind::Relu>>>;"),
+            "{}",
+            k.name
+        );
         assert!(c.resources.barriers >= 1, "{}: {:?}", k.name, c.resources);
         short_entry_fits(k, &c.log);
     }

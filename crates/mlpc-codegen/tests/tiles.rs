@@ -46,7 +46,12 @@ fn gemm_bias_relu_op() -> Op {
 /// Three kernels: a plain GEMM `[T, k] x [n, k]^T` with a bias and a ReLU, a dual GEMM of the
 /// same shape, and a plain GEMM with a symbolic K (`D`).
 fn plan(k: &str, n: &str) -> Plan {
-    let mut p = PlanBuilder::new("tiles", DType::Bf16);
+    plan_of(DType::Bf16, k, n)
+}
+
+/// [`plan`] in another 16-bit dtype.
+fn plan_of(dtype: DType, k: &str, n: &str) -> Plan {
+    let mut p = PlanBuilder::new("tiles", dtype);
     let x = p.dense("x", BufferKind::Input, &["T", k]);
     let w = p.dense("w", BufferKind::Weight, &[n, k]);
     let bias = p.dense("bias", BufferKind::Weight, &[n]);
@@ -619,4 +624,31 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
             assert!(!r.uses_local_memory(), "{name} uses local memory: {r:?}");
         }
     }
+}
+
+#[test]
+fn f16_outputs_take_the_packed_relu_too() {
+    use mlpc_jit::{compile_all, JitOptions};
+    let p = plan_of(DType::F16, "4096", "4096");
+    let kernels: Vec<_> = generate(&p, &opts(Arch::Sm90a))
+        .unwrap()
+        .into_iter()
+        .filter(|k| k.source.contains("mlpc::Act<mlpc::ActKind::Relu>"))
+        .collect();
+    assert_eq!(kernels.len(), 1);
+    let jit = JitOptions {
+        arch: Arch::Sm90a,
+        no_cache: true,
+        cache_dir: None,
+    };
+    let compiled = compile_all(&kernels, &jit).unwrap_or_else(|e| panic!("{e}"));
+    let c = &compiled[0];
+    assert!(c.ptx.contains("max.f16x2"), "{}", kernels[0].entry);
+    assert!(!c.ptx.contains("max.bf16x2"), "{}", kernels[0].entry);
+    assert!(
+        !c.log.contains("serialized"),
+        "ptxas serialised the wgmmas:\n{}",
+        c.log
+    );
+    assert!(!c.resources.uses_local_memory(), "{:?}", c.resources);
 }
