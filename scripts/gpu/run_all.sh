@@ -3,7 +3,7 @@
 # eat the session), then the full validation, then the benchmark. Run from the repository root
 # after `scripts/gpu/build.sh` (binaries carried over); results go to $OUT (default /tmp/mlpc-gpu).
 #
-#   scripts/gpu/run_all.sh [validate|validate-f32|bench|all|tune|micro|power|counters|survey] [extra arguments...]
+#   scripts/gpu/run_all.sh [validate|validate-sm90|validate-f32|bench|all|tune|micro|power|counters|survey] [extra arguments...]
 #
 # Wall times on the H200 (2026-11-29, warm machine): smoke 15 s, validate 120 s (228 outputs,
 # guards, sanitizer; 240 s since 2026-12-03, with every model the benchmarks time checked at its
@@ -35,6 +35,9 @@
 # that are not multiples of the tiles, each checked against the reference, then mlpc and eager
 # timed; table in $OUT/benchmarks-shapes.md (docs/benchmarks-shapes.md; extra arguments go to
 # survey.py, e.g. `--only NAME,...`).
+#
+# `validate-sm90` validates every model as `--target cuda:sm_90` compiles it (the portable
+# `mma.sync` kernels), report in docs/gpu-validation-sm90.md.
 #
 # `validate-f32` validates the f32 models and f32 copies of the examples twice, every f32 GEMM
 # that offers the choice forced onto the FP64 tensor cores, then onto the FFMA pipes
@@ -141,6 +144,19 @@ if [ "$what" = validate ] || [ "$what" = all ]; then
     echo "validate exit $?"
     tail -5 "$OUT/validate.log"
     cp docs/gpu-validation.md "$OUT/"
+fi
+if [ "$what" = validate-sm90 ]; then
+    # The portable kernels (`mma.sync`, no TMA or wgmma) of every model and case, as `--target
+    # cuda:sm_90` compiles them on a Hopper machine; report in docs/gpu-validation-sm90.md.
+    echo "== validate the portable sm_90 kernels"
+    timeout 480 python3 scripts/gpu/validate.py --mlpc "$MLPC" \
+        --guards target/release/examples/gpu_guards --out docs/gpu-validation-sm90.md \
+        --target cuda:sm_90 >"$OUT/validate-sm90.log" 2>&1
+    status=$?
+    echo "validate exit $status"
+    tail -5 "$OUT/validate-sm90.log"
+    cp docs/gpu-validation-sm90.md "$OUT/"
+    exit "$status"
 fi
 if [ "$what" = validate-f32 ]; then
     rc=0

@@ -215,7 +215,7 @@ def main():
         keys = [k for k in a.only.split(",") if k]
         jobs = [j for j in jobs if any(k in (j[2] or "") or k in j[0] for k in keys)]
     if f32:
-        a.sanitize = ",".join(m for m, _, _ in jobs if m.endswith(("gpt2-mlp-f32.json", "bert-sparse-ffn-f32.json")))
+        a.sanitize = ",".join(j[0] for j in jobs if j[0].endswith(("gpt2-mlp-f32.json", "bert-sparse-ffn-f32.json")))
         a.sanitize = ",".join(sorted(set(a.sanitize.split(","))))
     rows = []
     with cf.ThreadPoolExecutor(a.jobs) as ex:
