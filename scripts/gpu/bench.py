@@ -57,6 +57,11 @@ MODELS = [
     ("seed-geglu f32", "examples/seed-geglu/model.json", 8192, [768, 3072, 768], "gelu_tanh", True, False, "f32"),
     ("mlp3-relu f32", "examples/mlp3-relu/model.json", 8192, [1024, 4096, 4096, 1024], "relu", False, True, "f32"),
     ("llama-swiglu f32", "examples/llama-swiglu/model.json", 4096, [4096, 11008, 4096], "silu", True, False, "f32"),
+    # f16 runs the same Hopper kernels as bf16 (no goal of its own; users of f16 models see its
+    # speed here).
+    ("gpt2-mlp f16", "examples/gpt2-mlp/model.json", 8192, [768, 3072, 768], "gelu_tanh", False, True, "f16"),
+    ("bert-large-ffn f16", "examples/bert-large-ffn/model.json", 8192, [1024, 4096, 1024], "gelu", False, True, "f16"),
+    ("mlp3-relu f16", "examples/mlp3-relu/model.json", 8192, [1024, 4096, 4096, 1024], "relu", False, True, "f16"),
 ]
 
 
@@ -153,7 +158,7 @@ def peers(rows, no_compile, max_autotune=()):
     import torch.nn.functional as F
     acts = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
             None: lambda t: t}
-    dts = {"bf16": torch.bfloat16, "f32": torch.float32}
+    dts = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
