@@ -10,7 +10,8 @@ in the same call. Also the block-sparse kernels of `gemm_bsr.cuh` that `--target
 reach on Hopper (rows `portable: ...`): the `mma.sync` kernel (`--target cuda:sm_90`) of the
 block-sparse cases, f32 copies of them on the FP64 tensor cores and on the FFMA pipes, and a
 linear whose row tiles fill more than one layer of its `Grid::RowTiles` launch. And f16 copies
-of the examples and of the sparse MLPs (rows `f16 copy: ...`), as no benchmark times f16. Then the guard cases (`gpu_guards` on a small case and on an example of full
+of the examples and of the sparse MLPs (rows `f16 copy: ...`), at sizes the f16 benchmark rows
+do not reach. Then the guard cases (`gpu_guards` on a small case and on an example of full
 size: inputs of the wrong dtype, shape, rank, strides or name are refused, a transposed view is
 re-specialised, graph replays match), then `compute-sanitizer --tool memcheck` on a few models.
 Writes a markdown report.
@@ -112,9 +113,9 @@ def bench_models(into):
 
 
 def f16_copies(into):
-    """f16 copies of the examples (llama left out) and of the sparse MLPs `bench_goals.py` times,
-    no f16 model being among the benchmarks: (path, T, label), at a small T and at one where
-    every persistent CTA computes several tiles."""
+    """f16 copies of the examples (llama left out) and of the sparse MLPs `bench_goals.py` times:
+    (path, T, label), at a small T and at one where every persistent CTA computes several tiles
+    (`bench.py`'s f16 rows are checked at their own T with the other benchmark models)."""
     os.makedirs(into, exist_ok=True)
     sources = [(os.path.basename(os.path.dirname(m)), m) for m in sorted(glob.glob("examples/*/model.json"))
                if "llama" not in m]
