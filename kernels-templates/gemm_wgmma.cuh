@@ -297,6 +297,16 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
         : "+f"(g[0]), "+f"(g[1]), "+f"(g[2]), "+f"(g[3]), "+f"(g[4]), "+f"(g[5]), "+f"(g[6]), "+f"(g[7]), "+f"(g[8]), "+f"(g[9]), "+f"(g[10]), "+f"(g[11]), "+f"(g[12]), "+f"(g[13]), "+f"(g[14]), "+f"(g[15]), "+f"(g[16]), "+f"(g[17]), "+f"(g[18]), "+f"(g[19]), "+f"(g[20]), "+f"(g[21]), "+f"(g[22]), "+f"(g[23]), "+f"(g[24]), "+f"(g[25]), "+f"(g[26]), "+f"(g[27]), "+f"(g[28]), "+f"(g[29]), "+f"(g[30]), "+f"(g[31]), "+f"(g[32]), "+f"(g[33]), "+f"(g[34]), "+f"(g[35]), "+f"(g[36]), "+f"(g[37]), "+f"(g[38]), "+f"(g[39]), "+f"(g[40]), "+f"(g[41]), "+f"(g[42]), "+f"(g[43]), "+f"(g[44]), "+f"(g[45]), "+f"(g[46]), "+f"(g[47]), "+f"(g[48]), "+f"(g[49]), "+f"(g[50]), "+f"(g[51]), "+f"(g[52]), "+f"(g[53]), "+f"(g[54]), "+f"(g[55]), "+f"(g[56]), "+f"(g[57]), "+f"(g[58]), "+f"(g[59]), "+f"(g[60]), "+f"(g[61]), "+f"(g[62]), "+f"(g[63]), "+f"(u[0]), "+f"(u[1]), "+f"(u[2]), "+f"(u[3]), "+f"(u[4]), "+f"(u[5]), "+f"(u[6]), "+f"(u[7]), "+f"(u[8]), "+f"(u[9]), "+f"(u[10]), "+f"(u[11]), "+f"(u[12]), "+f"(u[13]), "+f"(u[14]), "+f"(u[15]), "+f"(u[16]), "+f"(u[17]), "+f"(u[18]), "+f"(u[19]), "+f"(u[20]), "+f"(u[21]), "+f"(u[22]), "+f"(u[23]), "+f"(u[24]), "+f"(u[25]), "+f"(u[26]), "+f"(u[27]), "+f"(u[28]), "+f"(u[29]), "+f"(u[30]), "+f"(u[31]), "+f"(u[32]), "+f"(u[33]), "+f"(u[34]), "+f"(u[35]), "+f"(u[36]), "+f"(u[37]), "+f"(u[38]), "+f"(u[39]), "+f"(u[40]), "+f"(u[41]), "+f"(u[42]), "+f"(u[43]), "+f"(u[44]), "+f"(u[45]), "+f"(u[46]), "+f"(u[47]), "+f"(u[48]), "+f"(u[49]), "+f"(u[50]), "+f"(u[51]), "+f"(u[52]), "+f"(u[53]), "+f"(u[54]), "+f"(u[55]), "+f"(u[56]), "+f"(u[57]), "+f"(u[58]), "+f"(u[59]), "+f"(u[60]), "+f"(u[61]), "+f"(u[62]), "+f"(u[63]) \
         : "l"(a), "l"(b))
 
+// (g[0..48), u[0..48)) += A * B for m64n192k16 over two stacked B tiles of 96 rows:
+// the first 96 columns of the product go to g, the other 96 to u.
+#define MLPC_WGMMA_PAIR_M64N192K16(TY) \
+    asm volatile( \
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
+        "}, %96, %97, 1, 1, 1, 0, 0;\n" \
+        : "+f"(g[0]), "+f"(g[1]), "+f"(g[2]), "+f"(g[3]), "+f"(g[4]), "+f"(g[5]), "+f"(g[6]), "+f"(g[7]), "+f"(g[8]), "+f"(g[9]), "+f"(g[10]), "+f"(g[11]), "+f"(g[12]), "+f"(g[13]), "+f"(g[14]), "+f"(g[15]), "+f"(g[16]), "+f"(g[17]), "+f"(g[18]), "+f"(g[19]), "+f"(g[20]), "+f"(g[21]), "+f"(g[22]), "+f"(g[23]), "+f"(g[24]), "+f"(g[25]), "+f"(g[26]), "+f"(g[27]), "+f"(g[28]), "+f"(g[29]), "+f"(g[30]), "+f"(g[31]), "+f"(g[32]), "+f"(g[33]), "+f"(g[34]), "+f"(g[35]), "+f"(g[36]), "+f"(g[37]), "+f"(g[38]), "+f"(g[39]), "+f"(g[40]), "+f"(g[41]), "+f"(g[42]), "+f"(g[43]), "+f"(g[44]), "+f"(g[45]), "+f"(g[46]), "+f"(g[47]), "+f"(u[0]), "+f"(u[1]), "+f"(u[2]), "+f"(u[3]), "+f"(u[4]), "+f"(u[5]), "+f"(u[6]), "+f"(u[7]), "+f"(u[8]), "+f"(u[9]), "+f"(u[10]), "+f"(u[11]), "+f"(u[12]), "+f"(u[13]), "+f"(u[14]), "+f"(u[15]), "+f"(u[16]), "+f"(u[17]), "+f"(u[18]), "+f"(u[19]), "+f"(u[20]), "+f"(u[21]), "+f"(u[22]), "+f"(u[23]), "+f"(u[24]), "+f"(u[25]), "+f"(u[26]), "+f"(u[27]), "+f"(u[28]), "+f"(u[29]), "+f"(u[30]), "+f"(u[31]), "+f"(u[32]), "+f"(u[33]), "+f"(u[34]), "+f"(u[35]), "+f"(u[36]), "+f"(u[37]), "+f"(u[38]), "+f"(u[39]), "+f"(u[40]), "+f"(u[41]), "+f"(u[42]), "+f"(u[43]), "+f"(u[44]), "+f"(u[45]), "+f"(u[46]), "+f"(u[47]) \
+        : "l"(a), "l"(b))
+
 // (g[0..32), u[0..32)) += A * B for m64n128k16 over two stacked B tiles of 64 rows:
 // the first 64 columns of the product go to g, the other 64 to u.
 #define MLPC_WGMMA_PAIR_M64N128K16(TY) \
@@ -324,6 +334,8 @@ struct MmaPair;
     };
 MLPC_WGMMA_PAIR(128, bf16, "bf16", M64N256K16)
 MLPC_WGMMA_PAIR(128, f16, "f16", M64N256K16)
+MLPC_WGMMA_PAIR(96, bf16, "bf16", M64N192K16)
+MLPC_WGMMA_PAIR(96, f16, "f16", M64N192K16)
 MLPC_WGMMA_PAIR(64, bf16, "bf16", M64N128K16)
 MLPC_WGMMA_PAIR(64, f16, "f16", M64N128K16)
 
@@ -777,12 +789,14 @@ __device__ __forceinline__ void store_chunk_tma(const TensorMap& map_c, i64 row0
 /// The epilogue of `store_tile` with the stores by the copy engine: the epilogue chain in place
 /// in `acc` (`epilogue_pass`), then each 64-column chunk of the 64 x BN band by
 /// `store_chunk_tma` (its comment has the buffer protocol; `staging`, `bar` and `chunk` are its).
+/// A band of 96 columns (a dual GEMM's 96-wide ping-pong tile) stores its last 32 from
+/// registers: the output's 64-wide box would also write the next tile's first 32.
 template <class T, int BN, bool kDual, class Epi, class P, int NACC, int NUP>
 __device__ __forceinline__ void store_tile_tma(float (&acc)[NACC], const float (&acc_up)[NUP],
                                                i64 row0, i64 n0, int wtid, const P& p,
                                                const TensorMap& map_c, u32 staging, int bar,
                                                u32& chunk) {
-    static_assert(BN % 64 == 0, "whole 64-column chunks");
+    static_assert(BN % 32 == 0, "whole 64-column chunks and at most a 32-column tail");
     const int lane = wtid & 31;
     const int q = wtid >> 5;
     const i64 rbase = row0 + q * 16 + (lane >> 2);
@@ -791,20 +805,56 @@ __device__ __forceinline__ void store_tile_tma(float (&acc)[NACC], const float (
     // element; docs/perf-notes.md, dense variant 3x).
     constexpr bool kPackedRelu = TrailingRelu<Epi>::kRelu;
     using Before = typename PickType<kPackedRelu, typename TrailingRelu<Epi>::Rest, Epi>::type;
-    if (row0 + 64 <= p.m && n0 + BN <= p.n) {
+    const bool whole = row0 + 64 <= p.m && n0 + BN <= p.n;
+    if (whole) {
         epilogue_pass<false, T, BN, kDual, Before>(acc, acc_up, rbase, cbase, p);
     } else {
         epilogue_pass<true, T, BN, kDual, Before>(acc, acc_up, rbase, cbase, p);
     }
+    auto packed = [&](int r) {
+        const u32 w = pack2<T>(acc[r], acc[r + 1]);
+        return kPackedRelu ? relu2<T>(w) : w;
+    };
 #pragma unroll
     for (int c = 0; c < BN / 64; ++c) {
         if (n0 + 64 * c >= p.n) break;
         // Column group i of the chunk is the band's column group 8 c + i.
-        store_chunk_tma(map_c, row0, n0 + 64 * c, wtid, staging, bar, chunk, [&](int i, int h) {
-            const int r = 4 * (8 * c + i) + 2 * h;
-            const u32 w = pack2<T>(acc[r], acc[r + 1]);
-            return kPackedRelu ? relu2<T>(w) : w;
-        });
+        store_chunk_tma(map_c, row0, n0 + 64 * c, wtid, staging, bar, chunk,
+                        [&](int i, int h) { return packed(4 * (8 * c + i) + 2 * h); });
+    }
+    if constexpr (BN % 64 != 0) {
+        // The tail's column groups: whole sectors inside the output (the output's rows are
+        // 16-byte multiples apart, as its tensor map needs), else pairs and single values.
+        constexpr int kFirst = BN / 64 * 8;
+        if (whole) {
+            const i64 c0 = cbase - (lane & 3) * 2;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                T* out_row = p.c + (rbase + h * 8) * p.ldc + c0;
+#pragma unroll
+                for (int i = kFirst; i < BN / 8; i += 2) {
+                    const int r = 4 * i + 2 * h;
+                    store_sector<T>(out_row + i * 8, packed(r), packed(r + 4));
+                }
+            }
+        } else {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const i64 row = rbase + h * 8;
+                if (row >= p.m) continue;
+                T* out_row = p.c + row * p.ldc;
+#pragma unroll
+                for (int i = kFirst; i < BN / 8; ++i) {
+                    const i64 col = cbase + i * 8;
+                    const int r = 4 * i + 2 * h;
+                    if (col + 1 < p.n) {
+                        *reinterpret_cast<u32*>(out_row + col) = packed(r);
+                    } else if (col < p.n) {
+                        out_row[col] = from_f32<T>(kPackedRelu ? fmaxf(acc[r], 0.0f) : acc[r]);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -1069,7 +1119,7 @@ struct GemmWgmma {
 ///   and taking the CTA's tiles in turn, and a producer warpgroup with the register handover:
 ///   one warpgroup's epilogue runs while the other's wgmmas keep the tensor cores busy. A
 ///   warpgroup then holds the accumulators of every band (both of them for a dual GEMM, whose
-///   ping-pong tiles are therefore 64 wide).
+///   ping-pong tiles are therefore 64 or 96 wide).
 /// - CTAS = 2: one consumer warpgroup computing every 64-row band of the tile and a producer warp
 ///   (no register handover: `__launch_bounds__(kThreads, 2)` leaves each thread 200 registers),
 ///   half the shared memory each: one CTA's epilogue runs while the other's wgmmas keep the
@@ -1111,10 +1161,12 @@ struct WgmmaTmaConfig {
     static_assert(BM == 64 || BM == 128 || BM == 256, "BM must be 64, 128 or 256");
     static_assert(BM != 256 || (CTAS == 1 && !kPingpong),
                   "256-row tiles: two consumer warpgroups of 128 rows on one tile, one CTA per SM");
-    static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
-                  "BN must be 64, 128, 192 or 256 (a TMA box has at most 256 rows)");
+    static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256 || BN == 96,
+                  "BN must be 64, 128, 192 or 256 (a TMA box has at most 256 rows), or 96 for a "
+                  "dual GEMM's gate and up as one m64n192k16");
     static_assert(STAGES >= 2, "the ring needs a stage loading while one computes");
-    static_assert(!kTmaStore || BN % 64 == 0, "TMA stores take whole 64-column chunks");
+    static_assert(!kTmaStore || BN % 32 == 0,
+                  "TMA stores take whole 64-column chunks and a 32-column tail from registers");
     static_assert(GROUP_M >= 1, "tile groups hold at least one row of tiles");
     static_assert(!kHandover || kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
                   "the register handover must fit the register file");
@@ -1261,13 +1313,15 @@ struct GemmWgmmaTma {
             __syncthreads();
         }
 
-        const i64 tiles_m = ceil_div(p.m, (i64)BM);
-        const i64 tiles_n = ceil_div(p.n, (i64)BN);
+        // Tile counts in 32 bits (zero-extended): the high words are then known zeros, not
+        // values the consumers keep live beside their accumulators.
+        const i64 tiles_m = (i64)(u32)ceil_div(p.m, (i64)BM);
+        const i64 tiles_n = (i64)(u32)ceil_div(p.n, (i64)BN);
         // Cluster tiles: a row tile and CLUSTER neighbouring column tiles (sharing B: a column
         // tile and CLUSTER neighbouring row tiles).
         const i64 tiles_mc = kShareB ? ceil_div(tiles_m, (i64)CLUSTER) : tiles_m;
         const i64 tiles_nc = kShareA ? ceil_div(tiles_n, (i64)CLUSTER) : tiles_n;
-        const i64 tiles = tiles_mc * tiles_nc;
+        const i64 tiles = (i64)((u32)tiles_mc * (u32)tiles_nc);
         const i64 ktiles = ceil_div(p.k, (i64)BK);
         // Split K: a grid of at least two CTAs per tile (the runtime sizes it so only when every
         // CTA is to take one work item) splits each tile's k slices into gridDim.x / tiles
@@ -1423,7 +1477,7 @@ struct GemmWgmmaTma {
 #pragma unroll
                     for (int b = 0; b < kBands; ++b) {
                         const u64 da = make_desc(sa + (band0 + b) * (64 * 128));
-                        if constexpr (kDual && (BN == 64 || BN == 128)) {
+                        if constexpr (kDual && (BN == 64 || BN == 96 || BN == 128)) {
                             // Gate and up as one wgmma over the two stacked tiles: A read once.
                             MmaPair<T, BN>::run(acc[b], acc_up[b], da + 2 * j, db + 2 * j);
                         } else {

@@ -210,14 +210,17 @@ pub(crate) fn select(
         && family == Family::Tma
         && k.as_constant().is_some_and(|k| k <= 1024)
         && n.as_constant().is_none_or(|n| n > 128);
-    // Dual GEMMs on the TMA kernel take 128 x 64 tiles with the ping-pong schedule: each
-    // consumer warpgroup holds gate and up of a whole tile (128 registers a thread) and its
-    // epilogue (activation and product) runs under the other's wgmmas. Measured with
-    // `--autotune` (docs/perf-notes.md 3h) against 128 x 128 cooperative tiles: llama-swiglu at
-    // T = 4096 1.606 -> 1.459 ms for the whole MLP, seed-geglu at T = 8192 0.173 -> 0.165.
+    // Dual GEMMs on the TMA kernel take 128 x 96 tiles with the ping-pong schedule: each
+    // consumer warpgroup holds gate and up of a whole tile (192 registers a thread), issues
+    // them as one m64n192k16 a band and k16 step, and its epilogue (activation and product)
+    // runs under the other's wgmmas. Measured with `--autotune` (docs/perf-notes.md 3h) against
+    // 128 x 128 cooperative tiles: llama-swiglu at T = 4096 1.606 -> 1.459 ms for the whole MLP,
+    // seed-geglu at T = 8192 0.173 -> 0.165 (then 128 x 64); 96 wide against 64 (3y): 0.6 % on
+    // llama-swiglu at T = 4096, 3.6 % at T = 1000, 2.4 % on seed-geglu at T = 8192.
     let dual_pingpong = dual && family == Family::Tma;
     // Narrow outputs get a narrower tile; the widest is 256 (128 for the two accumulators of a
-    // dual GEMM on the cp.async kernel, which hold as many registers, and for shallow GEMMs). A
+    // dual GEMM on the cp.async kernel, which hold as many registers, and for shallow GEMMs; 96
+    // for dual ping-pong tiles). A
     // width that 192 divides but 256 does not, or that makes few 256-wide column tiles (N = 768:
     // 3 of 256 or 4 of 192), takes 192 wide tiles: more, smaller tiles fill the 132 SMs in
     // fuller waves.
@@ -227,7 +230,7 @@ pub(crate) fn select(
     // MLP ran 2.8 % faster at T = 8192 and level at T = 2048 (docs/perf-notes.md 3o).
     let shallow_192 = shallow && n.as_constant().is_some_and(|c| c % 192 == 0);
     let widest = if dual_pingpong {
-        64
+        96
     } else if shallow_192 {
         192
     } else if dual || shallow {
@@ -354,22 +357,23 @@ impl WgmmaConfig {
     }
 }
 
-/// The tile widths a choice may name.
-const WIDTHS: [u32; 4] = [64, 128, 192, 256];
+/// The tile widths a choice may name (96 for dual GEMMs only).
+const WIDTHS: [u32; 5] = [64, 96, 128, 192, 256];
 /// The tile heights a choice may name.
 const HEIGHTS: [u32; 2] = [128, 256];
 
 /// `heuristic` (what [`select`] chose for a GEMM with `n` output columns) with its tile replaced
 /// by `choice`, or why `choice` is not valid for it. The rules are the heuristic's: only the TMA
-/// kernel is tunable; a width of 64, 128, 192 or 256, 64 only for outputs of at most 64 columns
-/// and above 128 only for outputs wider than 128; 192 only when it divides `n`; at most 128 for
-/// a dual GEMM; two CTAs per SM only with 128-wide plain tiles; the ping-pong schedule only with
+/// kernel is tunable; a width of 64, 96, 128, 192 or 256, 64 only for outputs of at most 64
+/// columns and above 128 only for outputs wider than 128; 96 only for dual GEMMs (gate and up
+/// as one m64n192k16) of outputs wider than 64; 192 only when it divides `n`; at most 128 for a
+/// dual GEMM; two CTAs per SM only with 128-wide plain tiles; the ping-pong schedule only with
 /// one CTA per SM and tiles whose accumulators one warpgroup holds (both 64-row bands, and for a
 /// dual GEMM gate and up: 192 registers per thread at most, so at most 192 wide for a plain GEMM
-/// and 64 for a dual one, the one case where a 64-wide tile serves a wider output); 256 rows
+/// and 96 for a dual one, the one case where a 64-wide tile serves a wider output); 256 rows
 /// only with the cooperative schedule on one CTA per SM, under the same register bound (each
-/// consumer warpgroup holds two bands: at most 192 wide, 64 for a dual GEMM, which may then
-/// serve a wider output too); at least two stages in shared memory.
+/// consumer warpgroup holds two bands: at most 192 wide, 96 for a dual GEMM, whose 64-wide tile
+/// may then serve a wider output too); at least two stages in shared memory.
 pub(crate) fn with_choice(
     heuristic: WgmmaConfig,
     dual: bool,
@@ -410,6 +414,12 @@ pub(crate) fn with_choice(
             "64-wide tiles are for outputs of at most 64 columns (N = {n})"
         ));
     }
+    if bn == 96 && (!dual || n <= 64) {
+        return Err(format!(
+            "96-wide tiles are for dual GEMMs of outputs wider than 64 columns (gate and up as \
+             one m64n192k16; N = {n})"
+        ));
+    }
     if bn > 128 && n <= 128 {
         return Err(format!(
             "tiles wider than 128 are for outputs wider than 128 columns (N = {n})"
@@ -426,14 +436,14 @@ pub(crate) fn with_choice(
     }
     if pingpong && (ctas != 1 || two_band_regs > 192) {
         return Err(
-            "the ping-pong schedule runs one CTA per SM with tiles at most 192 wide (64 for a \
+            "the ping-pong schedule runs one CTA per SM with tiles at most 192 wide (96 for a \
              dual GEMM)"
                 .into(),
         );
     }
     if bm == 256 && (ctas != 1 || pingpong || two_band_regs > 192) {
         return Err(
-            "256-row tiles run the cooperative schedule on one CTA per SM, at most 192 wide (64 \
+            "256-row tiles run the cooperative schedule on one CTA per SM, at most 192 wide (96 \
              for a dual GEMM)"
                 .into(),
         );
@@ -578,7 +588,7 @@ mod tests {
             "const int swz = lane & 7;",
             "const u32 addr = buf + row_addr + (u32)((((i + (j >> 1)) ^ swz)) << 4);",
             "stmatrix_x4(addr, pair(i, 0), pair(i, 1), pair(i + 1, 0), pair(i + 1, 1));",
-            "const int r = 4 * (8 * c + i) + 2 * h;",
+            "[&](int i, int h) { return packed(4 * (8 * c + i) + 2 * h); });",
             "const u32 w = pack2<T>(acc[r], acc[r + 1]);",
         ] {
             assert!(
@@ -680,7 +690,7 @@ mod tests {
                 "gemm_wgmma.cuh no longer says `{line}`"
             );
         }
-        for (bm, bn) in [(128, 128), (128, 64)] {
+        for (bm, bn) in [(128, 128), (128, 96), (128, 64)] {
             let base = 5 * 1024;
             let b = base + bm * ROW_BYTES;
             let bu = b + bn * ROW_BYTES;
@@ -813,18 +823,36 @@ mod tests {
             (cp.threads(), cp.smem_bytes(false)),
             (256, 4 * 384 * 128 + 1024)
         );
-        // Dual GEMMs: 64 wide with the ping-pong schedule, two B tiles per stage; a producer
+        // Dual GEMMs: 96 wide with the ping-pong schedule, two B tiles per stage; a producer
         // warpgroup and two barriers per stage.
         let dual = pick(Arch::Sm90a, DType::Bf16, true, nt, &[&s, &s, &s], &n).unwrap();
         assert_eq!(
             (dual.bm, dual.bn, dual.stages, dual.pingpong),
-            (128, 64, 5, true)
+            (128, 96, 5, true)
         );
         assert_eq!(dual.threads(), 384);
-        assert_eq!(dual.smem_bytes(true), 5 * (128 + 128) * 128 + 1024 + 5 * 16);
-        // The cooperative 128 x 128 tile stays a tuning candidate.
+        assert_eq!(dual.smem_bytes(true), 5 * (128 + 192) * 128 + 1024 + 5 * 16);
+        assert_eq!(dual.tag(), "wgmma_tma_128x96x64_pp");
+        // The cooperative 128 x 128 tile and the 64-wide ping-pong tile stay tuning candidates.
         let coop = with_choice(dual, true, 4096, TileChoice::new(128, 1)).unwrap();
         assert_eq!((coop.bn, coop.stages, coop.pingpong), (128, 4, false));
+        let pp64 = TileChoice {
+            pingpong: true,
+            ..TileChoice::new(64, 1)
+        };
+        let narrow_pp = with_choice(dual, true, 4096, pp64).unwrap();
+        assert_eq!((narrow_pp.bn, narrow_pp.stages), (64, 5));
+        assert!(candidates(dual, true, 4096).contains(&pp64));
+        // 96 wide: dual GEMMs of outputs wider than 64 only (there is no m64n96k16 of its own).
+        let plain = pick(Arch::Sm90a, DType::Bf16, false, nt, &[&s, &s], &n).unwrap();
+        let pp96 = TileChoice {
+            pingpong: true,
+            ..TileChoice::new(96, 1)
+        };
+        assert!(with_choice(plain, false, 4096, pp96).is_err());
+        assert!(with_choice(plain, false, 4096, TileChoice::new(96, 1)).is_err());
+        assert!(with_choice(dual, true, 64, pp96).is_err());
+        assert!(!candidates(plain, false, 4096).iter().any(|c| c.bn == 96));
         // TMA stores: two 8 KB staging buffers per consumer warpgroup after the ring; the stages
         // are recounted around them (128 x 192: 5 -> 4) and the flag is the template's last
         // parameter.
@@ -840,7 +868,7 @@ mod tests {
         };
         let wide = pick(Arch::Sm90a, DType::Bf16, false, nt, &[&s, &s], &n).unwrap();
         assert_eq!(stored(wide, false), (256, 4));
-        assert_eq!(stored(dual, true), (64, 5));
+        assert_eq!(stored(dual, true), (96, 4));
         let n768 = pick(Arch::Sm90a, DType::Bf16, false, nt, &[&s, &s], &s).unwrap();
         assert_eq!(stored(n768, false), (192, 4));
         assert_eq!(n768.with_tma_store(false, false), n768);
@@ -876,7 +904,7 @@ mod tests {
             assert!(c.smem_bytes(false) <= SMEM_LIMIT);
         }
         // Shallow plain GEMMs: 128 x 128 tiles with the ping-pong schedule, one CTA per SM, five
-        // stages, or 128 x 192 where 192 divides N; dual ones 128 x 64 tiles with the ping-pong
+        // stages, or 128 x 192 where 192 divides N; dual ones 128 x 96 tiles with the ping-pong
         // schedule.
         let shallow_n = |dual: bool, strides: &[&Extent], n: &Extent| {
             select(
@@ -959,7 +987,7 @@ mod tests {
         let dual_shallow = shallow(true, &[&s, &s, &s]);
         assert_eq!(
             (dual_shallow.bn, dual_shallow.ctas, dual_shallow.pingpong),
-            (64, 1, true)
+            (96, 1, true)
         );
         // Narrow outputs.
         let narrow = pick(

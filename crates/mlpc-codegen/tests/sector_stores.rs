@@ -1,9 +1,10 @@
 //! The whole-sector stores of the Hopper epilogues (`wgmma_detail::store_sector`, used by
-//! `store_tile` and `GemmBsrWgmma`): a quad of lanes holds a row's 16 output columns as pairs
-//! in the wgmma accumulator layout and writes them as four 8-byte stores after four shuffles. The
-//! lines below are checked to be in the template, and their lane arithmetic is run here for every
-//! lane of a warp: each lane must store exactly the four consecutive columns at its offset, of
-//! its own row, so that the quad covers the 32-byte sector once.
+//! `store_tile`, the tail of `store_tile_tma` and `GemmBsrWgmma`): a quad of lanes holds a row's
+//! 16 output columns as pairs in the wgmma accumulator layout and writes them as four 8-byte
+//! stores after four shuffles. The lines below are checked to be in the template, and their
+//! lane arithmetic is run here for every lane of a warp: each lane must store exactly the four
+//! consecutive columns at its offset, of its own row, so that the quad covers the 32-byte sector
+//! once.
 
 const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_wgmma.cuh");
 const BSR_TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_bsr_wgmma.cuh");
@@ -30,6 +31,15 @@ const CALLERS: &[(&str, &[&str])] = &[
             "const int r = 4 * i + 2 * h;",
             "store_sector<T>(out_row + i * 8, pack2<T>(acc[r], acc[r + 1]),",
             "pack2<T>(acc[r + 4], acc[r + 5]));",
+        ],
+    ),
+    (
+        // `store_tile_tma`'s 32-column tail of a 96-wide band.
+        TEMPLATE,
+        &[
+            "for (int i = kFirst; i < BN / 8; i += 2) {",
+            "const int r = 4 * i + 2 * h;",
+            "store_sector<T>(out_row + i * 8, packed(r), packed(r + 4));",
         ],
     ),
     (

@@ -151,20 +151,30 @@ fn candidates_follow_the_heuristics_rules() {
     let dual = &all[1];
     assert_eq!(dual.kernel, "dual");
     assert!(dual.key.dual);
-    // A dual GEMM: the ping-pong schedule at 64 wide first (each warpgroup holds gate and up
-    // of both bands), and the cooperative 128-wide tile; 256-row tiles 64 wide.
+    // A dual GEMM: the ping-pong schedule at 96 wide first (each warpgroup holds gate and up
+    // of both bands: 192 registers), then at 64, and the cooperative 96- and 128-wide tiles;
+    // 256-row tiles 64 or 96 wide.
     assert_eq!(
         dual.choices,
         [
+            pp(96),
             pp(64),
+            c(96, 1),
             c(128, 1),
             cl(pp(64)),
+            cl(c(96, 1)),
+            cl(pp(96)),
             cl(c(128, 1)),
             clb(pp(64)),
+            clb(c(96, 1)),
+            clb(pp(96)),
             clb(c(128, 1)),
             tall(c(64, 1)),
+            tall(c(96, 1)),
             tall(cl(c(64, 1))),
-            tall(clb(c(64, 1)))
+            tall(cl(c(96, 1))),
+            tall(clb(c(64, 1))),
+            tall(clb(c(96, 1)))
         ]
     );
     assert_eq!(
@@ -424,7 +434,8 @@ fn an_invalid_override_is_an_error_naming_kernel_and_choice() {
     for (key, choice, kernel, why) in [
         (plain, c(256, 2), "plain", "two CTAs"),
         (plain, c(64, 1), "plain", "64-wide"),
-        (plain, c(96, 1), "plain", "one of"),
+        (plain, c(96, 1), "plain", "96-wide tiles are for dual GEMMs"),
+        (plain, c(80, 1), "plain", "one of"),
         (plain, c(128, 3), "plain", "1 or 2 CTAs"),
         (dual, c(256, 1), "dual", "at most 128"),
         (dual, c(128, 2), "dual", "two CTAs"),
@@ -536,7 +547,7 @@ fn every_candidate_compiles_for_sm_90a_without_local_memory() {
     }
     // Each list: the one-CTA choices again in clusters of two, sharing A and sharing B, and
     // the 256-row tiles in the same three forms.
-    assert_eq!(kernels.len(), (22 + 9) + (13 + 9) + (19 + 12));
+    assert_eq!(kernels.len(), (22 + 18) + (13 + 18) + (19 + 12));
     let jit = JitOptions {
         arch: Arch::Sm90a,
         no_cache: true,
