@@ -633,30 +633,32 @@ __device__ __forceinline__ void epilogue_pass(float (&acc)[NACC], const float (&
     }
 }
 
-/// The stores of `store_tile`: pairs as one word when `kPairs`, and with `kChecked` only the
-/// rows and columns inside the output.
-template <bool kChecked, bool kPairs, class T, int BN, class P, int NACC>
-__device__ __forceinline__ void store_pass(const float (&acc)[NACC], i64 rbase, i64 cbase,
-                                           const P& p) {
+/// The stores of column groups I0 .. I1 - 1 of a lane's two rows (`rbase`, `rbase` + 8), group i
+/// at columns `cbase` + 8i, + 1 in registers 4i + 2h, + 1 of row half h (the wgmma accumulator
+/// layout): pairs as one word when `kPairs`, and with `kChecked` only the rows and columns inside
+/// the output. `pair(r)` is registers r, r + 1 packed; `one(r)` register r as T.
+template <bool kChecked, bool kPairs, int I0, int I1, class T, class P, class Pair, class One>
+__device__ __forceinline__ void store_groups(i64 rbase, i64 cbase, const P& p, Pair&& pair,
+                                             One&& one) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const i64 row = rbase + h * 8;
         if (kChecked && row >= p.m) continue;
         T* out_row = p.c + row * p.ldc;
 #pragma unroll
-        for (int i = 0; i < BN / 8; ++i) {
+        for (int i = I0; i < I1; ++i) {
             const i64 col = cbase + i * 8;
             if (kChecked && col >= p.n) continue;
             const int r = 4 * i + 2 * h;
             if (!kChecked || col + 1 < p.n) {
                 if (kPairs) {
-                    *reinterpret_cast<u32*>(out_row + col) = pack2<T>(acc[r], acc[r + 1]);
+                    *reinterpret_cast<u32*>(out_row + col) = pair(r);
                 } else {
-                    out_row[col] = from_f32<T>(acc[r]);
-                    out_row[col + 1] = from_f32<T>(acc[r + 1]);
+                    out_row[col] = one(r);
+                    out_row[col + 1] = one(r + 1);
                 }
             } else {
-                out_row[col] = from_f32<T>(acc[r]);
+                out_row[col] = one(r);
             }
         }
     }
@@ -680,22 +682,21 @@ __device__ __forceinline__ void store_sector(T* out, u32 p0, u32 p1) {
     *reinterpret_cast<uint2*>(out + 4 * t) = make_uint2(t < 2 ? lo0 : lo1, t < 2 ? hi0 : hi1);
 }
 
-/// The stores of `store_tile` for a tile wholly inside the output with 8-byte aligned rows: each
-/// pair of 8-column groups as whole sectors (`store_sector`).
-template <class T, int BN, class P, int NACC>
-__device__ __forceinline__ void store_pass_sectors(const float (&acc)[NACC], i64 rbase, i64 cbase,
-                                                   const P& p) {
-    static_assert(BN % 16 == 0, "whole 16-column groups");
+/// `store_groups` for groups wholly inside the output with 8-byte aligned rows: each pair of
+/// neighbouring groups as whole sectors (`store_sector`).
+template <int I0, int I1, class T, class P, class Pair>
+__device__ __forceinline__ void store_groups_sectors(i64 rbase, i64 cbase, const P& p,
+                                                     Pair&& pair) {
+    static_assert((I1 - I0) % 2 == 0, "whole 16-column groups");
     // cbase is the quad's column 2t; the groups start 2t columns before it.
     const i64 c0 = cbase - (threadIdx.x & 3) * 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         T* out_row = p.c + (rbase + h * 8) * p.ldc + c0;
 #pragma unroll
-        for (int i = 0; i < BN / 8; i += 2) {
+        for (int i = I0; i < I1; i += 2) {
             const int r = 4 * i + 2 * h;
-            store_sector<T>(out_row + i * 8, pack2<T>(acc[r], acc[r + 1]),
-                            pack2<T>(acc[r + 4], acc[r + 5]));
+            store_sector<T>(out_row + i * 8, pair(r), pair(r + 4));
         }
     }
 }
@@ -719,25 +720,28 @@ __device__ __forceinline__ void store_tile(float (&acc)[NACC], const float (&acc
     const i64 rbase = row0 + q * 16 + (lane >> 2);
     const i64 cbase = n0 + (lane & 3) * 2;
     const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
+    auto pair = [&](int r) { return pack2<T>(acc[r], acc[r + 1]); };
+    auto one = [&](int r) { return from_f32<T>(acc[r]); };
+    constexpr int kGroups = BN / 8;
     if (row0 + 64 <= p.m && n0 + BN <= p.n) {
         epilogue_pass<false, T, BN, kDual, Epi>(acc, acc_up, rbase, cbase, p);
         if constexpr (BN % 16 == 0) {
             if (is_aligned(p.c, 8) && p.ldc % 4 == 0 && n0 % 4 == 0) {
-                store_pass_sectors<T, BN>(acc, rbase, cbase, p);
+                store_groups_sectors<0, kGroups, T>(rbase, cbase, p, pair);
                 return;
             }
         }
         if (pair_ok) {
-            store_pass<false, true, T, BN>(acc, rbase, cbase, p);
+            store_groups<false, true, 0, kGroups, T>(rbase, cbase, p, pair, one);
             return;
         }
     } else {
         epilogue_pass<true, T, BN, kDual, Epi>(acc, acc_up, rbase, cbase, p);
     }
     if (pair_ok) {
-        store_pass<true, true, T, BN>(acc, rbase, cbase, p);
+        store_groups<true, true, 0, kGroups, T>(rbase, cbase, p, pair, one);
     } else {
-        store_pass<true, false, T, BN>(acc, rbase, cbase, p);
+        store_groups<true, false, 0, kGroups, T>(rbase, cbase, p, pair, one);
     }
 }
 
@@ -827,33 +831,11 @@ __device__ __forceinline__ void store_tile_tma(float (&acc)[NACC], const float (
         // 16-byte multiples apart, as its tensor map needs), else pairs and single values.
         constexpr int kFirst = BN / 64 * 8;
         if (whole) {
-            const i64 c0 = cbase - (lane & 3) * 2;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                T* out_row = p.c + (rbase + h * 8) * p.ldc + c0;
-#pragma unroll
-                for (int i = kFirst; i < BN / 8; i += 2) {
-                    const int r = 4 * i + 2 * h;
-                    store_sector<T>(out_row + i * 8, packed(r), packed(r + 4));
-                }
-            }
+            store_groups_sectors<kFirst, BN / 8, T>(rbase, cbase, p, packed);
         } else {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const i64 row = rbase + h * 8;
-                if (row >= p.m) continue;
-                T* out_row = p.c + row * p.ldc;
-#pragma unroll
-                for (int i = kFirst; i < BN / 8; ++i) {
-                    const i64 col = cbase + i * 8;
-                    const int r = 4 * i + 2 * h;
-                    if (col + 1 < p.n) {
-                        *reinterpret_cast<u32*>(out_row + col) = packed(r);
-                    } else if (col < p.n) {
-                        out_row[col] = from_f32<T>(kPackedRelu ? fmaxf(acc[r], 0.0f) : acc[r]);
-                    }
-                }
-            }
+            store_groups<true, true, kFirst, BN / 8, T>(
+                rbase, cbase, p, packed,
+                [&](int r) { return from_f32<T>(kPackedRelu ? fmaxf(acc[r], 0.0f) : acc[r]); });
         }
     }
 }

@@ -23,23 +23,20 @@ const TRANSCRIBED: &[&str] = &[
 
 /// Where `store_sector` is called: the pair of accumulator registers 4i + 2h (columns 8i + 2t,
 /// + 1) goes in as `p0`, 4 (i + 1) + 2h (columns 8 (i + 1) + 2t, + 1) as `p1`, at column 8i.
+/// In the dense template the call sits in `store_groups_sectors`, whose `pair(r)` packs registers
+/// r and r + 1: `store_tile` passes `pack2` of them, `store_tile_tma`'s 32-column tail of a
+/// 96-wide band the same with its packed ReLU.
 const CALLERS: &[(&str, &[&str])] = &[
     (
         TEMPLATE,
         &[
-            "for (int i = 0; i < BN / 8; i += 2) {",
+            "for (int i = I0; i < I1; i += 2) {",
             "const int r = 4 * i + 2 * h;",
-            "store_sector<T>(out_row + i * 8, pack2<T>(acc[r], acc[r + 1]),",
-            "pack2<T>(acc[r + 4], acc[r + 5]));",
-        ],
-    ),
-    (
-        // `store_tile_tma`'s 32-column tail of a 96-wide band.
-        TEMPLATE,
-        &[
-            "for (int i = kFirst; i < BN / 8; i += 2) {",
-            "const int r = 4 * i + 2 * h;",
-            "store_sector<T>(out_row + i * 8, packed(r), packed(r + 4));",
+            "store_sector<T>(out_row + i * 8, pair(r), pair(r + 4));",
+            "auto pair = [&](int r) { return pack2<T>(acc[r], acc[r + 1]); };",
+            "store_groups_sectors<0, kGroups, T>(rbase, cbase, p, pair);",
+            "const u32 w = pack2<T>(acc[r], acc[r + 1]);",
+            "store_groups_sectors<kFirst, BN / 8, T>(rbase, cbase, p, packed);",
         ],
     ),
     (
