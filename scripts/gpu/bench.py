@@ -38,7 +38,9 @@ MODELS = [
     ("llama-swiglu", "examples/llama-swiglu/model.json", 4096, [4096, 11008, 4096], "silu", True, False, "bf16"),
     ("gemm 8192x768x3072", None, 8192, [768, 3072], None, False, False, "bf16"),
     ("gemm 8192x3072x768", None, 8192, [3072, 768], None, False, False, "bf16"),
+    # llama-swiglu's GEMMs: the gate and up projections' shape, and the down projection's.
     ("gemm 4096x4096x11008", None, 4096, [4096, 11008], None, False, False, "bf16"),
+    ("gemm 4096x11008x4096", None, 4096, [11008, 4096], None, False, False, "bf16"),
     # The GEMMs of mlp3-relu and bert-large-ffn (the first and the last are both models').
     ("gemm 8192x1024x4096", None, 8192, [1024, 4096], None, False, False, "bf16"),
     ("gemm 8192x4096x4096", None, 8192, [4096, 4096], None, False, False, "bf16"),
