@@ -23,6 +23,7 @@ const TRANSCRIBED: &[&str] = &[
 
 /// Where `store_sector` is called: the pair of accumulator registers 4i + 2h (columns 8i + 2t,
 /// + 1) goes in as `p0`, 4 (i + 1) + 2h (columns 8 (i + 1) + 2t, + 1) as `p1`, at column 8i.
+///
 /// In the dense template the call sits in `store_groups_sectors`, whose `pair(r)` packs registers
 /// r and r + 1: `store_tile` passes `pack2` of them, `store_tile_tma`'s 32-column tail of a
 /// 96-wide band the same with its packed ReLU.
