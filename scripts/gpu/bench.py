@@ -4,15 +4,17 @@
 Rows named `bsr ...` prune the weight of a single linear to the given block density: their peers are
 the dense GEMM of the same unpruned shape (eager) and torch's BSR matmul (compile column).
 For each model: `mlpc bench` (CUDA events around each run after a second of heat and warm-up,
-median, rotating weight and input sets, random data) and, in this same process afterwards, PyTorch eager (`F.linear` +
-activation) and torch.compile (default mode; with `--max-autotune`, also mode="max-autotune" for
-the rows named, or `all` dense rows: tens of seconds of compilation each) on the same shapes with
-rotating input/weight sets, timed with triton's do_bench (CUDA events, median) after the same
-second of heat (`heated_bench`). Writes one
+median, rotating weight and input sets, random data) and, in this same process right after it,
+PyTorch eager (`F.linear` + activation) and torch.compile (default mode; with `--max-autotune`, also
+mode="max-autotune" for the rows named, or `all` dense rows: tens of seconds of compilation each) on
+the same shapes with rotating input/weight sets, timed with triton's do_bench (CUDA events, median)
+after the same second of heat (`heated_bench`). `--rounds N` times each row N times over, mlpc and
+then its peers in every round, and keeps each side's middle round: the card's clocks drift over
+minutes under its power limit, and a row's sides timed together see the same drift. Writes one
 markdown table: ours, each peer, ratios, TFLOP/s, % of the bf16 peak measured in the same run (an
 8192^3 cuBLAS GEMM).
 
-usage: bench.py --mlpc BIN --out REPORT.md [--only NAME,...] [--merge] [--no-compile] [--max-autotune NAME,...|all]
+usage: bench.py --mlpc BIN --out REPORT.md [--only NAME,...] [--merge] [--rounds N] [--no-compile] [--max-autotune NAME,...|all]
        bench.py --render docs/benchmarks.json --out docs/benchmarks.md
 
 The measurements go to `<out>.json` (REPORT.json), each row with the run it came from (date,
@@ -26,6 +28,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 
@@ -151,25 +154,34 @@ def bench_mlpc(mlpc, path, T, target, warmup_ms=WARMUP_MS, rep_ms=REP_MS):
     return json.loads(line), None
 
 
-def peers(rows, no_compile, max_autotune=()):
-    """Times the PyTorch peers of `rows` in place: `eager_ms`, `compile_ms` (torch.compile's
-    default mode; for `bsr` rows torch's BSR matmul) and, for the rows named in `max_autotune`
-    (or every dense row for `("all",)`), `autotune_ms` (torch.compile mode="max-autotune", which
-    compiles and benchmarks GEMM candidates for tens of seconds per model)."""
+def measure_peak():
+    """The bf16 peak of this run: TFLOP/s of a heated 8192^3 cuBLAS GEMM."""
     import torch
-    import torch.nn.functional as F
-    acts = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
-            None: lambda t: t}
-    dts = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
-    torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     peak_ms = heated_bench(lambda: a @ b)
-    peak = 2 * 8192 ** 3 / (peak_ms * 1e-3) / 1e12
     del a, b
-    for r in rows:
+    torch.cuda.empty_cache()
+    return 2 * 8192 ** 3 / (peak_ms * 1e-3) / 1e12
+
+
+class RowPeers:
+    """The PyTorch peers of one row, set up once (inputs, weights, torch.compile's compilations)
+    and then timed as often as `time` is called: `eager` (`F.linear` chains), `compile`
+    (torch.compile's default mode; for `bsr` rows torch's BSR matmul) and, for the rows named in
+    `max_autotune` (or every dense row for `("all",)`), `autotune` (torch.compile
+    mode="max-autotune", which compiles and benchmarks GEMM candidates for tens of seconds per
+    model)."""
+
+    def __init__(self, r, no_compile, max_autotune=()):
+        import torch
+        import torch.nn.functional as F
+        acts = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+                "silu": F.silu, None: lambda t: t}
+        dts = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+        torch.manual_seed(0)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
         T, dims, act, gated, bias, dn = r["T"], r["dims"], r["act"], r["gated"], r["bias"], r["dtype"]
         dt = dts[dn]
         f = acts[act]
@@ -195,14 +207,16 @@ def peers(rows, no_compile, max_autotune=()):
                     x = f(x)
             return x
 
-        def timed(fn):
+        def rotating(fn):
             i = [0]
 
             def step():
                 fn(i[0] % sets)
                 i[0] += 1
-            return heated_bench(step)
-        r["eager_ms"] = timed(lambda k: fwd(xs[k], ws[k]))
+            return step
+        # name -> (the function do_bench times, do_bench's warm-up and timed ms)
+        self.sides = {"eager": (rotating(lambda k: fwd(xs[k], ws[k])), WARMUP_MS, REP_MS)}
+        self.errors = {}
         if r["name"].startswith("bsr"):
             density = float(r["name"].split("d=")[1].split()[0])
             n = dims[0]
@@ -210,28 +224,31 @@ def peers(rows, no_compile, max_autotune=()):
             w = torch.randn(n, n, device="cuda", dtype=dt) * mask.repeat_interleave(32, 0).repeat_interleave(32, 1)
             wb = w.to_sparse_bsr((32, 32))
             xt = xs[0].t().contiguous()
-            r["compile_ms"] = heated_bench(lambda: wb @ xt, warmup=10, rep=100)
-            print(r["name"], "dense", r["eager_ms"], "torch bsr", r["compile_ms"], flush=True)
-            continue
+            self.sides["compile"] = (lambda: wb @ xt, 10, 100)
+            return
         if not no_compile:
             comp = torch.compile(fwd)
             for k in range(sets):
                 comp(xs[k], ws[k])
-            r["compile_ms"] = timed(lambda k: comp(xs[k], ws[k]))
+            self.sides["compile"] = (rotating(lambda k: comp(xs[k], ws[k])), WARMUP_MS, REP_MS)
         if "all" in max_autotune or r["name"] in max_autotune:
             try:
                 tuned = torch.compile(fwd, mode="max-autotune")
                 for k in range(sets):
                     tuned(xs[k], ws[k])
-                r["autotune_ms"] = timed(lambda k: tuned(xs[k], ws[k]))
+                self.sides["autotune"] = (rotating(lambda k: tuned(xs[k], ws[k])), WARMUP_MS, REP_MS)
             except Exception as e:  # a peer that fails to compile is reported, not fatal
-                r["autotune_error"] = str(e)[:200]
-                print(r["name"], "max-autotune failed:", r["autotune_error"], flush=True)
-        print(r["name"], "eager", r["eager_ms"], "compile", r.get("compile_ms"),
-              "max-autotune", r.get("autotune_ms"), flush=True)
-        del xs, ws
+                self.errors["autotune"] = str(e)[:200]
+                print(r["name"], "max-autotune failed:", self.errors["autotune"], flush=True)
+
+    def time(self):
+        """Each side's median ms, each timed after its own second of heat (`heated_bench`)."""
+        return {name: heated_bench(fn, warmup=warmup, rep=rep) for name, (fn, warmup, rep) in self.sides.items()}
+
+    def close(self):
+        import torch
+        self.sides.clear()
         torch.cuda.empty_cache()
-    return peak, torch.cuda.get_device_name(), torch.__version__
 
 
 BEGIN, END = "<!-- bench_gpu:begin -->", "<!-- bench_gpu:end -->"
@@ -257,9 +274,21 @@ def write_section(path, text, begin=BEGIN, end=END, title="# Benchmarks", headin
 def run_of(r):
     """The run a row was measured in: (date, device, PyTorch version, bf16 peak, seconds of heat
     before each timing (0 for runs from before the heat), mlpc's warm-up and timed phases in ms
-    (None for runs that counted mlpc's runs instead))."""
+    (None for runs that counted mlpc's runs instead), rounds per row (None for runs that timed
+    every row's mlpc side before any peer))."""
     sized = r.get("sized_ms")
-    return (r["date"], r["device"], r["torch"], r["peak_tflops"], r.get("heat_s", 0), tuple(sized) if sized else None)
+    return (r["date"], r["device"], r["torch"], r["peak_tflops"], r.get("heat_s", 0), tuple(sized) if sized else None,
+            r.get("rounds"))
+
+
+def rounds_note(rounds):
+    """How a run ordered its timings, for runs that timed each row's sides together."""
+    if rounds is None:
+        return ""
+    if rounds == 1:
+        return "each row's sides timed one after the other (mlpc, then its peers)"
+    return (f"each row timed in {rounds} rounds of its sides one after the other (mlpc, then its peers), each side "
+            "keeping its middle round")
 
 
 def sized_note(sized):
@@ -306,9 +335,10 @@ def table(rows, targets):
                     "torch.compile in its default mode (max-autotune was not run: it compiles for tens of seconds per "
                     "model; `--max-autotune` adds it). ")
     if len(runs) == 1:
-        date, dev, torch_version, peak, heat, sized = runs[0]
+        date, dev, torch_version, peak, heat, sized, rounds = runs[0]
         origin = (f"Generated by `scripts/gpu/bench.py` on {date}, device: {dev}, PyTorch {torch_version}. "
-                  + timing_note(heat, sized) +
+                  + timing_note(heat, sized)
+                  + (rounds_note(rounds)[0].upper() + rounds_note(rounds)[1:] + ". " if rounds is not None else "") +
                   f"bf16 peak measured in the same run (8192^3 cuBLAS GEMM): {peak:.0f} TFLOP/s. ")
     else:
         origin = ("Generated by `scripts/gpu/bench.py` from " + str(len(runs)) + " runs (`--merge`), named in the "
@@ -316,7 +346,8 @@ def table(rows, targets):
                       f"{letters[i]}: {d}, {dev}, PyTorch {tv}, bf16 peak {pk:.0f} TFLOP/s"
                       + (f", {ht:g} s of untimed runs before each timing (mlpc's and the peers')" if ht else "")
                       + (", " + sized_note(sz) if sz else "")
-                      for i, (d, dev, tv, pk, ht, sz) in enumerate(runs))
+                      + (", " + rounds_note(rd) if rd is not None else "")
+                      for i, (d, dev, tv, pk, ht, sz, rd) in enumerate(runs))
                   + ". Each row's times, peers and ratios come from its own run (its % peak from that run's peak, "
                   "an 8192^3 cuBLAS GEMM). " + timing_note(0))
         head = "| run " + head
@@ -390,6 +421,9 @@ def main():
                     help="keep the rows of <out>.json that this run does not measure (use with --only)")
     ap.add_argument("--only", default="")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time each row this many times over, mlpc and then its peers in every round; each side "
+                         "keeps its middle round (default 1)")
     ap.add_argument("--max-autotune", default="",
                     help="comma-separated row names (or `all`: every dense row) to also time with torch.compile "
                          "mode=\"max-autotune\"; tens of seconds of compilation per model")
@@ -399,6 +433,8 @@ def main():
                          "`auto+ffma` / `auto+fp64` to time the f32 rows with every f32 GEMM forced onto the "
                          "FFMA pipes (`--f32-ffma`) / the FP64 tensor cores (`--f32-fp64-tensor-cores`)")
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
     if a.render:
         rows, targets = load_report(a.render)
         write_report(a.out, rows, targets)
@@ -417,6 +453,10 @@ def main():
             if old_targets != targets:
                 raise SystemExit(f"--merge: {old} was measured for targets {old_targets}, this run for {targets}")
     tmp = tempfile.mkdtemp()
+    autotune = tuple(x for x in a.max_autotune.split(",") if x)
+    import torch
+    peak, dev, torch_version = measure_peak(), torch.cuda.get_device_name(), torch.__version__
+    today = datetime.date.today().isoformat()
     rows = []
     for name, src, T, dims, act, gated, bias, dtype in MODELS:
         if a.only and name not in a.only.split(","):
@@ -424,19 +464,42 @@ def main():
         path = model_file(src, dims, dtype, tmp, name)
         row = dict(name=name, T=T, dims=dims, act=act, gated=gated, bias=bias, dtype=dtype,
                    flops=flops(T, dims, gated), mlpc={}, error={})
+        peers = RowPeers(row, a.no_compile, autotune)
+        # Every round times mlpc (each target) and then the peers, back to back, so that a drift
+        # of the card lands on both sides of a ratio alike; each side keeps its middle round.
+        done = {t: [] for t in targets}
+        peer_ms = {}
+        for k in range(a.rounds):
+            for target in targets:
+                if "+" in target and dtype != "f32":
+                    row["error"][target] = NOT_F32
+                    continue
+                if row["error"].get(target):
+                    continue
+                res, err = bench_mlpc(a.mlpc, path, T, target)
+                if err:
+                    row["error"][target] = err
+                else:
+                    done[target].append(res)
+                print(name, target, f"round {k + 1}", "mlpc", res and res["median_ms"], err or "", flush=True)
+            for side, ms in peers.time().items():
+                peer_ms.setdefault(side, []).append(ms)
+            print(name, f"round {k + 1}", *(f"{s} {v[-1]:.4f}" for s, v in peer_ms.items()), flush=True)
+        peers.close()
         for target in targets:
-            if "+" in target and dtype != "f32":
-                row["mlpc"][target], row["error"][target] = None, NOT_F32
-                continue
-            res, err = bench_mlpc(a.mlpc, path, T, target)
-            row["mlpc"][target], row["error"][target] = res, err
-            print(name, target, "mlpc", res and res["median_ms"], err or "", flush=True)
+            res = done[target]
+            row["error"].setdefault(target, None)
+            row["mlpc"][target] = (sorted(res, key=lambda m: m["median_ms"])[(len(res) - 1) // 2]
+                                   if res and not row["error"][target] else None)
+        for side, ms in peer_ms.items():
+            row[side + "_ms"] = statistics.median_low(ms)
+        if "autotune" in peers.errors:
+            row["autotune_error"] = peers.errors["autotune"]
+        row.update(date=today, device=dev, torch=torch_version, peak_tflops=peak, heat_s=HEAT_S,
+                   sized_ms=[WARMUP_MS, REP_MS], rounds=a.rounds,
+                   round_ms={**{f"mlpc {t}": [m["median_ms"] for m in done[t]] for t in targets if done[t]},
+                             **peer_ms})
         rows.append(row)
-    peak, dev, torch_version = peers(rows, a.no_compile, tuple(x for x in a.max_autotune.split(",") if x))
-    today = datetime.date.today().isoformat()
-    for r in rows:
-        r.update(date=today, device=dev, torch=torch_version, peak_tflops=peak, heat_s=HEAT_S,
-                 sized_ms=[WARMUP_MS, REP_MS])
     # The measured rows replace the kept ones of the same name; the table keeps MODELS' order.
     fresh = {r["name"]: r for r in rows}
     merged = {r["name"]: r for r in kept}
