@@ -69,7 +69,6 @@ struct GemmBsrMma {
     static constexpr int kKSub = ceil_div(BC, BK);
     typedef typename Dense::TileA TileA;
     typedef typename Dense::TileB TileB;
-    static constexpr int kStageElems = Dense::kStageElems;
     static constexpr int kSmemBytes = Dense::kSmemBytes;
     /// Every 8-element chunk of a block row starts 16-byte aligned (given an aligned base).
     static constexpr bool kVecBlocks = BC % 8 == 0;
@@ -120,124 +119,21 @@ struct GemmBsrMma {
         const bool vec_b = kVecBlocks && is_aligned(p.b, 16);
         const bool vec_bu = kDual && kVecBlocks && is_aligned(p.b_up, 16);
 
-        float acc[MT][NT][4];
-        float acc_up[kDual ? MT : 1][kDual ? NT : 1][4];
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    acc[i][j][e] = 0.0f;
-                    if constexpr (kDual) acc_up[i][j][e] = 0.0f;
-                }
+        typename Dense::AccTiles acc;
+        typename Dense::AccUpTiles acc_up;
+        Dense::zero(acc, acc_up);
 
         const int first = p.row_ptr[brow];
         const int steps = (p.row_ptr[brow + 1] - first) * kKSub;
-        auto load = [&](int s) {
+        auto load = [&](int s, u16* stage) {
             const int blk = first + s / kKSub;
-            load_stage(smem + (s % STAGES) * kStageElems, p, m0, nb0, blk, p.col_idx[blk],
-                       s % kKSub, vec_a, vec_b, vec_bu, tid);
+            load_stage(stage, p, m0, nb0, blk, p.col_idx[blk], s % kKSub, vec_a, vec_b, vec_bu, tid);
         };
-
-        // Prologue: the first STAGES - 1 slices in flight, one commit group each.
-#pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s) {
-            if (s < steps) load(s);
-            mma_detail::cp_async_commit();
-        }
-
-        for (int kt = 0; kt < steps; ++kt) {
-            // Slice kt has landed and every warp is done with the stage the prefetch overwrites.
-            mma_detail::cp_async_wait<STAGES - 2>();
-            __syncthreads();
-            const int pre = kt + STAGES - 1;
-            if (pre < steps) load(pre);
-            mma_detail::cp_async_commit();
-
-            const u16* sa = smem + (kt % STAGES) * kStageElems;
-            const u16* sb = sa + TileA::kElems;
-#pragma unroll
-            for (int kk = 0; kk < BK; kk += 16) {
-                u32 bf[NT][2];
-                Dense::load_b_frags(bf, sb, kk, warp_n, lane);
-                if constexpr (!kDual) {
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        u32 af[4];
-                        Dense::load_a_frag(af, sa, kk, mt, warp_m, lane);
-#pragma unroll
-                        for (int nt = 0; nt < NT; ++nt) mma_detail::mma_16816<T>(acc[mt][nt], af, bf[nt]);
-                    }
-                } else {
-                    u32 af[MT][4];
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) Dense::load_a_frag(af[mt], sa, kk, mt, warp_m, lane);
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                        for (int nt = 0; nt < NT; ++nt) mma_detail::mma_16816<T>(acc[mt][nt], af[mt], bf[nt]);
-                    Dense::load_b_frags(bf, sb + TileB::kElems, kk, warp_n, lane);
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                        for (int nt = 0; nt < NT; ++nt)
-                            mma_detail::mma_16816<T>(acc_up[mt][nt], af[mt], bf[nt]);
-                }
-            }
-        }
-        mma_detail::cp_async_wait<0>();
-
-        // Epilogue: thread holds C[g][2t..2t+1] and C[g+8][2t..2t+1] of each 16x8 tile; only the
-        // CTA's block row is written. Pairs are stored as one word when they are word-aligned (a
-        // block row of odd height starts at odd columns).
-        const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0) && (n0 % 2 == 0);
-        // Two passes (see wgmma_detail::store_tile): the epilogue of every element in place, then
-        // the stores, so that no operand load waits behind a store.
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const i64 row = m0 + warp_m * WM + mt * 16 + (lane >> 2) + half * 8;
-                if (row >= p.m) continue;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const i64 col = n0 + warp_n * WN + nt * 8 + (lane & 3) * 2 + e;
-                        if (col >= n_end) continue;
-                        const float up = kDual ? acc_up[kDual ? mt : 0][kDual ? nt : 0][half * 2 + e] : 0.0f;
-                        acc[mt][nt][half * 2 + e] = Epi::apply(acc[mt][nt][half * 2 + e], up, row, col, p);
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const i64 row = m0 + warp_m * WM + mt * 16 + (lane >> 2) + half * 8;
-                if (row >= p.m) continue;
-                T* out_row = p.c + row * p.ldc;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    const i64 col = n0 + warp_n * WN + nt * 8 + (lane & 3) * 2;
-                    if (col >= n_end) continue;
-                    const float v0 = acc[mt][nt][half * 2];
-                    if (col + 1 < n_end) {
-                        const float v1 = acc[mt][nt][half * 2 + 1];
-                        if (pair_ok) {
-                            *reinterpret_cast<u32*>(out_row + col) = pack2<T>(v0, v1);
-                        } else {
-                            out_row[col] = from_f32<T>(v0);
-                            out_row[col + 1] = from_f32<T>(v1);
-                        }
-                    } else {
-                        out_row[col] = from_f32<T>(v0);
-                    }
-                }
-            }
-        }
+        Dense::mainloop(smem, steps, load, acc, acc_up, warp_m, warp_n, lane);
+        // The epilogue, inside the block row. Pairs are stored as one word when they are
+        // word-aligned (a block row of odd height starts at odd columns).
+        Dense::store_tile(p, acc, acc_up, m0, n0, n_end, is_aligned(p.c, 4) && (p.ldc % 2 == 0) && (n0 % 2 == 0),
+                          warp_m, warp_n, lane);
     }
 };
 
@@ -250,11 +146,10 @@ struct GemmBsrSimt {
     static constexpr bool kDual = Epi::kDual;
     static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, TM = Cfg::TM, TN = Cfg::TN;
     static constexpr int kThreads = Cfg::kThreads;
-    static constexpr int CM = TM / 4, CN = TN / 4;
     static constexpr int kNSub = ceil_div(BR, BN);
     static constexpr int kKSub = ceil_div(BC, BK);
-    static constexpr int kBufFloats = BK * BM + BK * BN * (kDual ? 2 : 1);
-    static constexpr int kSmemBytes = 2 * kBufFloats * 4;
+    typedef simt_detail::ThreadTile<BM, BN, BK, TM, TN, kDual> Tile;
+    static constexpr int kSmemBytes = 2 * Tile::kBufFloats * 4;
     /// Every 4-element chunk of a block row starts vector-aligned (given an aligned base).
     static constexpr bool kVecBlocks = BC % 4 == 0;
 
@@ -281,15 +176,8 @@ struct GemmBsrSimt {
         const bool vec_b = kVecBlocks && is_aligned(p.b, kVecBytes);
         const bool vec_bu = kDual && kVecBlocks && is_aligned(p.b_up, kVecBytes);
 
-        float acc[TM][TN];
-        float acc_up[kDual ? TM : 1][kDual ? TN : 1];
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                acc[i][j] = 0.0f;
-                if constexpr (kDual) acc_up[i][j] = 0.0f;
-            }
+        Tile tile;
+        tile.zero();
 
         const int first = p.row_ptr[brow];
         const int steps = (p.row_ptr[brow + 1] - first) * kKSub;
@@ -306,72 +194,14 @@ struct GemmBsrSimt {
             lb.fetch(p.b + off, BC, (i64)ks * BK, nb0, BC, BR, vec_b, tid);
             if constexpr (kDual) lbu.fetch(p.b_up + off, BC, (i64)ks * BK, nb0, BC, BR, vec_bu, tid);
         };
-        auto store = [&](int buf) {
-            float* s = smem + buf * kBufFloats;
+        auto store = [&](float* s) {
             la.store(s, tid);
             lb.store(s + BK * BM, tid);
             if constexpr (kDual) lbu.store(s + BK * BM + BK * BN, tid);
         };
-
-        if (steps > 0) {
-            fetch(0);
-            store(0);
-        }
-        __syncthreads();
-        for (int kt = 0; kt < steps; ++kt) {
-            const int buf = kt & 1;
-            const bool more = kt + 1 < steps;
-            if (more) fetch(kt + 1);
-            const float* sa = smem + buf * kBufFloats;
-            const float* sb = sa + BK * BM;
-            const float* sbu = sb + BK * BN;
-#pragma unroll
-            for (int k = 0; k < BK; ++k) {
-                float a[TM], b[TN];
-#pragma unroll
-                for (int cm = 0; cm < CM; ++cm) {
-                    const float4 v = *reinterpret_cast<const float4*>(sa + k * BM + cm * (BM / CM) + ty * 4);
-                    a[cm * 4 + 0] = v.x; a[cm * 4 + 1] = v.y; a[cm * 4 + 2] = v.z; a[cm * 4 + 3] = v.w;
-                }
-#pragma unroll
-                for (int cn = 0; cn < CN; ++cn) {
-                    const float4 v = *reinterpret_cast<const float4*>(sb + k * BN + cn * (BN / CN) + tx * 4);
-                    b[cn * 4 + 0] = v.x; b[cn * 4 + 1] = v.y; b[cn * 4 + 2] = v.z; b[cn * 4 + 3] = v.w;
-                }
-#pragma unroll
-                for (int i = 0; i < TM; ++i)
-#pragma unroll
-                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-                if constexpr (kDual) {
-#pragma unroll
-                    for (int cn = 0; cn < CN; ++cn) {
-                        const float4 v = *reinterpret_cast<const float4*>(sbu + k * BN + cn * (BN / CN) + tx * 4);
-                        b[cn * 4 + 0] = v.x; b[cn * 4 + 1] = v.y; b[cn * 4 + 2] = v.z; b[cn * 4 + 3] = v.w;
-                    }
-#pragma unroll
-                    for (int i = 0; i < TM; ++i)
-#pragma unroll
-                        for (int j = 0; j < TN; ++j) acc_up[i][j] = fmaf(a[i], b[j], acc_up[i][j]);
-                }
-            }
-            if (more) store(buf ^ 1);
-            __syncthreads();
-        }
-
-        // Epilogue: element (i, j) of the thread block is C[row(i)][col(j)], inside the block row.
-#pragma unroll
-        for (int i = 0; i < TM; ++i) {
-            const i64 row = m0 + (i / 4) * (BM / CM) + ty * 4 + (i % 4);
-            if (row >= p.m) continue;
-            T* out_row = p.c + row * p.ldc;
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                const i64 col = n0 + (j / 4) * (BN / CN) + tx * 4 + (j % 4);
-                if (col >= n_end) continue;
-                const float up = kDual ? acc_up[kDual ? i : 0][kDual ? j : 0] : 0.0f;
-                out_row[col] = from_f32<T>(Epi::apply(acc[i][j], up, row, col, p));
-            }
-        }
+        tile.run(smem, steps, tx, ty, fetch, store);
+        // The epilogue, inside the block row.
+        tile.template store_tile<T, Epi>(p, m0, n0, n_end, tx, ty);
     }
 };
 

@@ -253,6 +253,142 @@ struct GemmMma {
         }
     }
 
+    /// The warp's accumulators: MT x NT m16n8 tiles, and as many for a dual GEMM's up product.
+    typedef float AccTiles[MT][NT][4];
+    typedef float AccUpTiles[kDual ? MT : 1][kDual ? NT : 1][4];
+
+    __device__ __forceinline__ static void zero(AccTiles& acc, AccUpTiles& acc_up) {
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][j][e] = 0.0f;
+                    if constexpr (kDual) acc_up[i][j][e] = 0.0f;
+                }
+    }
+
+    /// Multiplies the stage at `sa` (A's tile, then B's, then the up weight's) into the
+    /// accumulators.
+    __device__ __forceinline__ static void stage_mma(const u16* sa, AccTiles& acc, AccUpTiles& acc_up,
+                                                     int warp_m, int warp_n, int lane) {
+        const u16* sb = sa + TileA::kElems;
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            u32 bf[NT][2];
+            load_b_frags(bf, sb, kk, warp_n, lane);
+            if constexpr (!kDual) {
+                // One A fragment live at a time: 12 fragment registers instead of 24, which
+                // keeps the kernel within 128 registers (two CTAs per SM) in every layout.
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    u32 af[4];
+                    load_a_frag(af, sa, kk, mt, warp_m, lane);
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) mma_detail::mma_16816<T>(acc[mt][nt], af, bf[nt]);
+                }
+            } else {
+                // Both products need every A fragment: keep them, and reuse the B registers
+                // for the up weight.
+                u32 af[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) load_a_frag(af[mt], sa, kk, mt, warp_m, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) mma_detail::mma_16816<T>(acc[mt][nt], af[mt], bf[nt]);
+                load_b_frags(bf, sb + TileB::kElems, kk, warp_n, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+                        mma_detail::mma_16816<T>(acc_up[mt][nt], af[mt], bf[nt]);
+            }
+        }
+    }
+
+    /// The k loop over `steps` slices through the STAGES-deep cp.async ring: `load(s, stage)`
+    /// issues slice s's copies into `stage`; each slice is multiplied while the next STAGES - 1
+    /// are in flight. `GemmMma` and `GemmBsrMma` differ only in what a slice is.
+    template <class I, class Load>
+    __device__ __forceinline__ static void mainloop(u16* smem, I steps, Load&& load, AccTiles& acc,
+                                                    AccUpTiles& acc_up, int warp_m, int warp_n, int lane) {
+        // Prologue: the first STAGES - 1 slices in flight, one commit group each.
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < steps) load((I)s, smem + s * kStageElems);
+            mma_detail::cp_async_commit();
+        }
+
+        for (I kt = 0; kt < steps; ++kt) {
+            // Slice kt has landed (at most STAGES - 2 younger groups pending) and every warp is
+            // done with the stage that the prefetch below overwrites (read in iteration kt - 1).
+            mma_detail::cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const I pre = kt + STAGES - 1;
+            if (pre < steps) load(pre, smem + (int)(pre % STAGES) * kStageElems);
+            mma_detail::cp_async_commit();
+            stage_mma(smem + (int)(kt % STAGES) * kStageElems, acc, acc_up, warp_m, warp_n, lane);
+        }
+        mma_detail::cp_async_wait<0>();
+    }
+
+    /// The epilogue: the thread holds C[g][2t..2t+1] and C[g+8][2t..2t+1] of each 16x8 tile;
+    /// the rows inside M and the columns before `n_end` are written, pairs as one word where
+    /// `pair_ok`.
+    template <class P>
+    __device__ __forceinline__ static void store_tile(const P& p, AccTiles& acc, const AccUpTiles& acc_up,
+                                                      i64 m0, i64 n0, i64 n_end, bool pair_ok,
+                                                      int warp_m, int warp_n, int lane) {
+        // Two passes (see wgmma_detail::store_tile): the epilogue of every element in place, then
+        // the stores, so that no operand load waits behind a store.
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const i64 row = m0 + warp_m * WM + mt * 16 + (lane >> 2) + half * 8;
+                if (row >= p.m) continue;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const i64 col = n0 + warp_n * WN + nt * 8 + (lane & 3) * 2 + e;
+                        if (col >= n_end) continue;
+                        const float up = kDual ? acc_up[kDual ? mt : 0][kDual ? nt : 0][half * 2 + e] : 0.0f;
+                        acc[mt][nt][half * 2 + e] = Epi::apply(acc[mt][nt][half * 2 + e], up, row, col, p);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const i64 row = m0 + warp_m * WM + mt * 16 + (lane >> 2) + half * 8;
+                if (row >= p.m) continue;
+                T* out_row = p.c + row * p.ldc;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const i64 col = n0 + warp_n * WN + nt * 8 + (lane & 3) * 2;
+                    if (col >= n_end) continue;
+                    const float v0 = acc[mt][nt][half * 2];
+                    if (col + 1 < n_end) {
+                        const float v1 = acc[mt][nt][half * 2 + 1];
+                        if (pair_ok) {
+                            *reinterpret_cast<u32*>(out_row + col) = pack2<T>(v0, v1);
+                        } else {
+                            out_row[col] = from_f32<T>(v0);
+                            out_row[col + 1] = from_f32<T>(v1);
+                        }
+                    } else {
+                        out_row[col] = from_f32<T>(v0);
+                    }
+                }
+            }
+        }
+    }
+
     template <class P>
     __device__ __forceinline__ static void run(const P& p) {
         extern __shared__ __align__(128) unsigned char mlpc_smem[];
@@ -270,126 +406,14 @@ struct GemmMma {
         const bool vec_b = is_aligned(p.b, 16) && (p.ldb % 8 == 0);
         const bool vec_bu = kDual && is_aligned(p.b_up, 16) && (p.ldb_up % 8 == 0);
 
-        float acc[MT][NT][4];
-        float acc_up[kDual ? MT : 1][kDual ? NT : 1][4];
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    acc[i][j][e] = 0.0f;
-                    if constexpr (kDual) acc_up[i][j][e] = 0.0f;
-                }
+        AccTiles acc;
+        AccUpTiles acc_up;
+        zero(acc, acc_up);
 
-        const i64 ktiles = ceil_div(p.k, (i64)BK);
-
-        // Prologue: the first STAGES - 1 slices in flight, one commit group each.
-#pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s) {
-            if (s < ktiles) {
-                load_stage(smem + s * kStageElems, p, m0, n0, s, vec_a, vec_b, vec_bu, tid);
-            }
-            mma_detail::cp_async_commit();
-        }
-
-        for (i64 kt = 0; kt < ktiles; ++kt) {
-            // Slice kt has landed (at most STAGES - 2 younger groups pending) and every warp is
-            // done with the stage that the prefetch below overwrites (read in iteration kt - 1).
-            mma_detail::cp_async_wait<STAGES - 2>();
-            __syncthreads();
-            const i64 pre = kt + STAGES - 1;
-            if (pre < ktiles) {
-                load_stage(smem + (int)(pre % STAGES) * kStageElems, p, m0, n0, pre, vec_a,
-                           vec_b, vec_bu, tid);
-            }
-            mma_detail::cp_async_commit();
-
-            const u16* sa = smem + (int)(kt % STAGES) * kStageElems;
-            const u16* sb = sa + TileA::kElems;
-#pragma unroll
-            for (int kk = 0; kk < BK; kk += 16) {
-                u32 bf[NT][2];
-                load_b_frags(bf, sb, kk, warp_n, lane);
-                if constexpr (!kDual) {
-                    // One A fragment live at a time: 12 fragment registers instead of 24, which
-                    // keeps the kernel within 128 registers (two CTAs per SM) in every layout.
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        u32 af[4];
-                        load_a_frag(af, sa, kk, mt, warp_m, lane);
-#pragma unroll
-                        for (int nt = 0; nt < NT; ++nt) mma_detail::mma_16816<T>(acc[mt][nt], af, bf[nt]);
-                    }
-                } else {
-                    // Both products need every A fragment: keep them, and reuse the B registers
-                    // for the up weight.
-                    u32 af[MT][4];
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) load_a_frag(af[mt], sa, kk, mt, warp_m, lane);
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                        for (int nt = 0; nt < NT; ++nt) mma_detail::mma_16816<T>(acc[mt][nt], af[mt], bf[nt]);
-                    load_b_frags(bf, sb + TileB::kElems, kk, warp_n, lane);
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                        for (int nt = 0; nt < NT; ++nt)
-                            mma_detail::mma_16816<T>(acc_up[mt][nt], af[mt], bf[nt]);
-                }
-            }
-        }
-        mma_detail::cp_async_wait<0>();
-
-        // Epilogue: thread holds C[g][2t..2t+1] and C[g+8][2t..2t+1] of each 16x8 tile.
-        const bool pair_ok = is_aligned(p.c, 4) && (p.ldc % 2 == 0);
-        // Two passes (see wgmma_detail::store_tile): the epilogue of every element in place, then
-        // the stores, so that no operand load waits behind a store.
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const i64 row = m0 + warp_m * WM + mt * 16 + (lane >> 2) + half * 8;
-                if (row >= p.m) continue;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const i64 col = n0 + warp_n * WN + nt * 8 + (lane & 3) * 2 + e;
-                        if (col >= p.n) continue;
-                        const float up = kDual ? acc_up[kDual ? mt : 0][kDual ? nt : 0][half * 2 + e] : 0.0f;
-                        acc[mt][nt][half * 2 + e] = Epi::apply(acc[mt][nt][half * 2 + e], up, row, col, p);
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const i64 row = m0 + warp_m * WM + mt * 16 + (lane >> 2) + half * 8;
-                if (row >= p.m) continue;
-                T* out_row = p.c + row * p.ldc;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    const i64 col = n0 + warp_n * WN + nt * 8 + (lane & 3) * 2;
-                    if (col >= p.n) continue;
-                    const float v0 = acc[mt][nt][half * 2];
-                    if (col + 1 < p.n) {
-                        const float v1 = acc[mt][nt][half * 2 + 1];
-                        if (pair_ok) {
-                            *reinterpret_cast<u32*>(out_row + col) = pack2<T>(v0, v1);
-                        } else {
-                            out_row[col] = from_f32<T>(v0);
-                            out_row[col + 1] = from_f32<T>(v1);
-                        }
-                    } else {
-                        out_row[col] = from_f32<T>(v0);
-                    }
-                }
-            }
-        }
+        mainloop(smem, ceil_div(p.k, (i64)BK),
+                 [&](i64 kt, u16* stage) { load_stage(stage, p, m0, n0, kt, vec_a, vec_b, vec_bu, tid); },
+                 acc, acc_up, warp_m, warp_n, lane);
+        store_tile(p, acc, acc_up, m0, n0, p.n, is_aligned(p.c, 4) && (p.ldc % 2 == 0), warp_m, warp_n, lane);
     }
 };
 

@@ -129,6 +129,106 @@ struct SliceLoader {
     }
 };
 
+/// A thread's TM x TN block of a CTA's BM x BN tile (and as many accumulators for a dual GEMM's
+/// up product): TM/4 x TN/4 groups of 4x4, BM/(TM/4) rows and BN/(TN/4) columns apart, the
+/// thread's group at (ty * 4, tx * 4) of each. Its k loop runs over slices in two shared-memory
+/// buffers of kBufFloats floats, each A's BK x BM slice, then B's BK x BN, then the up weight's,
+/// k-major (`SliceLoader::store`'s layout). `GemmSimt` and `GemmBsrSimt` differ only in where
+/// their slices come from and where their tile's columns end.
+template <int BM, int BN, int BK, int TM, int TN, bool DUAL>
+struct ThreadTile {
+    static constexpr int CM = TM / 4, CN = TN / 4;
+    static constexpr int kBufFloats = BK * BM + BK * BN * (DUAL ? 2 : 1);
+    float acc[TM][TN];
+    float acc_up[DUAL ? TM : 1][DUAL ? TN : 1];
+
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                acc[i][j] = 0.0f;
+                if constexpr (DUAL) acc_up[i][j] = 0.0f;
+            }
+    }
+
+    /// Multiplies the slice at `sa` into the accumulators.
+    __device__ __forceinline__ void slice(const float* sa, int tx, int ty) {
+        const float* sb = sa + BK * BM;
+        const float* sbu = sb + BK * BN;
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float a[TM], b[TN];
+#pragma unroll
+            for (int cm = 0; cm < CM; ++cm) {
+                const float4 v = *reinterpret_cast<const float4*>(sa + k * BM + cm * (BM / CM) + ty * 4);
+                a[cm * 4 + 0] = v.x; a[cm * 4 + 1] = v.y; a[cm * 4 + 2] = v.z; a[cm * 4 + 3] = v.w;
+            }
+#pragma unroll
+            for (int cn = 0; cn < CN; ++cn) {
+                const float4 v = *reinterpret_cast<const float4*>(sb + k * BN + cn * (BN / CN) + tx * 4);
+                b[cn * 4 + 0] = v.x; b[cn * 4 + 1] = v.y; b[cn * 4 + 2] = v.z; b[cn * 4 + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            if constexpr (DUAL) {
+#pragma unroll
+                for (int cn = 0; cn < CN; ++cn) {
+                    const float4 v = *reinterpret_cast<const float4*>(sbu + k * BN + cn * (BN / CN) + tx * 4);
+                    b[cn * 4 + 0] = v.x; b[cn * 4 + 1] = v.y; b[cn * 4 + 2] = v.z; b[cn * 4 + 3] = v.w;
+                }
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc_up[i][j] = fmaf(a[i], b[j], acc_up[i][j]);
+            }
+        }
+    }
+
+    /// The k loop over `steps` slices: `fetch(s)` reads slice s into registers, `store(s)` writes
+    /// them to the buffer at `s`; the next slice is fetched while the current one is multiplied,
+    /// then written to the other buffer: one barrier per slice.
+    template <class I, class Fetch, class Store>
+    __device__ __forceinline__ void run(float* smem, I steps, int tx, int ty, Fetch&& fetch, Store&& store) {
+        if (steps > 0) {
+            fetch(0);
+            store(smem);
+        }
+        __syncthreads();
+        for (I kt = 0; kt < steps; ++kt) {
+            const int buf = (int)(kt & 1);
+            const bool more = kt + 1 < steps;
+            if (more) fetch(kt + 1);
+            slice(smem + buf * kBufFloats, tx, ty);
+            if (more) store(smem + (buf ^ 1) * kBufFloats);
+            // The other buffer is complete, and everyone is done reading this one before the
+            // next iteration's store overwrites it.
+            __syncthreads();
+        }
+    }
+
+    /// The epilogue: element (i, j) of the thread's block is C[row(i)][col(j)], for the rows
+    /// inside M and the columns before `n_end`.
+    template <class T, class Epi, class P>
+    __device__ __forceinline__ void store_tile(const P& p, i64 m0, i64 n0, i64 n_end, int tx, int ty) const {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const i64 row = m0 + (i / 4) * (BM / CM) + ty * 4 + (i % 4);
+            if (row >= p.m) continue;
+            T* out_row = p.c + row * p.ldc;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const i64 col = n0 + (j / 4) * (BN / CN) + tx * 4 + (j % 4);
+                if (col >= n_end) continue;
+                const float up = DUAL ? acc_up[DUAL ? i : 0][DUAL ? j : 0] : 0.0f;
+                out_row[col] = from_f32<T>(Epi::apply(acc[i][j], up, row, col, p));
+            }
+        }
+    }
+};
+
 }  // namespace simt_detail
 
 /// The SIMT GEMM. Launch with `kThreads` threads, grid `(ceil(M / BM), ceil(N / BN))` and
@@ -138,9 +238,8 @@ struct GemmSimt {
     static constexpr bool kDual = Epi::kDual;
     static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, TM = Cfg::TM, TN = Cfg::TN;
     static constexpr int kThreads = Cfg::kThreads;
-    static constexpr int CM = TM / 4, CN = TN / 4;
-    static constexpr int kBufFloats = BK * BM + BK * BN * (kDual ? 2 : 1);
-    static constexpr int kSmemBytes = 2 * kBufFloats * 4;
+    typedef simt_detail::ThreadTile<BM, BN, BK, TM, TN, kDual> Tile;
+    static constexpr int kSmemBytes = 2 * Tile::kBufFloats * 4;
 
     typedef simt_detail::SliceLoader<T, BK, BM, kThreads, LA == Layout::N> LoaderA;
     typedef simt_detail::SliceLoader<T, BK, BN, kThreads, LB == Layout::T> LoaderB;
@@ -161,16 +260,8 @@ struct GemmSimt {
         const bool vec_b = is_aligned(p.b, kVecBytes) && (p.ldb % 4 == 0);
         const bool vec_bu = kDual && is_aligned(p.b_up, kVecBytes) && (p.ldb_up % 4 == 0);
 
-        float acc[TM][TN];
-        float acc_up[kDual ? TM : 1][kDual ? TN : 1];
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                acc[i][j] = 0.0f;
-                if constexpr (kDual) acc_up[i][j] = 0.0f;
-            }
-
+        Tile tile;
+        tile.zero();
         LoaderA la;
         LoaderB lb;
         LoaderB lbu;
@@ -180,75 +271,13 @@ struct GemmSimt {
             lb.fetch(p.b, p.ldb, k0, n0, p.k, p.n, vec_b, tid);
             if constexpr (kDual) lbu.fetch(p.b_up, p.ldb_up, k0, n0, p.k, p.n, vec_bu, tid);
         };
-        auto store = [&](int buf) {
-            float* s = smem + buf * kBufFloats;
+        auto store = [&](float* s) {
             la.store(s, tid);
             lb.store(s + BK * BM, tid);
             if constexpr (kDual) lbu.store(s + BK * BM + BK * BN, tid);
         };
-
-        const i64 ktiles = ceil_div(p.k, (i64)BK);
-        if (ktiles > 0) {
-            fetch(0);
-            store(0);
-        }
-        __syncthreads();
-        for (i64 kt = 0; kt < ktiles; ++kt) {
-            const int buf = (int)(kt & 1);
-            const bool more = kt + 1 < ktiles;
-            if (more) fetch(kt + 1);
-            const float* sa = smem + buf * kBufFloats;
-            const float* sb = sa + BK * BM;
-            const float* sbu = sb + BK * BN;
-#pragma unroll
-            for (int k = 0; k < BK; ++k) {
-                float a[TM], b[TN];
-#pragma unroll
-                for (int cm = 0; cm < CM; ++cm) {
-                    const float4 v = *reinterpret_cast<const float4*>(sa + k * BM + cm * (BM / CM) + ty * 4);
-                    a[cm * 4 + 0] = v.x; a[cm * 4 + 1] = v.y; a[cm * 4 + 2] = v.z; a[cm * 4 + 3] = v.w;
-                }
-#pragma unroll
-                for (int cn = 0; cn < CN; ++cn) {
-                    const float4 v = *reinterpret_cast<const float4*>(sb + k * BN + cn * (BN / CN) + tx * 4);
-                    b[cn * 4 + 0] = v.x; b[cn * 4 + 1] = v.y; b[cn * 4 + 2] = v.z; b[cn * 4 + 3] = v.w;
-                }
-#pragma unroll
-                for (int i = 0; i < TM; ++i)
-#pragma unroll
-                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-                if constexpr (kDual) {
-#pragma unroll
-                    for (int cn = 0; cn < CN; ++cn) {
-                        const float4 v = *reinterpret_cast<const float4*>(sbu + k * BN + cn * (BN / CN) + tx * 4);
-                        b[cn * 4 + 0] = v.x; b[cn * 4 + 1] = v.y; b[cn * 4 + 2] = v.z; b[cn * 4 + 3] = v.w;
-                    }
-#pragma unroll
-                    for (int i = 0; i < TM; ++i)
-#pragma unroll
-                        for (int j = 0; j < TN; ++j) acc_up[i][j] = fmaf(a[i], b[j], acc_up[i][j]);
-                }
-            }
-            if (more) store(buf ^ 1);
-            // The other buffer is complete, and everyone is done reading this one before the
-            // next iteration's store overwrites it.
-            __syncthreads();
-        }
-
-        // Epilogue: element (i, j) of the thread block is C[row(i)][col(j)].
-#pragma unroll
-        for (int i = 0; i < TM; ++i) {
-            const i64 row = m0 + (i / 4) * (BM / CM) + ty * 4 + (i % 4);
-            if (row >= p.m) continue;
-            T* out_row = p.c + row * p.ldc;
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                const i64 col = n0 + (j / 4) * (BN / CN) + tx * 4 + (j % 4);
-                if (col >= p.n) continue;
-                const float up = kDual ? acc_up[kDual ? i : 0][kDual ? j : 0] : 0.0f;
-                out_row[col] = from_f32<T>(Epi::apply(acc[i][j], up, row, col, p));
-            }
-        }
+        tile.run(smem, ceil_div(p.k, (i64)BK), tx, ty, fetch, store);
+        tile.template store_tile<T, Epi>(p, m0, n0, p.n, tx, ty);
     }
 };
 
