@@ -158,32 +158,27 @@ struct ThreadTile {
         const float* sbu = sb + BK * BN;
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
-            float a[TM], b[TN];
+            float a[TM];
 #pragma unroll
             for (int cm = 0; cm < CM; ++cm) {
                 const float4 v = *reinterpret_cast<const float4*>(sa + k * BM + cm * (BM / CM) + ty * 4);
                 a[cm * 4 + 0] = v.x; a[cm * 4 + 1] = v.y; a[cm * 4 + 2] = v.z; a[cm * 4 + 3] = v.w;
             }
-#pragma unroll
-            for (int cn = 0; cn < CN; ++cn) {
-                const float4 v = *reinterpret_cast<const float4*>(sb + k * BN + cn * (BN / CN) + tx * 4);
-                b[cn * 4 + 0] = v.x; b[cn * 4 + 1] = v.y; b[cn * 4 + 2] = v.z; b[cn * 4 + 3] = v.w;
-            }
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-            if constexpr (DUAL) {
+            // The thread's columns of row k of a weight slice `s`, times a, into `c`.
+            auto mul = [&](const float* s, float (&c)[TM][TN]) {
+                float b[TN];
 #pragma unroll
                 for (int cn = 0; cn < CN; ++cn) {
-                    const float4 v = *reinterpret_cast<const float4*>(sbu + k * BN + cn * (BN / CN) + tx * 4);
+                    const float4 v = *reinterpret_cast<const float4*>(s + k * BN + cn * (BN / CN) + tx * 4);
                     b[cn * 4 + 0] = v.x; b[cn * 4 + 1] = v.y; b[cn * 4 + 2] = v.z; b[cn * 4 + 3] = v.w;
                 }
 #pragma unroll
                 for (int i = 0; i < TM; ++i)
 #pragma unroll
-                    for (int j = 0; j < TN; ++j) acc_up[i][j] = fmaf(a[i], b[j], acc_up[i][j]);
-            }
+                    for (int j = 0; j < TN; ++j) c[i][j] = fmaf(a[i], b[j], c[i][j]);
+            };
+            mul(sb, acc);
+            if constexpr (DUAL) mul(sbu, acc_up);
         }
     }
 
