@@ -13,7 +13,9 @@
 # keeps it short.
 #
 # `run_all.sh bench --only "llama-swiglu T=1,gpt2-mlp T=1" --merge` refreshes those rows only and
-# keeps the others of docs/benchmarks.json (the table then names each row's run).
+# keeps the others of docs/benchmarks.json (the table then names each row's run). The tables'
+# runs since 2026-12-04 add `--rounds 3` (each row's sides timed together three times over, each
+# side keeping its middle round; about three times the timing, not the compilation).
 #
 # e.g. `run_all.sh bench --max-autotune gpt2-mlp,bert-large-ffn` adds torch.compile's max-autotune
 # peer for those rows (each compiles for tens of seconds: mind the 500 s limit of the bench step;
