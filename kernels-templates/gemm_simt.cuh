@@ -182,9 +182,9 @@ struct ThreadTile {
         }
     }
 
-    /// The k loop over `steps` slices: `fetch(s)` reads slice s into registers, `store(s)` writes
-    /// them to the buffer at `s`; the next slice is fetched while the current one is multiplied,
-    /// then written to the other buffer: one barrier per slice.
+    /// The k loop over `steps` slices: `fetch(kt)` reads slice kt into registers, `store(buf)`
+    /// writes them to the buffer at `buf`; the next slice is fetched while the current one is
+    /// multiplied, then written to the other buffer: one barrier per slice.
     template <class I, class Fetch, class Store>
     __device__ __forceinline__ void run(float* smem, I steps, int tx, int ty, Fetch&& fetch, Store&& store) {
         if (steps > 0) {
