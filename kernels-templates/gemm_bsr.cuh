@@ -61,8 +61,7 @@ template <class T, Layout LA, int BR, int BC, class Cfg, class Epi>
 struct GemmBsrMma {
     typedef GemmMma<T, LA, Layout::T, Cfg, Epi> Dense;
     static constexpr bool kDual = Epi::kDual;
-    static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
-    static constexpr int WM = Cfg::WM, WN = Cfg::WN, MT = Cfg::MT, NT = Cfg::NT;
+    static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
     static constexpr int kThreads = Cfg::kThreads;
     /// CTAs per block row, and k slices per block.
     static constexpr int kNSub = ceil_div(BR, BN);
