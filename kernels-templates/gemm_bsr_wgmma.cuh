@@ -582,6 +582,13 @@ struct Mma<f16, 256> {
 #undef MLPC_BSR_WGMMA_N192
 #undef MLPC_BSR_WGMMA_N256
 
+/// The groups' block rows of `GemmBsrWgmma`: group j's slot g is block row j G + g. A kernel
+/// whose groups list their rows passes a type with kListed and `static int at(j G + g)`, the
+/// first output column of group j's slot g (N for an empty slot, after the filled ones).
+struct ConsecutiveRows {
+    static constexpr bool kListed = false;
+};
+
 }  // namespace bsr_wgmma
 
 /// The grouped Hopper BSR GEMM. `T` is `bf16` or `f16`; A is row-major [M, K]; `BR` x `BC` the
@@ -591,9 +598,12 @@ struct Mma<f16, 256> {
 /// BR rows x SW columns, both with the swizzle of SW-element rows (WIDE: the rearranged blocks
 /// as a [kept * kWideRows, 64] matrix in boxes of one block's kWideRows rows). Launch with `kThreads`
 /// threads, grid `(ceil(M / BM), ceil(block rows / G))` and `kSmemBytes` bytes of dynamic shared
-/// memory; compile for sm_90a.
-template <class T, int BR, int BC, class Cfg, class Epi>
+/// memory; compile for sm_90a. `Rows`: which block rows each group computes, `ConsecutiveRows`
+/// or a list chosen at compile time to share kept block columns (fewer steps; see `with_cols`).
+template <class T, int BR, int BC, class Cfg, class Epi, class Rows = bsr_wgmma::ConsecutiveRows>
 struct GemmBsrWgmma {
+    /// The groups' block rows are listed (`Rows::at`); their outputs are stored from registers.
+    static constexpr bool ROWS = Rows::kListed;
     static constexpr bool kDual = Epi::kDual;
     /// A plain GEMM whose epilogue chain starts with a bias starts its accumulators at the bias
     /// instead of zero, and its epilogue applies the rest of the chain: the bias costs no load,
@@ -679,7 +689,9 @@ struct GemmBsrWgmma {
     static_assert(kSlotBytes % (8 * 2 * SWB) == 0, "every slot starts on a swizzle period");
     static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle period");
     static_assert(!PAIRS || (SW == BKB && BKB == BC), "pairs: one A atom column per block column");
-    static_assert(!Cfg::kTmaStore || (G * BR >= 64 && ((G * BR) % 64 == 0 || 64 % BR == 0)),
+    static_assert(!ROWS || !Cfg::kTmaStore || BR == 32,
+                  "listed block rows are stored by the copy engine in boxes of 32 columns");
+    static_assert(!Cfg::kTmaStore || ROWS || (G * BR >= 64 && ((G * BR) % 64 == 0 || 64 % BR == 0)),
                   "TMA stores take whole 64-column chunks of the group's columns, whole block "
                   "rows past them from registers");
     static_assert(!Cfg::WIDE || (BKB == BC && kSlotBytes % 1024 == 0 && kWideRows <= 256),
@@ -819,16 +831,91 @@ struct GemmBsrWgmma {
         }
     }
 
-    /// The accumulators' initial values for the tile at columns from `n0`: the bias where
-    /// `kBiasInit` (its element of the accumulator's column, the layout of `store`; columns past
-    /// N zero), else zero.
+    /// The output columns of a tile's slots, consecutive: slot g's first column is n0 + g BR.
+    struct ConsecutiveCols {
+        i64 n0;
+        __device__ __forceinline__ i64 operator()(int g) const { return n0 + g * BR; }
+        /// Whether every slot lies inside N.
+        __device__ __forceinline__ bool inside(i64 n) const { return n0 + G * BR <= n; }
+    };
+
+    /// The same for listed block rows: `Rows::at(group G + g)` is slot g's first column (N for
+    /// an empty slot, after the filled ones).
+    struct ListedCols {
+        int group;
+        __device__ __forceinline__ i64 operator()(int g) const { return Rows::at(group * G + g); }
+        __device__ __forceinline__ bool inside(i64 n) const {
+            return Rows::at(group * G + G - 1) < n;
+        }
+    };
+
+    /// `f.run(cols)` with the slots' columns of `group`'s tile, whose consecutive form starts
+    /// at column `n0`.
+    template <class F>
+    __device__ __forceinline__ static void with_cols(int group, i64 n0, const F& f) {
+        if constexpr (ROWS) {
+            f.run(ListedCols{group});
+        } else {
+            f.run(ConsecutiveCols{n0});
+        }
+    }
+
+    /// `init_bias` and `store_cols` as the functors `with_cols` calls.
+    template <class P, class Acc>
+    struct InitBias {
+        const P& p;
+        i64 n0;
+        int tid;
+        Acc& acc;
+        template <class Cols>
+        __device__ __forceinline__ void run(const Cols& cols) const {
+            init_bias(p, n0, tid, acc, cols);
+        }
+    };
     template <class P, class Acc, class AccUp>
-    __device__ __forceinline__ static void init_acc(const P& p, i64 n0, int tid, Acc& acc,
-                                                    AccUp& acc_up) {
+    struct StoreCols {
+        const P& p;
+        i64 m0, n0;
+        int tid;
+        Acc& acc;
+        AccUp& acc_up;
+        const TensorMap& map_c;
+        u32 staging;
+        u32& chunk;
+        template <class Cols>
+        __device__ __forceinline__ void run(const Cols& cols) const {
+            store_cols(p, m0, n0, tid, acc, acc_up, map_c, staging, chunk, cols);
+        }
+    };
+
+    /// The accumulators' initial values for the tile of `group` (its consecutive form at columns
+    /// from `n0`): the bias where `kBiasInit` (its element of the accumulator's column, the
+    /// layout of `store`; columns past N zero), else zero.
+    template <class P, class Acc, class AccUp>
+    __device__ __forceinline__ static void init_acc(const P& p, int group, i64 n0, int tid,
+                                                    Acc& acc, AccUp& acc_up) {
         if constexpr (kBiasInit) {
+            with_cols(group, n0, InitBias<P, Acc>{p, n0, tid, acc});
+        } else {
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int i = 0; i < kAcc; ++i) {
+                    acc[g][i] = 0.0f;
+                    if constexpr (kDual) acc_up[g][i] = 0.0f;
+                }
+        }
+    }
+
+    /// `init_acc` with a bias: the slots' columns `cols` (`ConsecutiveCols` from `n0`, or
+    /// `ListedCols`).
+    template <class P, class Acc, class Cols>
+    __device__ __forceinline__ static void init_bias(const P& p, i64 n0, int tid, Acc& acc,
+                                                     const Cols& cols) {
+        {
             const auto& bias = p.epi[BiasFirst<Epi>::kIndex];
             const int t = tid & 3;
-            if (n0 + G * BR <= p.n && bias.col_stride == 1 && is_aligned(bias.ptr, 4)) {
+            if (cols.inside(p.n) && bias.col_stride == 1 && is_aligned(bias.ptr, 4)) {
                 // The group's columns inside N, the bias contiguous: one 4-byte load a column
                 // pair, widened on the integer pipe (`widen_pair`).
                 const u32* w = reinterpret_cast<const u32*>(bias.ptr + n0) + t;
@@ -841,7 +928,11 @@ struct GemmBsrWgmma {
                         // widenings all the same and adds 88 register copies a tile over the
                         // form that widens once and copies: docs/perf-notes.md, block-sparse
                         // variant 33. This is the form checked and timed on the GPU.)
-                        const u32 v = __ldg(w + (g * BR + i * 8) / 2);
+                        const u32 v =
+                            ROWS ? __ldg(reinterpret_cast<const u32*>(
+                                             bias.ptr + cols(g)) +
+                                         t + i * 4)
+                                 : __ldg(w + (g * BR + i * 8) / 2);
                         widen_pair<T>(v, acc[g][4 * i], acc[g][4 * i + 1]);
                         widen_pair<T>(v, acc[g][4 * i + 2], acc[g][4 * i + 3]);
                     }
@@ -853,30 +944,33 @@ struct GemmBsrWgmma {
                 for (int i = 0; i < BR / 8; ++i)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        const i64 col = n0 + g * BR + i * 8 + 2 * t + e;
+                        const i64 col = cols(g) + i * 8 + 2 * t + e;
                         const float b = col < p.n ? load_f32(bias.ptr, col * bias.col_stride) : 0.0f;
                         // Rows lane / 4 and lane / 4 + 8 (h = 0, 1): the same column.
                         acc[g][4 * i + e] = b;
                         acc[g][4 * i + 2 + e] = b;
                     }
-        } else {
-#pragma unroll
-            for (int g = 0; g < G; ++g)
-#pragma unroll
-                for (int i = 0; i < kAcc; ++i) {
-                    acc[g][i] = 0.0f;
-                    if constexpr (kDual) acc_up[g][i] = 0.0f;
-                }
         }
     }
 
-    /// Epilogue of one tile: acc[g][4i + 2h + e] is C[16q + lane / 4 + 8h][g * BR + 8i + 2t + e]
-    /// of the warpgroup's 64 rows (from m0 + 64 wg) and the group's columns (from n0); columns
-    /// past N (a last group with fewer than G block rows) are not written.
+    /// Epilogue of one tile: acc[g][4i + 2h + e] is C[16q + lane / 4 + 8h][cols(g) + 8i + 2t
+    /// + e] of the warpgroup's 64 rows (from m0 + 64 wg) and the slot's block row of `group`
+    /// (consecutively from n0 without ROWS); columns past N (a last group with fewer than G
+    /// block rows) are not written.
     template <class P, class Acc, class AccUp>
-    __device__ __forceinline__ static void store(const P& p, i64 m0, i64 n0, int tid, Acc& acc,
-                                                 AccUp& acc_up, const TensorMap& map_c,
+    __device__ __forceinline__ static void store(const P& p, i64 m0, int group, i64 n0, int tid,
+                                                 Acc& acc, AccUp& acc_up, const TensorMap& map_c,
                                                  u32 staging, u32& chunk) {
+        with_cols(group, n0,
+                  StoreCols<P, Acc, AccUp>{p, m0, n0, tid, acc, acc_up, map_c, staging, chunk});
+    }
+
+    /// `store` with the slots' columns `cols`.
+    template <class P, class Acc, class AccUp, class Cols>
+    __device__ __forceinline__ static void store_cols(const P& p, i64 m0, i64 n0, int tid,
+                                                      Acc& acc, AccUp& acc_up,
+                                                      const TensorMap& map_c, u32 staging,
+                                                      u32& chunk, const Cols& cols) {
         const int wg = tid >> 7;
         const int lane = tid & 31;
         const int q = (tid >> 5) & 3;
@@ -889,12 +983,12 @@ struct GemmBsrWgmma {
             if (row >= p.m) continue;
 #pragma unroll
             for (int g = 0; g < G; ++g) {
-                if (n0 + g * BR >= p.n) break;
+                if (cols(g) >= p.n) break;
 #pragma unroll
                 for (int i = 0; i < BR / 8; ++i) {
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2 + e;
+                        const i64 col = cols(g) + i * 8 + (lane & 3) * 2 + e;
                         const int r = 4 * i + 2 * h + e;
                         const float up = kDual ? acc_up[kDual ? g : 0][kDual ? r : 0] : 0.0f;
                         acc[g][r] = EpiInPlace::apply(acc[g][r], up, row, col, p);
@@ -905,6 +999,11 @@ struct GemmBsrWgmma {
         // Block rows from kRegRow0 on are stored from registers: all of them without TMA
         // stores, else those past the group's whole 64-column chunks (eleven 32-row blocks: the
         // last one).
+        if constexpr (ROWS && Cfg::kTmaStore) {
+            store_tma_listed(m0 + wg * 64, tid & 127, p.n, acc, map_c,
+                             staging + wg * kWarpgroupStagingBytes, 3 + wg, chunk, cols);
+            return;
+        }
         constexpr int kRegRow0 = Cfg::kTmaStore ? G * BR / 64 * 64 / BR : 0;
         if constexpr (Cfg::kTmaStore) {
             store_tma(m0 + wg * 64, n0, tid & 127, p.n, acc, map_c,
@@ -913,18 +1012,20 @@ struct GemmBsrWgmma {
         }
         if constexpr (BR % 16 == 0) {
             // A tile wholly inside the output with 8-byte aligned rows: whole sectors.
-            if (m0 + BM <= p.m && n0 + G * BR <= p.n && is_aligned(p.c, 8) && p.ldc % 4 == 0) {
+            if (m0 + BM <= p.m && cols.inside(p.n) && is_aligned(p.c, 8) &&
+                p.ldc % 4 == 0) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;
-                    T* out_row = p.c + row * p.ldc + n0;
+                    T* out_row = p.c + row * p.ldc;
 #pragma unroll
                     for (int g = kRegRow0; g < G; ++g) {
 #pragma unroll
                         for (int i = 0; i < BR / 8; i += 2) {
                             const int r = 4 * i + 2 * h;
                             wgmma_detail::store_sector<T>(
-                                out_row + g * BR + i * 8, out_pair(acc[g][r], acc[g][r + 1]),
+                                out_row + cols(g) + i * 8,
+                                out_pair(acc[g][r], acc[g][r + 1]),
                                 out_pair(acc[g][r + 4], acc[g][r + 5]));
                         }
                     }
@@ -939,11 +1040,11 @@ struct GemmBsrWgmma {
             T* out_row = p.c + row * p.ldc;
 #pragma unroll
             for (int g = kRegRow0; g < G; ++g) {
-                if (n0 + g * BR >= p.n) break;
+                if (cols(g) >= p.n) break;
 #pragma unroll
                 for (int i = 0; i < BR / 8; ++i) {
                     // BR is a multiple of 8: both columns of the pair lie in the block row.
-                    const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2;
+                    const i64 col = cols(g) + i * 8 + (lane & 3) * 2;
                     const int r = 4 * i + 2 * h;
                     if (pair_ok) {
                         *reinterpret_cast<u32*>(out_row + col) = out_pair(acc[g][r], acc[g][r + 1]);
@@ -978,6 +1079,63 @@ struct GemmBsrWgmma {
                     const int r = 4 * (cg % kGroupsPerBlock) + 2 * h;
                     return out_pair(acc[g][r], acc[g][r + 1]);
                 });
+        }
+    }
+
+    /// The stores of `store` by the copy engine for listed block rows (BR = 32), for the
+    /// warpgroup's 64-row band from `row0` (`wtid` its thread): two slots a round through one
+    /// staging buffer, each slot's 64 x 32 piece in a half of it (64-byte rows, the 64B swizzle:
+    /// chunk c of row r at chunk c ^ (r / 2 % 4)), each half stored by one box of `map_c` (64 rows
+    /// x 32 columns) at its slot's columns; an empty slot is staged and not stored. The buffer
+    /// protocol is `wgmma_detail::store_chunk_tma`'s. Column group i of a slot (8 columns) of row
+    /// half h is acc[g][4 i + 2 h], acc[g][4 i + 2 h + 1].
+    template <class Acc, class Cols>
+    __device__ __forceinline__ static void store_tma_listed(i64 row0, int wtid, i64 n,
+                                                            const Acc& acc,
+                                                            const TensorMap& map_c, u32 staging,
+                                                            int bar, u32& chunk,
+                                                            const Cols& cols) {
+        using namespace wgmma_detail;
+        constexpr int kHalfBytes = 64 * 32 * 2;
+        static_assert(2 * kHalfBytes <= kStagingBufferBytes, "two slots a staging buffer");
+        const int lane = wtid & 31;
+        const int q = wtid >> 5;
+        // Lane l addresses row r of matrix j = l / 8 (row half j % 2, column group i + j / 2).
+        const int j = lane >> 3;
+        const int r = 16 * q + 8 * (j & 1) + (lane & 7);
+        const u32 row_addr = (u32)(r * 64);
+        const int swz = (r >> 1) & 3;
+        auto pair = [&](int g, int i, int h) {
+            return out_pair(acc[g][4 * i + 2 * h], acc[g][4 * i + 2 * h + 1]);
+        };
+#pragma unroll
+        for (int g0 = 0; g0 < G; g0 += 2) {
+            if (cols(g0) >= n) break;
+            const u32 buf =
+                staging + (Cfg::kStagingBufs == 2 ? (chunk & 1u) * kStagingBufferBytes : 0u);
+            if (wtid == 0) bulk_wait_read<Cfg::kStagingBufs - 1>();
+            named_sync<128>(bar);
+#pragma unroll
+            for (int k = 0; k < 2 && g0 + k < G; ++k) {
+                const int g = g0 + k;
+#pragma unroll
+                for (int i = 0; i < 4; i += 2) {
+                    const u32 addr =
+                        buf + k * kHalfBytes + row_addr + (u32)(((i + (j >> 1)) ^ swz) << 4);
+                    stmatrix_x4(addr, pair(g, i, 0), pair(g, i, 1), pair(g, i + 1, 0),
+                                pair(g, i + 1, 1));
+                }
+            }
+            fence_proxy_async();
+            named_sync<128>(bar);
+            if (wtid == 0) {
+                tma_store_2d(map_c, (int)cols(g0), (int)row0, buf);
+                if (g0 + 1 < G && cols(g0 + 1) < n) {
+                    tma_store_2d(map_c, (int)cols(g0 + 1), (int)row0, buf + kHalfBytes);
+                }
+                bulk_commit();
+            }
+            ++chunk;
         }
     }
 
@@ -1148,10 +1306,11 @@ struct GemmBsrWgmma {
         u32 phase = 0;
         u32 chunk = 0;
         for_each_tile(cta, ctas, tiles, tile_or_none, [&](const Tile& t) {
-            init_acc(p, (i64)t.group * (G * BR), tid, acc, acc_up);
+            const i64 n0 = (i64)t.group * (G * BR);
+            init_acc(p, t.group, n0, tid, acc, acc_up);
             const int slices = t.steps * kKSub;
             consume(ring, full, empty, masks, slices, tid, acc, acc_up, stage, phase);
-            store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up, map_c, staging, chunk);
+            store(p, (i64)t.m0, t.group, n0, tid, acc, acc_up, map_c, staging, chunk);
         });
         // The copy engine may still read the staging buffers and write the output.
         if constexpr (Cfg::kTmaStore) {

@@ -18,8 +18,9 @@
 //! Taken for [`Arch::Sm90a`], f16 / bf16, A stored `[M, K]` (no constant row stride that is not a
 //! multiple of 8), a block height that is a wgmma N ([`WGMMA_N`]), a block width that is a
 //! multiple of 16 and fewer than 32768 block columns. One CTA computes 128 rows of the output and
-//! a GROUP of `G` consecutive block rows (`G * BR <= 256` columns, 128 for dual GEMMs, `G <= 16`),
-//! one accumulator array per block row. Its k loop walks the group's steps: the union of the kept
+//! a GROUP of `G` block rows (`G * BR <= 256` columns, 128 for dual GEMMs, `G <= 16`; 352 for
+//! 32-row blocks where K >= 4096), one accumulator array per block row: consecutive ones, or
+//! ones chosen to keep blocks in the same columns ([`Groups`]). Its k loop walks the group's steps: the union of the kept
 //! block columns of its rows, each with the mask of the rows that keep it ([`GroupSteps`]). A
 //! step's A slice is loaded once for all of them. See the template's comment for the shared
 //! layout (swizzled K-major atoms of 64, 32 or 16 elements) and the pipeline; the tests below
@@ -148,6 +149,10 @@ pub(crate) struct WgmmaBsr {
     /// columns, wherever they lie in the weight ([`GroupSteps::pairs`]), instead of a window of
     /// two neighbouring ones; the A piece is then copied as one box per column.
     pub pairs: bool,
+    /// The groups' block rows chosen to share kept blocks ([`Groups::by_overlap`]) instead of
+    /// consecutive ones (the template's `Rows`); the copy engine then stores each 32-row block
+    /// row in a box of its own, other block heights store from registers.
+    pub listed: bool,
 }
 
 impl WgmmaBsr {
@@ -193,7 +198,12 @@ impl WgmmaBsr {
     /// slower on the sparse models, whose sixth stage is worth less than the second buffer
     /// (variant 27).
     pub fn with_tma_store(self, br: u32, dual: bool, ok: bool) -> WgmmaBsr {
-        let chunks = self.g * br >= 64 && ((self.g * br).is_multiple_of(64) || 64 % br == 0);
+        // Consecutive groups store whole 64-column chunks of their columns, listed ones each
+        // block row in a box of its own 32 columns.
+        let chunks = match self.listed {
+            true => br == 32,
+            false => self.g * br >= 64 && ((self.g * br).is_multiple_of(64) || 64 % br == 0),
+        };
         if !ok || !chunks {
             return self;
         }
@@ -211,6 +221,19 @@ impl WgmmaBsr {
             })
             .find(|cfg| cfg.stages == self.stages || cfg.stages >= 4)
             .unwrap_or(self)
+    }
+
+    /// The groups this configuration's steps run over: listed ones by the overlap of the units
+    /// its steps copy A for (windows of two block columns, else block columns), or consecutive.
+    pub fn groups(&self, pattern: &BlockPattern) -> Groups {
+        match self.listed {
+            true => Groups::by_overlap(
+                pattern,
+                self.g,
+                if self.wb == 2 && !self.pairs { 2 } else { 1 },
+            ),
+            false => Groups::Consecutive { g: self.g },
+        }
     }
 
     /// The width in elements of one swizzle atom column of the A piece
@@ -359,7 +382,8 @@ fn select_wgmma_cols(
     // follows its box rows; a window whose second column few rows keep costs A bytes for
     // nothing: perf-notes, block-sparse variant 8, 8 % faster at 0.50 of the steps, 6 %
     // slower at 0.71).
-    let steps = |wb| GroupSteps::new(p, g, wb).step_info.len();
+    let consecutive = Groups::Consecutive { g };
+    let steps = |wb| GroupSteps::new(p, &consecutive, wb).step_info.len();
     let windows_pay = || 5 * steps(2) <= 3 * steps(1);
     // Where the windows do not pay (low density: a window's second column is mostly empty),
     // 32-wide blocks take pairs of the group's kept columns instead: half the slices of single
@@ -367,7 +391,7 @@ fn select_wgmma_cols(
     // (docs/perf-notes.md, block-sparse variant 15).
     // Pairs, like windows, only where they are at most 0.6 of the single columns' steps (a
     // group of one kept column would copy its A piece twice for nothing).
-    let pairs_pay = || 5 * GroupSteps::pairs(p, g).step_info.len() <= 3 * steps(1);
+    let pairs_pay = || 5 * GroupSteps::pairs(p, &consecutive).step_info.len() <= 3 * steps(1);
     let (wb, pairs) = match bc == 32 && 2 * g <= 24 {
         true if windows_pay() => (2, false),
         true if pairs_pay() => (2, true),
@@ -379,13 +403,21 @@ fn select_wgmma_cols(
         [64, 48, 32, 16].into_iter().find(|d| bc % d == 0)?
     };
     let bm = 128;
+    // Groups of block rows that share kept blocks where they take at least 5 % fewer steps than
+    // consecutive ones: fewer A pieces and slices for the same wgmmas (docs/perf-notes.md,
+    // block-sparse variant 35: 3.5 % faster at density 0.25, 11 % at 0.1). Not for dual GEMMs,
+    // whose groups of four rows gain few steps: the sparse GeGLU measured 3 % slower.
+    let steps_in = |groups: &Groups| match pairs {
+        true => GroupSteps::pairs(p, groups),
+        false => GroupSteps::new(p, groups, wb),
+    };
+    let unit = if wb == 2 && !pairs { 2 } else { 1 };
+    let by_overlap = steps_in(&Groups::by_overlap(p, g, unit));
+    let in_order = steps_in(&consecutive);
+    let listed = !dual && 20 * by_overlap.step_info.len() <= 19 * in_order.step_info.len();
     // Slots for the most blocks a step keeps: the stages hold no slot that no step fills
     // (docs/perf-notes.md, block-sparse variant 11).
-    let steps = if pairs {
-        GroupSteps::pairs(p, g)
-    } else {
-        GroupSteps::new(p, g, wb)
-    };
+    let steps = if listed { by_overlap } else { in_order };
     let slots = steps.masks().map(u32::count_ones).max().unwrap_or(1).max(1);
     let stage = WgmmaBsr::stage_bytes(bm, slots, br, bk, wb, dual);
     let stages = ((SMEM_LIMIT - 1024) / (stage + 20)).min(MAX_STAGES);
@@ -412,6 +444,7 @@ fn select_wgmma_cols(
         slots,
         staging_bufs: 0,
         pairs,
+        listed,
     })
 }
 
@@ -445,22 +478,182 @@ pub(crate) fn wide_block_perm(br: u32, bc: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Per group of `g` consecutive block rows: (block column, row in the group, packed index) of
-/// each of its kept blocks.
-fn kept_by_group(
-    pattern: &BlockPattern,
-    g: u32,
-) -> impl Iterator<Item = Vec<(u32, u32, u32)>> + use<'_> {
-    let rows = pattern.block_rows() as u32;
+/// Per group: (block column, slot in the group, packed index) of each of its kept blocks.
+fn kept_by_group<'a>(
+    pattern: &'a BlockPattern,
+    groups: &'a Groups,
+) -> impl Iterator<Item = Vec<(u32, u32, u32)>> + use<'a> {
     let row_ptr = pattern.row_ptr();
-    (0..rows.div_ceil(g)).map(move |j| {
-        (j * g..rows.min((j + 1) * g))
-            .flat_map(|r| {
+    (0..groups.count(pattern)).map(move |j| {
+        groups
+            .slots(pattern, j)
+            .flat_map(|(i, r)| {
                 (row_ptr[r as usize]..row_ptr[r as usize + 1])
-                    .map(move |at| (pattern.kept[at as usize].1, r - j * g, at))
+                    .map(move |at| (pattern.kept[at as usize].1, i, at))
             })
             .collect()
     })
+}
+
+/// Which block rows each group of `GemmBsrWgmma` computes, `g` slots a group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Groups {
+    /// Group j: block rows `j g .. j g + g` (the last group fewer).
+    Consecutive { g: u32 },
+    /// Group j: block rows `rows[j g .. j g + g]`; an empty slot holds the block row count and
+    /// follows the filled ones (the template's `ROWS`).
+    Listed { g: u32, rows: Vec<u32> },
+}
+
+impl Groups {
+    /// Slots a group.
+    pub fn g(&self) -> u32 {
+        match self {
+            Groups::Consecutive { g } | Groups::Listed { g, .. } => *g,
+        }
+    }
+
+    /// The number of groups: as many as consecutive groups of `g` need.
+    pub fn count(&self, pattern: &BlockPattern) -> u32 {
+        (pattern.block_rows() as u32).div_ceil(self.g())
+    }
+
+    /// (slot, block row) of group `j`'s filled slots, in slot order.
+    pub fn slots<'a>(
+        &'a self,
+        pattern: &BlockPattern,
+        j: u32,
+    ) -> impl Iterator<Item = (u32, u32)> + 'a {
+        let rows = pattern.block_rows() as u32;
+        let g = self.g();
+        (0..g).filter_map(move |i| {
+            let r = match self {
+                Groups::Consecutive { .. } => j * g + i,
+                Groups::Listed { rows, .. } => rows[(j * g + i) as usize],
+            };
+            (r < rows).then_some((i, r))
+        })
+    }
+
+    /// Groups of `g` block rows chosen to share kept blocks: the fewer units (block columns,
+    /// or windows of `unit` neighbouring ones) a group's rows keep between them, the fewer steps
+    /// its k loop takes and the fewer A pieces it copies. Greedy (each group seeded with the
+    /// free row keeping most units, then the free row adding fewest new ones, ties to the lower
+    /// row), then improved by exchanging rows between two groups while that lowers their units'
+    /// sum, for a few passes. The groups keep the consecutive form's sizes (the last one the
+    /// remainder); each group's rows increase. On a random mask of 128 x 128 blocks this takes
+    /// about 6 % / 19 % fewer steps at density 0.25 / 0.1 (docs/perf-notes.md, block-sparse
+    /// variant 35).
+    pub fn by_overlap(pattern: &BlockPattern, g: u32, unit: u32) -> Groups {
+        let rows = pattern.block_rows() as usize;
+        let units = (pattern.block_cols() as usize).div_ceil(unit as usize);
+        let words = units.div_ceil(64).max(1);
+        let mut sets = vec![vec![0u64; words]; rows];
+        for &(r, c) in &pattern.kept {
+            let u = (c / unit) as usize;
+            sets[r as usize][u / 64] |= 1 << (u % 64);
+        }
+        let g = g as usize;
+        let union = |members: &[usize]| {
+            let mut u = vec![0u64; words];
+            for &r in members {
+                u.iter_mut().zip(&sets[r]).for_each(|(a, b)| *a |= b);
+            }
+            u
+        };
+        let ones = |v: &[u64]| v.iter().map(|w| w.count_ones()).sum::<u32>();
+        // Greedy.
+        let mut free: Vec<bool> = vec![true; rows];
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for _ in 0..rows.div_ceil(g) {
+            let Some(seed) = (0..rows)
+                .filter(|&r| free[r])
+                .max_by_key(|&r| (ones(&sets[r]), std::cmp::Reverse(r)))
+            else {
+                break;
+            };
+            free[seed] = false;
+            let mut members = vec![seed];
+            let mut u = sets[seed].clone();
+            while members.len() < g {
+                let added = |r: usize| -> u32 {
+                    sets[r]
+                        .iter()
+                        .zip(&u)
+                        .map(|(a, b)| (a & !b).count_ones())
+                        .sum()
+                };
+                let Some(next) = (0..rows)
+                    .filter(|&r| free[r])
+                    .min_by_key(|&r| (added(r), r))
+                else {
+                    break;
+                };
+                free[next] = false;
+                members.push(next);
+                u.iter_mut().zip(&sets[next]).for_each(|(a, b)| *a |= b);
+            }
+            groups.push(members);
+        }
+        // Exchanges. Units of group a after row x leaves and row y joins: |U| - |x & once & !y|
+        // + |y & !U| (`once`: the units exactly one row of the group keeps).
+        let summary = |members: &[usize]| {
+            let (mut u, mut once) = (vec![0u64; words], vec![0u64; words]);
+            for &r in members {
+                for w in 0..words {
+                    let s = sets[r][w];
+                    once[w] = (once[w] & !s) | (s & !u[w]);
+                    u[w] |= s;
+                }
+            }
+            (u, once)
+        };
+        let after = |(u, once): &(Vec<u64>, Vec<u64>), x: usize, y: usize| -> u32 {
+            let (sx, sy) = (&sets[x], &sets[y]);
+            let lost: u32 = (0..words)
+                .map(|w| (sx[w] & once[w] & !sy[w]).count_ones())
+                .sum();
+            let won: u32 = (0..words).map(|w| (sy[w] & !u[w]).count_ones()).sum();
+            ones(u) - lost + won
+        };
+        let mut info: Vec<_> = groups.iter().map(|m| summary(m)).collect();
+        for _ in 0..4 {
+            let mut improved = false;
+            for a in 0..groups.len() {
+                for b in a + 1..groups.len() {
+                    for i in 0..groups[a].len() {
+                        for j in 0..groups[b].len() {
+                            let (x, y) = (groups[a][i], groups[b][j]);
+                            let before = ones(&info[a].0) + ones(&info[b].0);
+                            if after(&info[a], x, y) + after(&info[b], y, x) < before {
+                                groups[a][i] = y;
+                                groups[b][j] = x;
+                                info[a] = summary(&groups[a]);
+                                info[b] = summary(&groups[b]);
+                                improved = true;
+                            }
+                        }
+                    }
+                }
+            }
+            if !improved {
+                break;
+            }
+        }
+        debug_assert!(groups
+            .iter()
+            .all(|m| ones(&union(m)) == ones(&summary(m).0)));
+        let mut slots = Vec::with_capacity(groups.len() * g);
+        for mut members in groups {
+            members.sort_unstable();
+            slots.extend(members.iter().map(|&r| r as u32));
+            slots.extend(std::iter::repeat_n(rows as u32, g - members.len()));
+        }
+        Groups::Listed {
+            g: g as u32,
+            rows: slots,
+        }
+    }
 }
 
 /// The k loop of every group of `g` consecutive block rows, as `GemmBsrWgmma` reads it.
@@ -525,9 +718,10 @@ impl GroupSteps {
         (0..self.step_info.len()).map(|s| self.mask(s))
     }
 
-    /// The steps of `pattern` cut into groups of `g` block rows, over windows of `wb` block
-    /// columns (`wb * g <= 16`); block columns must be below 32768.
-    pub fn new(pattern: &BlockPattern, g: u32, wb: u32) -> GroupSteps {
+    /// The steps of `pattern` cut into `groups`, over windows of `wb` block columns
+    /// (`wb * g <= 24`); block columns must be below 32768.
+    pub fn new(pattern: &BlockPattern, groups: &Groups, wb: u32) -> GroupSteps {
+        let g = groups.g();
         debug_assert!(
             wb >= 1 && g >= 1 && g * wb <= 24,
             "a step's mask has at most 24 bits"
@@ -536,7 +730,7 @@ impl GroupSteps {
             mask_bits: GroupSteps::mask_bits_for(g * wb),
             ..GroupSteps::default()
         };
-        for kept in kept_by_group(pattern, g) {
+        for kept in kept_by_group(pattern, groups) {
             // (window, mask bit, packed index): in window order then bit order.
             let placed = kept
                 .iter()
@@ -547,18 +741,19 @@ impl GroupSteps {
         s
     }
 
-    /// The steps of `pattern` cut into groups of `g` block rows (`2 * g <= 16`), over pairs of
-    /// block columns: the kept columns of a group (its union), in increasing order, two by two
-    /// (the last alone, its second column the same, when they are odd). Step info as for
-    /// windows of two, `step_info` naming the first column and `step_col1` the second: bit
-    /// `w * g + i` of the mask is set when block row `j * g + i` keeps the pair's column `w`.
-    pub fn pairs(pattern: &BlockPattern, g: u32) -> GroupSteps {
+    /// The steps of `pattern` cut into `groups` (`2 * g <= 24`), over pairs of block columns:
+    /// the kept columns of a group (its union), in increasing order, two by two (the last alone,
+    /// its second column the same, when they are odd). Step info as for windows of two,
+    /// `step_info` naming the first column and `step_col1` the second: bit `w * g + i` of the
+    /// mask is set when the block row of slot `i` keeps the pair's column `w`.
+    pub fn pairs(pattern: &BlockPattern, groups: &Groups) -> GroupSteps {
+        let g = groups.g();
         debug_assert!(g >= 1 && 2 * g <= 24, "a step's mask has at most 24 bits");
         let mut s = GroupSteps {
             mask_bits: GroupSteps::mask_bits_for(2 * g),
             ..GroupSteps::default()
         };
-        for kept in kept_by_group(pattern, g) {
+        for kept in kept_by_group(pattern, groups) {
             let mut union: Vec<u32> = kept.iter().map(|k| k.0).collect();
             union.sort_unstable();
             union.dedup();
@@ -601,10 +796,11 @@ impl GroupSteps {
 
     /// The steps `cfg` walks.
     pub fn of(pattern: &BlockPattern, cfg: &WgmmaBsr) -> GroupSteps {
+        let groups = cfg.groups(pattern);
         if cfg.pairs {
-            GroupSteps::pairs(pattern, cfg.g)
+            GroupSteps::pairs(pattern, &groups)
         } else {
-            GroupSteps::new(pattern, cfg.g, cfg.wb)
+            GroupSteps::new(pattern, &groups, cfg.wb)
         }
     }
 
@@ -891,14 +1087,43 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             if dual {
                 maps.push(("tm_bu", blocks(2)));
             }
-            let tma_store = h.tma_store() || short.is_some_and(|s| s.tma_store());
-            if tma_store {
-                maps.push(("tm_c", output_store_map(ctx, &c, m, n)));
-            }
-            // Unused maps are passed as another map of the kernel.
-            let tc = if tma_store { "tm_c" } else { "tm_a" };
+            // The output's boxes: 64 columns for consecutive groups, one block row's 32 for
+            // listed ones (a map each where the two entries differ). Unused maps are passed as
+            // another map of the kernel.
+            let entries = std::iter::once(h).chain(short);
+            let stores: Vec<bool> = entries
+                .filter(|e| e.tma_store())
+                .map(|e| e.listed)
+                .collect();
+            let mut store_map = |listed: bool| {
+                let (name, map) = match listed {
+                    true => ("tm_cl", {
+                        let mut map = output_store_map(ctx, &c, m, n);
+                        if let Param::TensorMap { box_cols, .. } = &mut map {
+                            *box_cols = br;
+                        }
+                        map
+                    }),
+                    false => ("tm_c", output_store_map(ctx, &c, m, n)),
+                };
+                if !maps.iter().any(|(n, _)| *n == name) {
+                    maps.push((name, map));
+                }
+                name
+            };
+            let tc_of = |e: &WgmmaBsr, store_map: &mut dyn FnMut(bool) -> &'static str| {
+                if e.tma_store() {
+                    store_map(e.listed)
+                } else if stores.is_empty() {
+                    "tm_a"
+                } else {
+                    store_map(stores[0])
+                }
+            };
+            let tc = tc_of(&h, &mut store_map);
+            let tcs = short.map(|s| tc_of(&s, &mut store_map));
             let ta = if short_a.is_some() { "tm_as" } else { "tm_a" };
-            let short_body = short.map(|s| hopper_body(&s, "_short", ta, tc));
+            let short_body = short.map(|s| hopper_body(&s, "_short", ta, tcs.unwrap_or("tm_a")));
             (hopper_body(&h, "", "tm_a", tc), short_body)
         }
         None => {
@@ -1068,12 +1293,18 @@ fn hopper_lists(p: &BlockPattern, h: &WgmmaBsr, sfx: &str) -> String {
         .replace("{wb}", &h.wb.to_string())
         .replace("{b}", &steps.mask_bits.to_string())
         .replace("{low}", &format!("{:#x}", (1u32 << steps.mask_bits) - 1));
+    let rows = match h.listed {
+        true => format!("the block rows GroupRows{sfx} lists"),
+        false => format!("block rows {g}j .. {g}j + {g}", g = h.g),
+    };
     let mut src = format!(
-        "// Group j (block rows {g}j .. {g}j + {g}) runs steps grp_ptr{sfx}[j] .. grp_ptr{sfx}[j + 1]. Step s is\n\
+        "// Group j ({rows}) runs steps grp_ptr{sfx}[j] .. grp_ptr{sfx}[j + 1]. Step s is\n\
          // {columns}; their packed blocks are\n\
          // step_blk[step_first[s] ..], in increasing bit.\n",
-        g = h.g,
     );
+    if let Groups::Listed { rows, .. } = h.groups(p) {
+        src.push_str(&group_rows(&format!("GroupRows{sfx}"), &rows, p));
+    }
     src.push_str(&int_array(&format!("grp_ptr{sfx}"), &steps.grp_ptr));
     src.push_str(
         "// The groups in the order the CTAs take them in each row tile: most steps first.\n",
@@ -1086,6 +1317,31 @@ fn hopper_lists(p: &BlockPattern, h: &WgmmaBsr, sfx: &str) -> String {
     src.push_str(&int_array(&format!("step_first{sfx}"), &steps.step_first));
     src.push_str(&int_array(&format!("step_blk{sfx}"), &steps.step_blk));
     src
+}
+
+/// The list `{name}_cols` of each group's slots' first output columns (N for an empty slot) and
+/// the type `name` through which a kernel of listed groups reads it (the template's `Rows`).
+fn group_rows(name: &str, slots: &[u32], p: &BlockPattern) -> String {
+    let br = u64::from(p.block[0]);
+    let cols: Vec<u32> = slots
+        .iter()
+        .map(|&r| (u64::from(r) * br).min(p.out) as u32)
+        .collect();
+    let mut s = format!(
+        "// Each group's slots' first output columns ({} for an empty slot).\n",
+        p.out
+    );
+    s.push_str(&int_array(&format!("{name}_cols"), &cols).replacen(
+        "__device__ const",
+        "__constant__",
+        1,
+    ));
+    let _ = write!(
+        s,
+        "struct {name} {{\n    static constexpr bool kListed = true;\n    \
+         __device__ __forceinline__ static int at(int i) {{ return {name}_cols[i]; }}\n}};\n"
+    );
+    s
 }
 
 /// `Config{sfx}` and `Kernel{sfx}`, a Hopper entry's kernel type (`epilogue`, the `Epilogue`
@@ -1103,11 +1359,16 @@ fn hopper_kernel(
     format!(
         "using Config{sfx} = {config};\n\
          {epilogue}\
-         using Kernel{sfx} = mlpc::GemmBsrWgmma<{elem}, {br}, {bc}, Config{sfx}, Epilogue>;\n\
+         using Kernel{sfx} = mlpc::GemmBsrWgmma<{elem}, {br}, {bc}, Config{sfx}, Epilogue{rows}>;\n\
          static_assert(Kernel{sfx}::kThreads == {threads}, \"block size of the launch description\");\n\
          static_assert(Kernel{sfx}::kSmemBytes == {smem}, \"shared memory of the launch description\");\n\
          static_assert(Kernel{sfx}::kGroup == {g}, \"block rows per CTA of the launch description\");\n",
         config = h.template(),
+        rows = if h.listed {
+            format!(", GroupRows{sfx}")
+        } else {
+            String::new()
+        },
         threads = h.threads(),
         smem = h.smem_bytes(br, dual),
         g = h.g,
@@ -1360,7 +1621,13 @@ mod tests {
             "before += slices;",
             "st_shared_u32(masks + 4 * stage, mask);",
             "const u32 mask = ld_shared_u32(masks + 4 * stage);",
-            "store(p, (i64)t.m0, (i64)t.group * (G * BR), tid, acc, acc_up, map_c, staging, chunk);",
+            "const i64 n0 = (i64)t.group * (G * BR);",
+            "store(p, (i64)t.m0, t.group, n0, tid, acc, acc_up, map_c, staging, chunk);",
+            "__device__ __forceinline__ i64 operator()(int g) const { return Rows::at(group * G + g); }",
+            "return n0 + g * BR;",
+            "return Rows::at(group * G + G - 1) < n;",
+            "tma_store_2d(map_c, (int)cols(g0), (int)row0, buf);",
+            "tma_store_2d(map_c, (int)cols(g0 + 1), (int)row0, buf + kHalfBytes);",
             "for (u32 rest = mask; rest != 0u; rest &= rest - 1u, ++j) {",
             "const int b = __shfl_sync(0xffffffffu, blk, j);",
             "const u32 slot = sa + kTileABytes + j * kSlotBytes;",
@@ -1381,9 +1648,9 @@ mod tests {
             "bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, bsr_wgmma::desc_of<SWB>(b_lo));",
             "bsr_wgmma::desc_of<SWB>(b_lo + (kSlotsBytes >> 4)));",
             "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));",
-            "const i64 col = n0 + g * BR + i * 8 + (lane & 3) * 2;",
+            "const i64 col = cols(g) + i * 8 + (lane & 3) * 2;",
             "const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;",
-            "if (n0 + g * BR >= p.n) break;",
+            "if (cols(g) >= p.n) break;",
         ] {
             assert!(
                 TEMPLATE.contains(line),
@@ -1512,6 +1779,7 @@ mod tests {
         let stage_bytes = tile_a + slots * if dual { 2 } else { 1 };
         assert_eq!(cfg.smem_bytes(br, dual), stages * (stage_bytes + 20) + 1024);
         let steps = GroupSteps::of(pattern, &cfg);
+        let grouping = cfg.groups(pattern);
         assert!(cfg.slots <= wb * g);
         let groups = steps.grp_ptr.len() - 1;
         // The template aligns the ring to 1024 bytes inside the dynamic allocation.
@@ -1539,6 +1807,15 @@ mod tests {
                 before +=
                     (steps.grp_ptr[group + 1] - steps.grp_ptr[group]) as usize * kksub as usize;
                 let n0 = (group as u64) * u64::from(g * br);
+                // `SlotCols`: the output column of slot gg's first column.
+                let slot_col = |gg: u32| -> u64 {
+                    match &grouping {
+                        Groups::Consecutive { .. } => n0 + u64::from(gg * br),
+                        Groups::Listed { rows, .. } => {
+                            u64::from(rows[(group as u32 * g + gg) as usize]) * u64::from(br)
+                        }
+                    }
+                };
                 let mut smem: HashMap<u32, Elem> = HashMap::new();
                 let s0 = steps.grp_ptr[group] as usize;
                 let slices = (steps.grp_ptr[group + 1] as usize - s0) * kksub as usize;
@@ -1680,7 +1957,7 @@ mod tests {
                                 }
                                 for (up, d) in products {
                                     for nn in 0..br {
-                                        let col = n0 + u64::from(gg * br + nn);
+                                        let col = slot_col(gg) + u64::from(nn);
                                         for kk in 0..16 {
                                             let w = read(d, nn, kk);
                                             let Elem::W { up: wu, n, k } = w else {
@@ -1736,11 +2013,11 @@ mod tests {
                             continue;
                         }
                         for gg in 0..g {
-                            if n0 + u64::from(gg * br) >= pattern.out {
+                            if slot_col(gg) >= pattern.out {
                                 break;
                             }
                             for i in 0..br / 8 {
-                                let col = n0 + u64::from(gg * br + i * 8 + (lane & 3) * 2);
+                                let col = slot_col(gg) + u64::from(i * 8 + (lane & 3) * 2);
                                 for c in [col, col + 1] {
                                     *written.entry((row, c)).or_insert(0) += 1;
                                 }
@@ -1789,6 +2066,31 @@ mod tests {
         if cfg.wide {
             check_cfg(pattern, WgmmaBsr { wide: false, ..cfg }, dual, m);
         }
+        // The other grouping (block rows chosen by overlap where the selection kept consecutive
+        // ones, and back), with a slot for every block a step may keep.
+        let other = WgmmaBsr {
+            listed: !cfg.listed,
+            staging_bufs: 0,
+            ..cfg
+        };
+        let slots = GroupSteps::of(pattern, &other)
+            .masks()
+            .map(u32::count_ones)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let stage = WgmmaBsr::stage_bytes(cfg.bm, slots, pattern.block[0], cfg.bk, cfg.wb, dual);
+        let stages = ((SMEM_LIMIT - 1024) / (stage + 20)).min(MAX_STAGES);
+        check_cfg(
+            pattern,
+            WgmmaBsr {
+                slots,
+                stages,
+                ..other
+            },
+            dual,
+            m,
+        );
         if let Some(short) = select_wgmma_short(Arch::Sm90a, DType::Bf16, dual, la, pattern) {
             assert!(short.g == 8 && cfg.g > 8, "{:?}", pattern.block);
             check_cfg(pattern, short, dual, m);
@@ -1796,6 +2098,10 @@ mod tests {
     }
 
     fn check_cfg(pattern: &BlockPattern, cfg: WgmmaBsr, dual: bool, m: u64) {
+        assert!(
+            cfg.smem_bytes(pattern.block[0], dual) <= SMEM_LIMIT,
+            "{cfg:?}"
+        );
         let (acc, acc_up, written) = emulate(pattern, cfg, dual, m);
         let what = format!("{:?} dual={dual} M={m} wide={}", pattern.block, cfg.wide);
         let nonzero = |a: &Acc| -> Acc {
@@ -1919,7 +2225,7 @@ mod tests {
             let la = (MatLayout::N, &Extent::constant(p.inp));
             let cfg = select_wgmma(Arch::Sm90a, DType::Bf16, dual, la, &p).unwrap();
             assert!(cfg.pairs && cfg.wb == 2 && cfg.atom() == 32, "{cfg:?}");
-            let steps = GroupSteps::pairs(&p, cfg.g);
+            let steps = GroupSteps::of(&p, &cfg);
             assert!(
                 steps
                     .step_col1
@@ -1963,12 +2269,19 @@ mod tests {
             (7, 0.7, 2),
         ] {
             let p = scattered([16, 16], 400, 256, density, seed, Some(7));
-            for g in [1, 3, 8, 16].into_iter().filter(|g| g * wb <= 16) {
-                let s = GroupSteps::new(&p, g, wb);
+            let groupings = [1, 3, 8, 16]
+                .into_iter()
+                .filter(|g| g * wb <= 16)
+                .flat_map(|g| [Groups::Consecutive { g }, Groups::by_overlap(&p, g, wb)]);
+            for groups in groupings {
+                let g = groups.g();
+                let s = GroupSteps::new(&p, &groups, wb);
                 assert_eq!(
                     s.grp_ptr.len() as u64,
                     p.block_rows().div_ceil(u64::from(g)) + 1
                 );
+                let row_of =
+                    |j: usize, i: u32| groups.slots(&p, j as u32).find(|s| s.0 == i).map(|s| s.1);
                 let mut seen = Vec::new();
                 for j in 0..s.grp_ptr.len() - 1 {
                     let (a, b) = (s.grp_ptr[j] as usize, s.grp_ptr[j + 1] as usize);
@@ -1982,7 +2295,7 @@ mod tests {
                         for (n, bit) in (0..g * wb).filter(|b| (mask >> b) & 1 == 1).enumerate() {
                             let blk = s.step_blk[first + n] as usize;
                             let (w, i) = (bit / g, bit % g);
-                            assert_eq!(p.kept[blk], (j as u32 * g + i, col + w));
+                            assert_eq!(Some(p.kept[blk]), row_of(j, i).map(|r| (r, col + w)));
                             seen.push(blk);
                         }
                     }
@@ -2003,7 +2316,7 @@ mod tests {
         for (seed, density) in [(3, 0.05), (4, 0.1), (5, 0.3), (6, 0.9)] {
             let p = scattered([32, 32], 512, 2048, density, seed, Some(5));
             for g in [1, 3, 8] {
-                let s = GroupSteps::pairs(&p, g);
+                let s = GroupSteps::pairs(&p, &Groups::Consecutive { g });
                 assert_eq!(s.step_col1.len(), s.step_info.len());
                 let mut seen = Vec::new();
                 for j in 0..s.grp_ptr.len() - 1 {
@@ -2055,7 +2368,8 @@ mod tests {
         let la = (MatLayout::N, &k);
         let wb = |p: &BlockPattern| {
             let c = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, p).unwrap();
-            let steps = |wb| GroupSteps::new(p, c.g, wb).step_info.len() as f64;
+            let groups = Groups::Consecutive { g: c.g };
+            let steps = |wb| GroupSteps::new(p, &groups, wb).step_info.len() as f64;
             ((c.wb, c.pairs), steps(2) / steps(1))
         };
         // Where the windows do not pay, pairs of kept columns.
@@ -2133,6 +2447,7 @@ mod tests {
                 slots: 18,
                 staging_bufs: 0,
                 pairs: false,
+                listed: false,
             })
         );
         // The epilogue's TMA stores: 32 KB of staging would leave 13 slots 4 stages, so they
@@ -2161,11 +2476,18 @@ mod tests {
             g: 8,
             stages: 5,
             slots: 13,
+            listed: false,
             ..pick(Arch::Sm90a, DType::Bf16, false, n, &b32).unwrap()
         };
         // 13 slots: the staging takes the fifth stage, and four are enough.
         let stored = h.with_tma_store(32, false, true);
         assert!(stored.staging_bufs == 2 && stored.stages == 4);
+        // Listed groups' block rows lie apart in the output: the copy engine stores each in a
+        // box of its own 32 columns, other block heights keep the register stores.
+        let listed = WgmmaBsr { listed: true, ..h };
+        let stored = listed.with_tma_store(32, false, true);
+        assert!(stored.staging_bufs == 2 && stored.stages == 4 && stored.listed);
+        assert_eq!(listed.with_tma_store(16, false, true), listed);
         assert!(stored.smem_bytes(32, false) <= SMEM_LIMIT);
         // Eleven block rows of 32 (five whole 64-column chunks and a block row from registers)
         // with 18 slots: two staging buffers would leave 3 of 4 stages, too few; one leaves 4.

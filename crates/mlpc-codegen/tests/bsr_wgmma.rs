@@ -147,19 +147,32 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
             if short.is_some() && sw_a_short != sw_a {
                 expect.insert(1, (128, sw_a_short));
             }
-            // The epilogue's TMA stores (of either entry): the output in 64 x 64 boxes, after
-            // the operands.
-            let tma_store = field(8) == Some("true") || short_field(8) == Some("true");
-            if tma_store {
-                expect.push((64, 64));
+            // The epilogue's TMA stores (of either entry), after the operands: the output in
+            // 64 x 64 boxes for consecutive groups, in boxes of a block row's 32 columns for
+            // groups of listed block rows (a map each, in the entries' order).
+            let listed = [
+                k.source.contains("Epilogue, GroupRows>"),
+                k.source.contains("Epilogue, GroupRows_short>"),
+            ];
+            let stored = [field(8) == Some("true"), short_field(8) == Some("true")];
+            let mut boxes = Vec::new();
+            for (st, l) in stored.into_iter().zip(listed) {
+                let b = if l { (64, br) } else { (64, 64) };
+                if st && !boxes.contains(&b) {
+                    boxes.push(b);
+                }
             }
-            assert_eq!(
-                tma_store,
-                k.source
-                    .contains("const __grid_constant__ mlpc::TensorMap tm_c"),
-                "{}",
-                k.name
-            );
+            for (name, b) in [("tm_c", (64, 64)), ("tm_cl", (64, br))] {
+                assert_eq!(
+                    boxes.contains(&b) && (name == "tm_c" || b != (64, 64)),
+                    [",", ")"].iter().any(|end| k.source.contains(&format!(
+                        "const __grid_constant__ mlpc::TensorMap {name}{end}"
+                    ))),
+                    "{} {name}",
+                    k.name
+                );
+            }
+            expect.extend(boxes);
             assert_eq!(maps, expect, "{}", k.name);
             // The rearranged weights: the packed blocks (and the up blocks), one period a block.
             let relaid: Vec<(usize, usize)> = k

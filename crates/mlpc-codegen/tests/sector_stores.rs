@@ -45,7 +45,8 @@ const CALLERS: &[(&str, &[&str])] = &[
         &[
             "for (int i = 0; i < BR / 8; i += 2) {",
             "const int r = 4 * i + 2 * h;",
-            "out_row + g * BR + i * 8, out_pair(acc[g][r], acc[g][r + 1]),",
+            "out_row + cols(g) + i * 8,",
+            "out_pair(acc[g][r], acc[g][r + 1]),",
             "out_pair(acc[g][r + 4], acc[g][r + 5]));",
         ],
     ),

@@ -103,7 +103,9 @@ pub fn all() -> Vec<Plan> {
             false,
         ),
         // 32x32, 22 block rows, K = 4096: two groups of 11 (a 22-bit mask), and the short-grid
-        // entry's three groups of 8, 8 and 6; a residual.
+        // entry's three groups of 8, 8 and 6; a residual. The rows fall into nine classes of
+        // equal rows, so both entries list their groups' rows by overlap (stores from
+        // registers).
         plan(
             "b32x32_wide_groups",
             Bf16,
@@ -112,9 +114,10 @@ pub fn all() -> Vec<Plan> {
             false,
             true,
         ),
-        // The same shape at about 16 % density: the groups of 11 take windows, the short
-        // grid's groups of 8 pairs of kept columns, whose A boxes (32 wide, not 64) come
-        // through a tensor map of their own; a bias.
+        // The same shape at about 16 % density: the groups of 11 take windows (consecutive rows,
+        // stores by the copy engine), the short grid's groups of 8 pairs of kept columns, whose
+        // A boxes (32 wide, not 64) come through a tensor map of their own, over rows listed by
+        // overlap (the bias loaded a block row at a time); a bias.
         plan(
             "b32x32_wide_groups_pairs",
             Bf16,
@@ -146,6 +149,17 @@ pub fn all() -> Vec<Plan> {
             pattern([16, 16], 256, 128, |r, c| (r + 2 * c) % 3 != 1),
             true,
             false,
+            true,
+        ),
+        // 32x32 (G = 8), eleven block rows in seven classes of equal rows: the groups are
+        // listed by overlap (the second with empty slots), their accumulators start at the
+        // bias, and each block row is stored in a box of its own; a bias and a residual.
+        plan(
+            "b32x32_listed_bias",
+            Bf16,
+            pattern([32, 32], 352, 1024, |r, c| (r * 5 + c) % 7 < 2),
+            false,
+            true,
             true,
         ),
         // 64x64 (G = 4): every block kept.
