@@ -599,10 +599,11 @@ struct ConsecutiveRows {
 /// as a [kept * kWideRows, 64] matrix in boxes of one block's kWideRows rows). Launch with `kThreads`
 /// threads, grid `(ceil(M / BM), ceil(block rows / G))` and `kSmemBytes` bytes of dynamic shared
 /// memory; compile for sm_90a. `Rows`: which block rows each group computes, `ConsecutiveRows`
-/// or a list chosen at compile time to share kept block columns (fewer steps; see `with_cols`).
+/// or a list chosen at compile time to share kept block columns (fewer steps; see `SlotCols`).
 template <class T, int BR, int BC, class Cfg, class Epi, class Rows = bsr_wgmma::ConsecutiveRows>
 struct GemmBsrWgmma {
-    /// The groups' block rows are listed (`Rows::at`); their outputs are stored from registers.
+    /// The groups' block rows are listed (`Rows::at`): the copy engine stores each block row in a
+    /// box of its own (32-row blocks; other heights store from registers).
     static constexpr bool ROWS = Rows::kListed;
     static constexpr bool kDual = Epi::kDual;
     /// A plain GEMM whose epilogue chain starts with a bias starts its accumulators at the bias
@@ -831,60 +832,26 @@ struct GemmBsrWgmma {
         }
     }
 
-    /// The output columns of a tile's slots, consecutive: slot g's first column is n0 + g BR.
-    struct ConsecutiveCols {
-        i64 n0;
-        __device__ __forceinline__ i64 operator()(int g) const { return n0 + g * BR; }
-        /// Whether every slot lies inside N.
-        __device__ __forceinline__ bool inside(i64 n) const { return n0 + G * BR <= n; }
-    };
-
-    /// The same for listed block rows: `Rows::at(group G + g)` is slot g's first column (N for
-    /// an empty slot, after the filled ones).
-    struct ListedCols {
+    /// The output columns of a tile's slots: slot g's first column is n0 + g BR for
+    /// consecutive block rows, `Rows::at(group G + g)` for listed ones (N for an empty slot,
+    /// after the filled ones).
+    struct SlotCols {
         int group;
-        __device__ __forceinline__ i64 operator()(int g) const { return Rows::at(group * G + g); }
-        __device__ __forceinline__ bool inside(i64 n) const {
-            return Rows::at(group * G + G - 1) < n;
-        }
-    };
-
-    /// `f.run(cols)` with the slots' columns of `group`'s tile, whose consecutive form starts
-    /// at column `n0`.
-    template <class F>
-    __device__ __forceinline__ static void with_cols(int group, i64 n0, const F& f) {
-        if constexpr (ROWS) {
-            f.run(ListedCols{group});
-        } else {
-            f.run(ConsecutiveCols{n0});
-        }
-    }
-
-    /// `init_bias` and `store_cols` as the functors `with_cols` calls.
-    template <class P, class Acc>
-    struct InitBias {
-        const P& p;
         i64 n0;
-        int tid;
-        Acc& acc;
-        template <class Cols>
-        __device__ __forceinline__ void run(const Cols& cols) const {
-            init_bias(p, n0, tid, acc, cols);
+        __device__ __forceinline__ i64 operator()(int g) const {
+            if constexpr (ROWS) {
+                return Rows::at(group * G + g);
+            } else {
+                return n0 + g * BR;
+            }
         }
-    };
-    template <class P, class Acc, class AccUp>
-    struct StoreCols {
-        const P& p;
-        i64 m0, n0;
-        int tid;
-        Acc& acc;
-        AccUp& acc_up;
-        const TensorMap& map_c;
-        u32 staging;
-        u32& chunk;
-        template <class Cols>
-        __device__ __forceinline__ void run(const Cols& cols) const {
-            store_cols(p, m0, n0, tid, acc, acc_up, map_c, staging, chunk, cols);
+        /// Whether every slot lies inside N.
+        __device__ __forceinline__ bool inside(i64 n) const {
+            if constexpr (ROWS) {
+                return Rows::at(group * G + G - 1) < n;
+            } else {
+                return n0 + G * BR <= n;
+            }
         }
     };
 
@@ -895,24 +862,7 @@ struct GemmBsrWgmma {
     __device__ __forceinline__ static void init_acc(const P& p, int group, i64 n0, int tid,
                                                     Acc& acc, AccUp& acc_up) {
         if constexpr (kBiasInit) {
-            with_cols(group, n0, InitBias<P, Acc>{p, n0, tid, acc});
-        } else {
-#pragma unroll
-            for (int g = 0; g < G; ++g)
-#pragma unroll
-                for (int i = 0; i < kAcc; ++i) {
-                    acc[g][i] = 0.0f;
-                    if constexpr (kDual) acc_up[g][i] = 0.0f;
-                }
-        }
-    }
-
-    /// `init_acc` with a bias: the slots' columns `cols` (`ConsecutiveCols` from `n0`, or
-    /// `ListedCols`).
-    template <class P, class Acc, class Cols>
-    __device__ __forceinline__ static void init_bias(const P& p, i64 n0, int tid, Acc& acc,
-                                                     const Cols& cols) {
-        {
+            const SlotCols cols{group, n0};
             const auto& bias = p.epi[BiasFirst<Epi>::kIndex];
             const int t = tid & 3;
             if (cols.inside(p.n) && bias.col_stride == 1 && is_aligned(bias.ptr, 4)) {
@@ -950,6 +900,14 @@ struct GemmBsrWgmma {
                         acc[g][4 * i + e] = b;
                         acc[g][4 * i + 2 + e] = b;
                     }
+        } else {
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int i = 0; i < kAcc; ++i) {
+                    acc[g][i] = 0.0f;
+                    if constexpr (kDual) acc_up[g][i] = 0.0f;
+                }
         }
     }
 
@@ -961,16 +919,7 @@ struct GemmBsrWgmma {
     __device__ __forceinline__ static void store(const P& p, i64 m0, int group, i64 n0, int tid,
                                                  Acc& acc, AccUp& acc_up, const TensorMap& map_c,
                                                  u32 staging, u32& chunk) {
-        with_cols(group, n0,
-                  StoreCols<P, Acc, AccUp>{p, m0, n0, tid, acc, acc_up, map_c, staging, chunk});
-    }
-
-    /// `store` with the slots' columns `cols`.
-    template <class P, class Acc, class AccUp, class Cols>
-    __device__ __forceinline__ static void store_cols(const P& p, i64 m0, i64 n0, int tid,
-                                                      Acc& acc, AccUp& acc_up,
-                                                      const TensorMap& map_c, u32 staging,
-                                                      u32& chunk, const Cols& cols) {
+        const SlotCols cols{group, n0};
         const int wg = tid >> 7;
         const int lane = tid & 31;
         const int q = (tid >> 5) & 3;
@@ -1089,12 +1038,12 @@ struct GemmBsrWgmma {
     /// x 32 columns) at its slot's columns; an empty slot is staged and not stored. The buffer
     /// protocol is `wgmma_detail::store_chunk_tma`'s. Column group i of a slot (8 columns) of row
     /// half h is acc[g][4 i + 2 h], acc[g][4 i + 2 h + 1].
-    template <class Acc, class Cols>
+    template <class Acc>
     __device__ __forceinline__ static void store_tma_listed(i64 row0, int wtid, i64 n,
                                                             const Acc& acc,
                                                             const TensorMap& map_c, u32 staging,
                                                             int bar, u32& chunk,
-                                                            const Cols& cols) {
+                                                            const SlotCols& cols) {
         using namespace wgmma_detail;
         constexpr int kHalfBytes = 64 * 32 * 2;
         static_assert(2 * kHalfBytes <= kStagingBufferBytes, "two slots a staging buffer");

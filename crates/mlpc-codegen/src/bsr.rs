@@ -1623,7 +1623,7 @@ mod tests {
             "const u32 mask = ld_shared_u32(masks + 4 * stage);",
             "const i64 n0 = (i64)t.group * (G * BR);",
             "store(p, (i64)t.m0, t.group, n0, tid, acc, acc_up, map_c, staging, chunk);",
-            "__device__ __forceinline__ i64 operator()(int g) const { return Rows::at(group * G + g); }",
+            "return Rows::at(group * G + g);",
             "return n0 + g * BR;",
             "return Rows::at(group * G + G - 1) < n;",
             "tma_store_2d(map_c, (int)cols(g0), (int)row0, buf);",
