@@ -236,6 +236,33 @@ impl WgmmaBsr {
         }
     }
 
+    /// This configuration with the epilogue's stores chosen ([`WgmmaBsr::with_tma_store`]),
+    /// where `ok` says whether the copy engine can store the output. Listed groups need the copy
+    /// engine's stores: where it cannot store them they go back to consecutive block rows (their
+    /// register stores at a listed group's columns slow the consumers' k loop: docs/perf-notes.md,
+    /// block-sparse variant 35).
+    pub fn stored(self, pattern: &BlockPattern, dual: bool, ok: bool) -> WgmmaBsr {
+        let br = pattern.block[0];
+        let cfg = self.with_tma_store(br, dual, ok);
+        if !cfg.listed || cfg.tma_store() {
+            return cfg;
+        }
+        let consecutive = WgmmaBsr {
+            listed: false,
+            ..self
+        };
+        let steps = GroupSteps::of(pattern, &consecutive);
+        let slots = slots_for(&steps, br, self.bk / self.wb, self.wb * self.g);
+        let stage = WgmmaBsr::stage_bytes(self.bm, slots, br, self.bk, self.wb, dual);
+        let stages = ((SMEM_LIMIT - 1024) / (stage + 20)).min(MAX_STAGES);
+        WgmmaBsr {
+            slots,
+            stages,
+            ..consecutive
+        }
+        .with_tma_store(br, dual, ok)
+    }
+
     /// The width in elements of one swizzle atom column of the A piece
     /// (`GemmBsrWgmma::SW`: `SliceAtom<BK>::SW`, with pairs a block's width): the inner size of
     /// A's TMA boxes.
@@ -287,6 +314,24 @@ impl WgmmaBsr {
             "mlpc::BsrWgmmaConfig<{}, {}, {}, {}{tail}>",
             self.bm, self.g, self.bk, self.stages
         )
+    }
+}
+
+/// Block slots a stage needs for `steps`: the most blocks a step keeps, rounded up so that the
+/// slots (of `br` x `bkb` elements each) fill whole 1024-byte swizzle periods, since every stage
+/// must start on one (an odd count of 512-byte 16 x 16 slots would not), at most `all` (`wb * g`).
+fn slots_for(steps: &GroupSteps, br: u32, bkb: u32, all: u32) -> u32 {
+    let most = steps.masks().map(u32::count_ones).max().unwrap_or(1).max(1);
+    let slot = br * bkb * 2;
+    let period = 1024 / gcd(slot, 1024);
+    round_up(most, period).min(all)
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -418,7 +463,7 @@ fn select_wgmma_cols(
     // Slots for the most blocks a step keeps: the stages hold no slot that no step fills
     // (docs/perf-notes.md, block-sparse variant 11).
     let steps = if listed { by_overlap } else { in_order };
-    let slots = steps.masks().map(u32::count_ones).max().unwrap_or(1).max(1);
+    let slots = slots_for(&steps, br, bk / wb, wb * g);
     let stage = WgmmaBsr::stage_bytes(bm, slots, br, bk, wb, dual);
     let stages = ((SMEM_LIMIT - 1024) / (stage + 20)).min(MAX_STAGES);
     // A from registers where the RS wgmma has the block height (`bsr_wgmma::MmaRs`): the kept
@@ -946,7 +991,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     // rows a constant multiple of 16 bytes apart).
     let storable = is_one(&c.col_stride) && c.row_stride.as_constant().is_some_and(|s| s % 8 == 0);
     let hopper = select_wgmma(ctx.opts.arch, dtype, dual, (la, &lda), p)
-        .map(|h| h.with_tma_store(br, dual, storable));
+        .map(|h| h.stored(p, dual, storable));
     // Beside groups of more than eight rows, an entry of eight-row groups for the grids whose
     // waves of groups it ends sooner (the kernel's short grid).
     let short = hopper
@@ -957,7 +1002,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             (la, &lda),
             p,
         ))
-        .map(|h| h.with_tma_store(br, dual, storable));
+        .map(|h| h.stored(p, dual, storable));
     let cfg = choose(dtype, dual, p.block);
     // f32 where it has a key, unless `ctx.tiles` asks for the FFMA kernel: `GemmBsrDmma`, with
     // `GemmBsrSimt`'s launch and the larger of the two kernels' shared memory.
@@ -2073,12 +2118,12 @@ mod tests {
             staging_bufs: 0,
             ..cfg
         };
-        let slots = GroupSteps::of(pattern, &other)
-            .masks()
-            .map(u32::count_ones)
-            .max()
-            .unwrap_or(1)
-            .max(1);
+        let slots = slots_for(
+            &GroupSteps::of(pattern, &other),
+            pattern.block[0],
+            cfg.bk / cfg.wb,
+            cfg.wb * cfg.g,
+        );
         let stage = WgmmaBsr::stage_bytes(cfg.bm, slots, pattern.block[0], cfg.bk, cfg.wb, dual);
         let stages = ((SMEM_LIMIT - 1024) / (stage + 20)).min(MAX_STAGES);
         check_cfg(
@@ -2389,6 +2434,53 @@ mod tests {
             (1, false),
             "a single column: nothing to pair"
         );
+    }
+
+    /// Listed groups come with the copy engine's stores: where the output cannot take them, or
+    /// the blocks are not 32 rows high, the groups go back to consecutive block rows (whose
+    /// slots and stages follow their own steps).
+    #[test]
+    fn listed_groups_keep_the_copy_engines_stores() {
+        let k = Extent::constant(4096);
+        let la = (MatLayout::N, &k);
+        let p = scattered([32, 32], 4096, 4096, 0.1, 7, None);
+        let c = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, &p).unwrap();
+        assert!(c.listed, "{c:?}");
+        let stored = c.stored(&p, false, true);
+        assert!(stored.listed && stored.tma_store(), "{stored:?}");
+        let unstored = c.stored(&p, false, false);
+        assert!(!unstored.listed && !unstored.tma_store(), "{unstored:?}");
+        let steps = GroupSteps::of(&p, &unstored);
+        let all = unstored.wb * unstored.g;
+        assert_eq!(unstored.slots, slots_for(&steps, 32, 32, all));
+        assert!(unstored.smem_bytes(32, false) <= SMEM_LIMIT);
+        let p16 = scattered([16, 16], 4096, 4096, 0.1, 7, None);
+        let c16 = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, &p16).unwrap();
+        assert!(c16.listed, "{c16:?}");
+        assert!(!c16.stored(&p16, false, true).listed);
+    }
+
+    /// Every stage starts on a 1024-byte swizzle period (the template asserts it): the slots are
+    /// rounded up where a step's most kept blocks would not fill whole periods (an odd count of
+    /// 16 x 16 blocks, 512 bytes each, failed the assertion at density 0.1).
+    #[test]
+    fn stages_fill_whole_swizzle_periods() {
+        let mut rounded = 0;
+        for block in [[16, 16], [8, 16], [16, 32], [32, 32], [16, 64]] {
+            for (density, seed) in [(0.05, 1), (0.1, 2), (0.3, 3), (0.7, 4)] {
+                let p = scattered(block, 1024, 1024, density, seed, None);
+                let k = Extent::constant(p.inp);
+                let la = (MatLayout::N, &k);
+                let Some(c) = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, &p) else {
+                    continue;
+                };
+                let most = GroupSteps::of(&p, &c).masks().map(u32::count_ones).max();
+                rounded += usize::from(Some(c.slots) > most);
+                let stage = WgmmaBsr::stage_bytes(c.bm, c.slots, block[0], c.bk, c.wb, false);
+                assert_eq!(stage % 1024, 0, "{block:?} at {density}: {c:?}");
+            }
+        }
+        assert!(rounded > 0, "some pattern has its slots rounded up");
     }
 
     /// The wide rearrangement is a permutation of each block's chunks, and `Relayout::apply`
