@@ -1255,11 +1255,13 @@ struct GemmBsrWgmma {
         u32 phase = 0;
         u32 chunk = 0;
         for_each_tile(cta, ctas, tiles, tile_or_none, [&](const Tile& t) {
-            const i64 n0 = (i64)t.group * (G * BR);
-            init_acc(p, t.group, n0, tid, acc, acc_up);
+            // n0: the columns of a group of consecutive block rows (computed at each use, as a
+            // value kept across the k loop moved ptxas's allocation of it).
+            init_acc(p, t.group, (i64)t.group * (G * BR), tid, acc, acc_up);
             const int slices = t.steps * kKSub;
             consume(ring, full, empty, masks, slices, tid, acc, acc_up, stage, phase);
-            store(p, (i64)t.m0, t.group, n0, tid, acc, acc_up, map_c, staging, chunk);
+            store(p, (i64)t.m0, t.group, (i64)t.group * (G * BR), tid, acc, acc_up, map_c, staging,
+                  chunk);
         });
         // The copy engine may still read the staging buffers and write the output.
         if constexpr (Cfg::kTmaStore) {
