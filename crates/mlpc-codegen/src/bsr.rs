@@ -150,8 +150,8 @@ pub(crate) struct WgmmaBsr {
     /// two neighbouring ones; the A piece is then copied as one box per column.
     pub pairs: bool,
     /// The groups' block rows chosen to share kept blocks ([`Groups::by_overlap`]) instead of
-    /// consecutive ones (the template's `Rows`); the copy engine then stores each 32-row block
-    /// row in a box of its own, other block heights store from registers.
+    /// consecutive ones (the template's `Rows`). Kept only where the copy engine stores each
+    /// 32-row block row in a box of its own ([`WgmmaBsr::stored`]).
     pub listed: bool,
 }
 
@@ -457,12 +457,14 @@ fn select_wgmma_cols(
         false => GroupSteps::new(p, groups, wb),
     };
     let unit = if wb == 2 && !pairs { 2 } else { 1 };
-    let by_overlap = steps_in(&Groups::by_overlap(p, g, unit));
     let in_order = steps_in(&consecutive);
-    let listed = !dual && 20 * by_overlap.step_info.len() <= 19 * in_order.step_info.len();
+    let by_overlap = (!dual)
+        .then(|| steps_in(&Groups::by_overlap(p, g, unit)))
+        .filter(|s| 20 * s.step_info.len() <= 19 * in_order.step_info.len());
+    let listed = by_overlap.is_some();
     // Slots for the most blocks a step keeps: the stages hold no slot that no step fills
     // (docs/perf-notes.md, block-sparse variant 11).
-    let steps = if listed { by_overlap } else { in_order };
+    let steps = by_overlap.unwrap_or(in_order);
     let slots = slots_for(&steps, br, bk / wb, wb * g);
     let stage = WgmmaBsr::stage_bytes(bm, slots, br, bk, wb, dual);
     let stages = ((SMEM_LIMIT - 1024) / (stage + 20)).min(MAX_STAGES);
@@ -546,7 +548,7 @@ pub(crate) enum Groups {
     /// Group j: block rows `j g .. j g + g` (the last group fewer).
     Consecutive { g: u32 },
     /// Group j: block rows `rows[j g .. j g + g]`; an empty slot holds the block row count and
-    /// follows the filled ones (the template's `ROWS`).
+    /// follows the filled ones (the template's `Rows`).
     Listed { g: u32, rows: Vec<u32> },
 }
 
@@ -701,7 +703,7 @@ impl Groups {
     }
 }
 
-/// The k loop of every group of `g` consecutive block rows, as `GemmBsrWgmma` reads it.
+/// The k loop of every group of block rows ([`Groups`]), as `GemmBsrWgmma` reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct GroupSteps {
     /// `groups + 1` offsets: group j's steps are `grp_ptr[j] .. grp_ptr[j + 1]`.
@@ -1135,41 +1137,32 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             // The output's boxes: 64 columns for consecutive groups, one block row's 32 for
             // listed ones (a map each where the two entries differ). Unused maps are passed as
             // another map of the kernel.
-            let entries = std::iter::once(h).chain(short);
-            let stores: Vec<bool> = entries
-                .filter(|e| e.tma_store())
-                .map(|e| e.listed)
-                .collect();
-            let mut store_map = |listed: bool| {
-                let (name, map) = match listed {
-                    true => ("tm_cl", {
-                        let mut map = output_store_map(ctx, &c, m, n);
-                        if let Param::TensorMap { box_cols, .. } = &mut map {
-                            *box_cols = br;
-                        }
-                        map
-                    }),
-                    false => ("tm_c", output_store_map(ctx, &c, m, n)),
-                };
-                if !maps.iter().any(|(n, _)| *n == name) {
-                    maps.push((name, map));
-                }
-                name
-            };
-            let tc_of = |e: &WgmmaBsr, store_map: &mut dyn FnMut(bool) -> &'static str| {
-                if e.tma_store() {
-                    store_map(e.listed)
-                } else if stores.is_empty() {
-                    "tm_a"
+            let store_box = |e: &WgmmaBsr| {
+                e.tma_store().then_some(if e.listed {
+                    ("tm_cl", br)
                 } else {
-                    store_map(stores[0])
-                }
+                    ("tm_c", 64)
+                })
             };
-            let tc = tc_of(&h, &mut store_map);
-            let tcs = short.map(|s| tc_of(&s, &mut store_map));
+            let mut stores: Vec<&str> = Vec::new();
+            for (name, cols) in std::iter::once(h)
+                .chain(short)
+                .filter_map(|e| store_box(&e))
+            {
+                if !stores.contains(&name) {
+                    let mut map = output_store_map(ctx, &c, m, n);
+                    if let Param::TensorMap { box_cols, .. } = &mut map {
+                        *box_cols = cols;
+                    }
+                    maps.push((name, map));
+                    stores.push(name);
+                }
+            }
+            let unused = stores.first().copied().unwrap_or("tm_a");
+            let tc_of = |e: &WgmmaBsr| store_box(e).map_or(unused, |(name, _)| name);
             let ta = if short_a.is_some() { "tm_as" } else { "tm_a" };
-            let short_body = short.map(|s| hopper_body(&s, "_short", ta, tcs.unwrap_or("tm_a")));
-            (hopper_body(&h, "", "tm_a", tc), short_body)
+            let short_body = short.map(|s| hopper_body(&s, "_short", ta, tc_of(&s)));
+            (hopper_body(&h, "", "tm_a", tc_of(&h)), short_body)
         }
         None => {
             let mut lines = body.clone();
