@@ -117,7 +117,7 @@ checks() {
             for d in 0.5 0.25 0.1; do check "$i" "$models/bsr-$d.json" --bind T=300; done
             # Enough rows for the groups of eleven block rows (the short-grid entry of eight
             # runs at T = 300), with a partial last row tile.
-            for d in 0.5 0.1; do check "$i" "$models/bsr-$d.json" --bind T=4200; done
+            for d in 0.5 0.25 0.1; do check "$i" "$models/bsr-$d.json" --bind T=4200; done
             # Groups of eleven on windows, the short grid's of eight on pairs (its A through a
             # tensor map of its own): both entries.
             for t in 300 4200; do check "$i" "$models/bsr-0.16.json" --bind T=$t; done
