@@ -21,9 +21,9 @@
 #   dual      llama-swiglu at T = 4096, its dual gate/up GEMM (128 x 64 ping-pong tiles; the
 #             model is 1.08x eager against the 1.11x goal: perf-notes "Next steps" item 6)
 #
-# decode16, bsr (at d = 0.5), f32 and dual also write the profiled kernels' SASS with per-instruction
+# decode16, bsr (at d = 0.5 and 0.1), f32 and dual also write the profiled kernels' SASS with per-instruction
 # warp-stall samples (the report's source page), the hottest instructions first, to
-# NAME-source.txt (decode16-source.txt, bsr-0.5-source.txt, f32-source.txt).
+# NAME-source.txt (decode16-source.txt, bsr-0.5-source.txt, bsr-0.1-source.txt, f32-source.txt).
 #
 # About 20-40 s per kernel on an H200 (the full set replays each launch some 40 times).
 set -uo pipefail
@@ -114,6 +114,7 @@ for w in "${what[@]}"; do
             profile bsr-0.5 "$models/bsr-0.5.json" 4096 "bsr" 1
             source_page bsr-0.5
             profile bsr-0.1 "$models/bsr-0.1.json" 4096 "bsr" 1
+            source_page bsr-0.1
             ;;
         f32)
             profile f32 "$models/gpt2-mlp-f32.json" 8192 "gemm_bias_gelu_tanh_f32" 1
