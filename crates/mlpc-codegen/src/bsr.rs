@@ -242,18 +242,24 @@ impl WgmmaBsr {
     /// where `ok` says whether the copy engine can store the output. Listed groups need the copy
     /// engine's stores: where it cannot store them they go back to consecutive block rows (their
     /// register stores at a listed group's columns slow the consumers' k loop: docs/perf-notes.md,
-    /// block-sparse variant 35).
+    /// block-sparse variant 35), in the slice form consecutive groups take (windows where the
+    /// listed groups took pairs over windows).
     pub fn stored(self, pattern: &BlockPattern, dual: bool, ok: bool) -> WgmmaBsr {
         let br = pattern.block[0];
         let cfg = self.with_tma_store(br, dual, ok);
         if !cfg.listed || cfg.tma_store() {
             return cfg;
         }
+        // The slice form consecutive groups would have taken: windows where the listed groups
+        // took pairs over windows (same block columns a slice, so the same depth).
+        let form = SliceForm::choose(pattern, self.g, false);
+        debug_assert_eq!(form.wb, self.wb, "{self:?}");
         let consecutive = WgmmaBsr {
             listed: false,
+            pairs: form.pairs,
             ..self
         };
-        let steps = GroupSteps::of(pattern, &consecutive);
+        let steps = form.steps;
         let slots = slots_for(&steps, br, self.bk / self.wb, self.wb * self.g);
         let stage = WgmmaBsr::stage_bytes(self.bm, slots, br, self.bk, self.wb, dual);
         let stages = ((SMEM_LIMIT - 1024) / (stage + 20)).min(MAX_STAGES);
@@ -423,62 +429,12 @@ fn select_wgmma_cols(
         true => rows.div_ceil(rows.div_ceil(most).max(1)).min(most).max(1),
         false => most.min(rows).max(1),
     };
-    // 32-wide blocks: slices over K windows of two block columns where the row mask has room
-    // for both and the pattern's windows are at most 0.6 of its block-column steps (the A
-    // piece's box rows are then 128 bytes, as in the dense kernels: the copy engine's cost
-    // follows its box rows; a window whose second column few rows keep costs A bytes for
-    // nothing: perf-notes, block-sparse variant 8, 8 % faster at 0.50 of the steps, 6 %
-    // slower at 0.71).
-    let consecutive = Groups::Consecutive { g };
-    let steps = |wb| GroupSteps::new(p, &consecutive, wb).step_info.len();
-    let windows_pay = || 5 * steps(2) <= 3 * steps(1);
-    // Where the windows do not pay (low density: a window's second column is mostly empty),
-    // 32-wide blocks take pairs of the group's kept columns instead: half the slices of single
-    // columns, each with about twice the kept blocks, and no A rows for an empty column
-    // (docs/perf-notes.md, block-sparse variant 15).
-    // Pairs, like windows, only where they are at most 0.6 of the single columns' steps (a
-    // group of one kept column would copy its A piece twice for nothing).
-    let pairs_pay = || 5 * GroupSteps::pairs(p, &consecutive).step_info.len() <= 3 * steps(1);
-    // The steps of a form of slice (`wb` block columns; with `pairs`, two of the group's kept
-    // ones) over its groups: groups of block rows that share kept blocks where they take at least
-    // 5 % fewer steps than consecutive ones, i.e. fewer A pieces and slices for the same wgmmas
-    // (docs/perf-notes.md, block-sparse variant 35: 3.5 % faster at density 0.25, 11 % at 0.1).
-    // Not for dual GEMMs, whose groups of four rows gain few steps: the sparse GeGLU measured 3 %
-    // slower. The second item says whether the groups are listed.
-    let grouped = |wb: u32, pairs: bool| -> (GroupSteps, bool) {
-        let steps_in = |groups: &Groups| match pairs {
-            true => GroupSteps::pairs(p, groups),
-            false => GroupSteps::new(p, groups, wb),
-        };
-        let unit = if wb == 2 && !pairs { 2 } else { 1 };
-        let in_order = steps_in(&consecutive);
-        let by_overlap = (!dual)
-            .then(|| steps_in(&Groups::by_overlap(p, g, unit)))
-            .filter(|s| 20 * s.step_info.len() <= 19 * in_order.step_info.len());
-        match by_overlap {
-            Some(s) => (s, true),
-            None => (in_order, false),
-        }
-    };
-    // Where windows pay, pairs still win where their own groups take at most 0.92 of the
-    // windows' steps: at density 0.25 the listed pairs take 0.91 and run 1 % faster on the
-    // 4096^2 weight and 2.5 % on the sparse bert-large FFN, while at 0.5 (the same steps) they
-    // run 2.5 % slower, the A piece being two boxes of 64-byte rows instead of one of 128
-    // (docs/perf-notes.md, block-sparse variant 36). Dual GEMMs keep the windows there.
-    let ((wb, pairs), (steps, listed)) = match bc == 32 && 2 * g <= 24 {
-        true if windows_pay() => {
-            let windows = grouped(2, false);
-            let paired = (!dual && pairs_pay())
-                .then(|| grouped(2, true))
-                .filter(|(s, _)| 25 * s.step_info.len() <= 23 * windows.0.step_info.len());
-            match paired {
-                Some(paired) => ((2, true), paired),
-                None => ((2, false), windows),
-            }
-        }
-        true if pairs_pay() => ((2, true), grouped(2, true)),
-        _ => ((1, false), grouped(1, false)),
-    };
+    let SliceForm {
+        wb,
+        pairs,
+        steps,
+        listed,
+    } = SliceForm::choose(p, g, !dual);
     let bk = if wb == 2 {
         64
     } else {
@@ -515,6 +471,90 @@ fn select_wgmma_cols(
         pairs,
         listed,
     })
+}
+
+/// How a `GemmBsrWgmma` kernel slices its k loop, and over which groups.
+struct SliceForm {
+    /// Block columns a slice: 2 (windows, or pairs with `pairs`) or 1.
+    wb: u32,
+    pairs: bool,
+    /// The steps over the chosen groups.
+    steps: GroupSteps,
+    /// Whether the groups are listed ([`Groups::by_overlap`]) rather than consecutive.
+    listed: bool,
+}
+
+impl SliceForm {
+    /// The slice form and groups of `g` block rows for pattern `p`; listed groups only where
+    /// `listable` (plain GEMMs whose output the copy engine stores: not dual GEMMs, whose groups
+    /// of four rows gain few steps and whose sparse GeGLU measured 3 % slower listed, nor outputs
+    /// stored from registers, whose scattered columns slow the k loop: docs/perf-notes.md,
+    /// block-sparse variant 35).
+    fn choose(p: &BlockPattern, g: u32, listable: bool) -> SliceForm {
+        // 32-wide blocks: slices over K windows of two block columns where the row mask has room
+        // for both and the pattern's windows are at most 0.6 of its block-column steps (the A
+        // piece's box rows are then 128 bytes, as in the dense kernels: the copy engine's cost
+        // follows its box rows; a window whose second column few rows keep costs A bytes for
+        // nothing: perf-notes, block-sparse variant 8, 8 % faster at 0.50 of the steps, 6 %
+        // slower at 0.71).
+        let consecutive = Groups::Consecutive { g };
+        let steps = |wb| GroupSteps::new(p, &consecutive, wb).step_info.len();
+        let windows_pay = || 5 * steps(2) <= 3 * steps(1);
+        // Where the windows do not pay (low density: a window's second column is mostly empty),
+        // 32-wide blocks take pairs of the group's kept columns instead: half the slices of single
+        // columns, each with about twice the kept blocks, and no A rows for an empty column
+        // (docs/perf-notes.md, block-sparse variant 15).
+        // Pairs, like windows, only where they are at most 0.6 of the single columns' steps (a
+        // group of one kept column would copy its A piece twice for nothing).
+        let pairs_pay = || 5 * GroupSteps::pairs(p, &consecutive).step_info.len() <= 3 * steps(1);
+        // The steps of a form of slice (`wb` block columns; with `pairs`, two of the group's
+        // kept ones) over its groups: groups of block rows that share kept blocks where they
+        // take at least 5 % fewer steps than consecutive ones, i.e. fewer A pieces and slices
+        // for the same wgmmas (docs/perf-notes.md, block-sparse variant 35: 3.5 % faster at
+        // density 0.25, 11 % at 0.1). Only where `listable`. The second item says whether the
+        // groups are listed.
+        let grouped = |wb: u32, pairs: bool| -> (GroupSteps, bool) {
+            let steps_in = |groups: &Groups| match pairs {
+                true => GroupSteps::pairs(p, groups),
+                false => GroupSteps::new(p, groups, wb),
+            };
+            let unit = if wb == 2 && !pairs { 2 } else { 1 };
+            let in_order = steps_in(&consecutive);
+            let by_overlap = listable
+                .then(|| steps_in(&Groups::by_overlap(p, g, unit)))
+                .filter(|s| 20 * s.step_info.len() <= 19 * in_order.step_info.len());
+            match by_overlap {
+                Some(s) => (s, true),
+                None => (in_order, false),
+            }
+        };
+        // Where windows pay, pairs still win where their own groups take at most 0.92 of the
+        // windows' steps: at density 0.25 the listed pairs take 0.91 and run 1 % faster on the
+        // 4096^2 weight and 2.5 % on the sparse bert-large FFN, while at 0.5 (the same steps)
+        // they run 2.5 % slower, the A piece being two boxes of 64-byte rows instead of one of
+        // 128 (docs/perf-notes.md, block-sparse variant 36). Where the groups cannot be
+        // listed, windows.
+        let ((wb, pairs), (steps, listed)) = match p.block[1] == 32 && 2 * g <= 24 {
+            true if windows_pay() => {
+                let windows = grouped(2, false);
+                let paired = (listable && pairs_pay())
+                    .then(|| grouped(2, true))
+                    .filter(|(s, _)| 25 * s.step_info.len() <= 23 * windows.0.step_info.len());
+                match paired {
+                    Some(paired) => ((2, true), paired),
+                    None => ((2, false), windows),
+                }
+            }
+            true if pairs_pay() => ((2, true), grouped(2, true)),
+            _ => ((1, false), grouped(1, false)),
+        };
+        SliceForm {
+            wb,
+            pairs,
+            steps,
+            listed,
+        }
+    }
 }
 
 /// The wide form's rearrangement of one packed block (`br` x `bc`, row-major, 16-bit elements) in
@@ -2566,6 +2606,16 @@ mod tests {
         let all = unstored.wb * unstored.g;
         assert_eq!(unstored.slots, slots_for(&steps, 32, 32, all));
         assert!(unstored.smem_bytes(32, false) <= SMEM_LIMIT);
+        // At density 0.25 the listed groups take pairs over windows, the consecutive ones
+        // windows.
+        let p25 = scattered([32, 32], 4096, 4096, 0.25, 7, None);
+        let c25 = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, &p25).unwrap();
+        assert!(c25.listed && c25.pairs, "{c25:?}");
+        let back = c25.stored(&p25, false, false);
+        assert!(!back.listed && !back.pairs && back.wb == 2, "{back:?}");
+        let windows = GroupSteps::new(&p25, &Groups::Consecutive { g: back.g }, 2);
+        assert_eq!(GroupSteps::of(&p25, &back), windows);
+        assert_eq!(back.slots, slots_for(&windows, 32, 32, 2 * back.g));
         let p16 = scattered([16, 16], 4096, 4096, 0.1, 7, None);
         let c16 = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, &p16).unwrap();
         assert!(c16.listed, "{c16:?}");
