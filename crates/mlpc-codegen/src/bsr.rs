@@ -151,6 +151,10 @@ pub(crate) struct WgmmaBsr {
     /// columns, wherever they lie in the weight ([`GroupSteps::pairs`]), instead of a window of
     /// two neighbouring ones; the A piece is then copied as one box per column.
     pub pairs: bool,
+    /// With `pairs`: the pairs balanced by their kept blocks and every step of more than this
+    /// many kept blocks split ([`PairOrder::Balanced`]), where that gives the ring more stages;
+    /// `None`: the group's kept columns two by two in increasing order.
+    pub pair_cap: Option<u32>,
     /// The groups' block rows chosen to share kept blocks ([`Groups::by_overlap`]) instead of
     /// consecutive ones (the template's `Rows`). Kept only where the copy engine stores each
     /// 32-row block row in a box of its own ([`WgmmaBsr::stored`]).
@@ -257,6 +261,7 @@ impl WgmmaBsr {
         let consecutive = WgmmaBsr {
             listed: false,
             pairs: form.pairs,
+            pair_cap: form.pair_cap,
             ..self
         };
         let steps = form.steps;
@@ -432,6 +437,7 @@ fn select_wgmma_cols(
     let SliceForm {
         wb,
         pairs,
+        pair_cap,
         steps,
         listed,
     } = SliceForm::choose(p, g, !dual);
@@ -469,6 +475,7 @@ fn select_wgmma_cols(
         slots,
         staging_bufs: 0,
         pairs,
+        pair_cap,
         listed,
     })
 }
@@ -478,6 +485,8 @@ struct SliceForm {
     /// Block columns a slice: 2 (windows, or pairs with `pairs`) or 1.
     wb: u32,
     pairs: bool,
+    /// With `pairs`: balanced pairs, steps past this many kept blocks split.
+    pair_cap: Option<u32>,
     /// The steps over the chosen groups.
     steps: GroupSteps,
     /// Whether the groups are listed ([`Groups::by_overlap`]) rather than consecutive.
@@ -506,7 +515,12 @@ impl SliceForm {
         // (docs/perf-notes.md, block-sparse variant 15).
         // Pairs, like windows, only where they are at most 0.6 of the single columns' steps (a
         // group of one kept column would copy its A piece twice for nothing).
-        let pairs_pay = || 5 * GroupSteps::pairs(p, &consecutive).step_info.len() <= 3 * steps(1);
+        let pairs_pay = || {
+            5 * GroupSteps::pairs(p, &consecutive, PairOrder::Natural)
+                .step_info
+                .len()
+                <= 3 * steps(1)
+        };
         // The steps of a form of slice (`wb` block columns; with `pairs`, two of the group's
         // kept ones) over its groups: groups of block rows that share kept blocks where they
         // take at least 5 % fewer steps than consecutive ones, i.e. fewer A pieces and slices
@@ -515,7 +529,7 @@ impl SliceForm {
         // groups are listed.
         let grouped = |wb: u32, pairs: bool| -> (GroupSteps, bool) {
             let steps_in = |groups: &Groups| match pairs {
-                true => GroupSteps::pairs(p, groups),
+                true => GroupSteps::pairs(p, groups, PairOrder::Natural),
                 false => GroupSteps::new(p, groups, wb),
             };
             let unit = if wb == 2 && !pairs { 2 } else { 1 };
@@ -548,9 +562,37 @@ impl SliceForm {
             true if pairs_pay() => ((2, true), grouped(2, true)),
             _ => ((1, false), grouped(1, false)),
         };
+        // Pairs balanced by their kept blocks where the smaller stages that gives make the ring
+        // deeper (docs/perf-notes.md, block-sparse variant 39: at density 0.25 five stages
+        // instead of four, 2.7 % faster; where the stages stay, the balanced pairs cost 0.7 % at
+        // 0.1, their A pieces less in order). Chosen after the slice form, whose step counts
+        // the splits would move.
+        let (pair_cap, steps) = match pairs {
+            true => {
+                let groups = match listed {
+                    true => Groups::by_overlap(p, g, 1),
+                    false => consecutive,
+                };
+                let balanced = GroupSteps::pairs(p, &groups, PairOrder::Balanced);
+                let cap = balanced.cap_within(2);
+                let balanced = balanced.split_above(cap);
+                let stages = |s: &GroupSteps| {
+                    let slots = slots_for(s, p.block[0], 32, 2 * g);
+                    let stage = WgmmaBsr::stage_bytes(128, slots, p.block[0], 64, 2, false);
+                    ((SMEM_LIMIT - 1024 - 2 * 2 * STAGING_BUFFER_BYTES) / (stage + 20))
+                        .min(MAX_STAGES)
+                };
+                match stages(&balanced) > stages(&steps) {
+                    true => (Some(cap), balanced),
+                    false => (None, steps),
+                }
+            }
+            false => (None, steps),
+        };
         SliceForm {
             wb,
             pairs,
+            pair_cap,
             steps,
             listed,
         }
@@ -585,6 +627,51 @@ pub(crate) fn wide_block_perm(br: u32, bc: u32) -> Vec<u32> {
             (n * bc + a * swb + c * 8) / 8
         })
         .collect()
+}
+
+/// How [`GroupSteps::pairs`] pairs a group's kept columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PairOrder {
+    /// Two by two in increasing order.
+    Natural,
+    /// Within each run of [`BALANCE_RUN`] of them in increasing order, the column its group's
+    /// rows keep most with the one they keep least, and so on ([`balanced_pairs`]).
+    Balanced,
+}
+
+/// The columns of a group's union that [`PairOrder::Balanced`] pairs among: a run short enough
+/// that the pairs' A pieces stay near each other (pairs balanced over the whole union measured
+/// 3.7 % slower at density 0.1, runs of 16 0.7 %: docs/perf-notes.md, block-sparse variants 38
+/// and 39).
+const BALANCE_RUN: usize = 16;
+
+/// The union's columns (increasing) in the order of balanced pairs: each run of
+/// [`BALANCE_RUN`] columns sorted by how many of `kept`'s blocks they hold, the most paired with
+/// the fewest (which minimises the largest pair of the run), the pairs by their first column,
+/// a run's odd column last.
+fn balanced_pairs(union: &[u32], kept: &[(u32, u32, u32)]) -> Vec<u32> {
+    let mut count = std::collections::HashMap::<u32, usize>::new();
+    for k in kept {
+        *count.entry(k.0).or_default() += 1;
+    }
+    let mut out = Vec::with_capacity(union.len());
+    for run in union.chunks(BALANCE_RUN) {
+        let mut by_count = run.to_vec();
+        by_count.sort_by_key(|c| (std::cmp::Reverse(count.get(c).copied().unwrap_or(0)), *c));
+        let n = by_count.len();
+        let mut pairs: Vec<(u32, u32)> = (0..n / 2)
+            .map(|i| {
+                let (a, b) = (by_count[i], by_count[n - 1 - i]);
+                (a.min(b), a.max(b))
+            })
+            .collect();
+        pairs.sort_unstable();
+        out.extend(pairs.iter().flat_map(|&(a, b)| [a, b]));
+        if n % 2 == 1 {
+            out.push(by_count[n / 2]);
+        }
+    }
+    out
 }
 
 /// Per group: (block column, slot in the group, packed index) of each of its kept blocks.
@@ -951,7 +1038,7 @@ impl GroupSteps {
     /// its second column the same, when they are odd). Step info as for windows of two,
     /// `step_info` naming the first column and `step_col1` the second: bit `w * g + i` of the
     /// mask is set when the block row of slot `i` keeps the pair's column `w`.
-    pub fn pairs(pattern: &BlockPattern, groups: &Groups) -> GroupSteps {
+    pub fn pairs(pattern: &BlockPattern, groups: &Groups, order: PairOrder) -> GroupSteps {
         let g = groups.g();
         debug_assert!(g >= 1 && 2 * g <= 24, "a step's mask has at most 24 bits");
         let mut s = GroupSteps {
@@ -962,14 +1049,27 @@ impl GroupSteps {
             let mut union: Vec<u32> = kept.iter().map(|k| k.0).collect();
             union.sort_unstable();
             union.dedup();
+            // The union's columns in pair order: column `union[pos]` is column pos % 2 of pair
+            // pos / 2.
+            let order = match order {
+                PairOrder::Natural => union.clone(),
+                PairOrder::Balanced => balanced_pairs(&union, &kept),
+            };
+            let mut pos_of = vec![0u32; union.len()];
+            for (pos, c) in order.iter().enumerate() {
+                if let Ok(u) = union.binary_search(c) {
+                    pos_of[u] = pos as u32;
+                }
+            }
             // (pair, mask bit, packed index): in pair order then bit order.
             let placed = kept
                 .iter()
                 .map(|&(c, i, at)| {
-                    let pos = union.binary_search(&c).unwrap_or_default() as u32;
+                    let pos = pos_of[union.binary_search(&c).unwrap_or_default()];
                     (pos / 2, (pos % 2) * g + i, at)
                 })
                 .collect();
+            let union = order;
             s.push_group(placed, |pair| {
                 let first = union[2 * pair as usize];
                 let second = union.get(2 * pair as usize + 1).unwrap_or(&first);
@@ -977,6 +1077,62 @@ impl GroupSteps {
             });
         }
         s
+    }
+
+    /// The kept blocks of step `s`, as packed indices in mask-bit order.
+    pub fn blocks(&self, s: usize) -> &[u32] {
+        let end = self
+            .step_first
+            .get(s + 1)
+            .map_or(self.step_blk.len(), |&e| e as usize);
+        &self.step_blk[self.step_first[s] as usize..end]
+    }
+
+    /// The smallest cap on a step's kept blocks that [`GroupSteps::split_above`] meets with at
+    /// most `percent` % more steps.
+    pub fn cap_within(&self, percent: usize) -> u32 {
+        let counts: Vec<u32> = self.masks().map(u32::count_ones).collect();
+        let most = counts.iter().copied().max().unwrap_or(1).max(1);
+        let extra =
+            |cap: u32| -> usize { counts.iter().map(|n| (n.div_ceil(cap) - 1) as usize).sum() };
+        (1..=most)
+            .find(|&cap| 100 * extra(cap) <= percent * counts.len())
+            .unwrap_or(most)
+    }
+
+    /// These steps with each step of more than `cap` kept blocks split into as few steps of the
+    /// same block columns as keep at most `cap` each, its mask bits in consecutive runs of
+    /// nearly equal length (the split steps copy the same A piece again).
+    pub fn split_above(&self, cap: u32) -> GroupSteps {
+        let cap = cap.max(1);
+        let low = (1u32 << self.mask_bits) - 1;
+        let mut out = GroupSteps {
+            mask_bits: self.mask_bits,
+            ..GroupSteps::default()
+        };
+        for j in 0..self.grp_ptr.len().saturating_sub(1) {
+            for s in self.grp_ptr[j] as usize..self.grp_ptr[j + 1] as usize {
+                let bits: Vec<u32> = (0..self.mask_bits)
+                    .filter(|b| self.mask(s) >> b & 1 == 1)
+                    .collect();
+                let blocks = self.blocks(s);
+                let n = bits.len() as u32;
+                let parts = n.div_ceil(cap).max(1);
+                let mut at = 0u32;
+                for k in 0..parts {
+                    let take = (n - at).div_ceil(parts - k);
+                    let run = at as usize..(at + take) as usize;
+                    let mask = bits[run.clone()].iter().fold(0u32, |m, b| m | (1 << b));
+                    out.step_info.push((self.step_info[s] & !low) | mask);
+                    out.step_col1.extend(self.step_col1.get(s).copied());
+                    out.step_first.push(out.step_blk.len() as u32);
+                    out.step_blk.extend_from_slice(&blocks[run]);
+                    at += take;
+                }
+            }
+            out.grp_ptr.push(out.step_info.len() as u32);
+        }
+        out
     }
 
     /// Appends one group: a step per run of equal steps in `placed` (step, mask bit, packed
@@ -1003,7 +1159,15 @@ impl GroupSteps {
     pub fn of(pattern: &BlockPattern, cfg: &WgmmaBsr) -> GroupSteps {
         let groups = cfg.groups(pattern);
         if cfg.pairs {
-            GroupSteps::pairs(pattern, &groups)
+            let order = match cfg.pair_cap {
+                Some(_) => PairOrder::Balanced,
+                None => PairOrder::Natural,
+            };
+            let steps = GroupSteps::pairs(pattern, &groups, order);
+            match cfg.pair_cap {
+                Some(cap) => steps.split_above(cap),
+                None => steps,
+            }
         } else {
             GroupSteps::new(pattern, &groups, cfg.wb)
         }
@@ -2434,6 +2598,100 @@ mod tests {
         }
     }
 
+    /// Balanced pairs ([`PairOrder::Balanced`]) and their split steps: every kept block once,
+    /// under a mask bit of its row and of its column's place in the pair, each group's kept
+    /// columns in one pair each (a split step repeating its pair), no step past the cap, the
+    /// largest step smaller than the natural pairs', and the emulated CTAs of a configuration
+    /// that walks them read what the loads wrote.
+    #[test]
+    fn balanced_pairs_keep_every_block_once_in_smaller_steps() {
+        for (seed, density, m) in [(41, 0.25, 130), (42, 0.1, 200)] {
+            let p = scattered([32, 32], 256, 1024, density, seed, None);
+            let la = (MatLayout::N, &Extent::constant(p.inp));
+            let picked = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, &p).unwrap();
+            assert_eq!(picked.wb, 2, "{picked:?}");
+            let groups = Groups::Consecutive { g: picked.g };
+            let natural = GroupSteps::pairs(&p, &groups, PairOrder::Natural);
+            let balanced = GroupSteps::pairs(&p, &groups, PairOrder::Balanced);
+            let most = |s: &GroupSteps| s.masks().map(u32::count_ones).max().unwrap_or(0);
+            // Never larger; smaller on the denser pattern (at d = 0.1 on this small weight the
+            // runs of 16 find no better pairs for the largest step).
+            assert!(most(&balanced) <= most(&natural), "seed {seed}");
+            assert!(
+                density < 0.2 || most(&balanced) < most(&natural),
+                "seed {seed}"
+            );
+            let cap = balanced.cap_within(2);
+            let capped = balanced.split_above(cap);
+            assert!(
+                most(&capped) <= cap && cap <= most(&balanced),
+                "seed {seed}: cap {cap}"
+            );
+            let added = capped.step_info.len() - balanced.step_info.len();
+            assert!(
+                50 * added <= balanced.step_info.len(),
+                "seed {seed}: {added} more steps"
+            );
+            // A cap that splits some steps whatever the pattern.
+            let cap = most(&balanced) - 1;
+            let split = balanced.split_above(cap);
+            assert!(most(&split) == cap && split.step_info.len() > balanced.step_info.len());
+            // The packed blocks are the kept ones in row-major order.
+            let packed = &p.kept;
+            for s in [&natural, &balanced, &capped, &split] {
+                let mut seen = Vec::new();
+                for j in 0..s.grp_ptr.len() - 1 {
+                    let mut pairs = Vec::new();
+                    for st in s.grp_ptr[j] as usize..s.grp_ptr[j + 1] as usize {
+                        let cols = [s.column(st), s.step_col1[st]];
+                        let mask = s.mask(st);
+                        let blocks = s.blocks(st);
+                        assert_eq!(mask.count_ones() as usize, blocks.len());
+                        let bits = (0..24).filter(|b| mask >> b & 1 == 1);
+                        for (bit, &at) in bits.zip(blocks) {
+                            let (w, i) = (bit / picked.g, bit % picked.g);
+                            let (r, c) = packed[at as usize];
+                            assert_eq!((r, c), (j as u32 * picked.g + i, cols[w as usize]));
+                            seen.push(at);
+                        }
+                        if pairs.last() != Some(&cols) {
+                            pairs.push(cols);
+                        }
+                    }
+                    let mut walked: Vec<u32> = pairs.iter().flat_map(|c| [c[0], c[1]]).collect();
+                    walked.sort_unstable();
+                    walked.dedup();
+                    let mut columns: Vec<u32> = packed
+                        .iter()
+                        .filter(|k| k.0 / picked.g == j as u32)
+                        .map(|k| k.1)
+                        .collect();
+                    columns.sort_unstable();
+                    columns.dedup();
+                    assert_eq!(walked, columns, "group {j}: its kept columns");
+                    let pair_cols: usize =
+                        pairs.iter().map(|c| if c[0] == c[1] { 1 } else { 2 }).sum();
+                    assert_eq!(
+                        pair_cols,
+                        columns.len(),
+                        "group {j}: each column in one pair"
+                    );
+                }
+                seen.sort_unstable();
+                assert_eq!(seen, (0..p.kept.len() as u32).collect::<Vec<_>>());
+            }
+            let steps_cfg = WgmmaBsr {
+                pairs: true,
+                pair_cap: Some(cap),
+                listed: false,
+                slots: slots_for(&split, 32, 32, 2 * picked.g),
+                ..picked
+            };
+            assert_eq!(GroupSteps::of(&p, &steps_cfg), split);
+            check_cfg(&p, steps_cfg, false, m);
+        }
+    }
+
     #[test]
     fn edge_densities() {
         // Every block kept; a single block; all but one block row empty; M below one tile.
@@ -2512,7 +2770,7 @@ mod tests {
         for (seed, density) in [(3, 0.05), (4, 0.1), (5, 0.3), (6, 0.9)] {
             let p = scattered([32, 32], 512, 2048, density, seed, Some(5));
             for g in [1, 3, 8] {
-                let s = GroupSteps::pairs(&p, &Groups::Consecutive { g });
+                let s = GroupSteps::pairs(&p, &Groups::Consecutive { g }, PairOrder::Natural);
                 assert_eq!(s.step_col1.len(), s.step_info.len());
                 let mut seen = Vec::new();
                 for j in 0..s.grp_ptr.len() - 1 {
@@ -2701,6 +2959,7 @@ mod tests {
                 slots: 18,
                 staging_bufs: 0,
                 pairs: false,
+                pair_cap: None,
                 listed: false,
             })
         );
