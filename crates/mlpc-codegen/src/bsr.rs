@@ -562,11 +562,12 @@ impl SliceForm {
             true if pairs_pay() => ((2, true), grouped(2, true)),
             _ => ((1, false), grouped(1, false)),
         };
-        // Pairs balanced by their kept blocks where the smaller stages that gives make the ring
-        // deeper (docs/perf-notes.md, block-sparse variant 39: at density 0.25 five stages
-        // instead of four, 2.7 % faster; where the stages stay, the balanced pairs cost 0.7 % at
-        // 0.1, their A pieces less in order). Chosen after the slice form, whose step counts
-        // the splits would move.
+        // Pairs balanced by their kept blocks where the natural ones leave the ring four stages
+        // or fewer and the smaller stages of the balanced ones make it deeper (docs/perf-notes.md,
+        // block-sparse variant 39: at density 0.25 five stages instead of four, 2.7 % faster;
+        // where the stages stay, the balanced pairs cost 0.7 % at 0.1, their A pieces less in
+        // order, and past five stages a stage is worth about as much). Chosen after the slice
+        // form, whose step counts the splits would move.
         let (pair_cap, steps) = match pairs {
             true => {
                 let groups = match listed {
@@ -582,7 +583,7 @@ impl SliceForm {
                     ((SMEM_LIMIT - 1024 - 2 * 2 * STAGING_BUFFER_BYTES) / (stage + 20))
                         .min(MAX_STAGES)
                 };
-                match stages(&balanced) > stages(&steps) {
+                match stages(&steps) <= 4 && stages(&balanced) > stages(&steps) {
                     true => (Some(cap), balanced),
                     false => (None, steps),
                 }
