@@ -152,8 +152,9 @@ pub(crate) struct WgmmaBsr {
     /// two neighbouring ones; the A piece is then copied as one box per column.
     pub pairs: bool,
     /// With `pairs`: the pairs balanced by their kept blocks and every step of more than this
-    /// many kept blocks split ([`PairOrder::Balanced`]), where that gives the ring more stages;
-    /// `None`: the group's kept columns two by two in increasing order.
+    /// many kept blocks split ([`PairOrder::Balanced`]), for plain GEMMs whose natural pairs leave
+    /// the ring four stages or fewer where that gives it more ([`SliceForm::choose`]); `None`:
+    /// the group's kept columns two by two in increasing order.
     pub pair_cap: Option<u32>,
     /// The groups' block rows chosen to share kept blocks ([`Groups::by_overlap`]) instead of
     /// consecutive ones (the template's `Rows`). Kept only where the copy engine stores each
@@ -256,7 +257,7 @@ impl WgmmaBsr {
         }
         // The slice form consecutive groups would have taken: windows where the listed groups
         // took pairs over windows (same block columns a slice, so the same depth).
-        let form = SliceForm::choose(pattern, self.g, false);
+        let form = SliceForm::choose(pattern, self.g, false, dual);
         debug_assert_eq!(form.wb, self.wb, "{self:?}");
         let consecutive = WgmmaBsr {
             listed: false,
@@ -440,7 +441,7 @@ fn select_wgmma_cols(
         pair_cap,
         steps,
         listed,
-    } = SliceForm::choose(p, g, !dual);
+    } = SliceForm::choose(p, g, !dual, dual);
     let bk = if wb == 2 {
         64
     } else {
@@ -499,7 +500,7 @@ impl SliceForm {
     /// of four rows gain few steps and whose sparse GeGLU measured 3 % slower listed, nor outputs
     /// stored from registers, whose scattered columns slow the k loop: docs/perf-notes.md,
     /// block-sparse variant 35).
-    fn choose(p: &BlockPattern, g: u32, listable: bool) -> SliceForm {
+    fn choose(p: &BlockPattern, g: u32, listable: bool, dual: bool) -> SliceForm {
         // 32-wide blocks: slices over K windows of two block columns where the row mask has room
         // for both and the pattern's windows are at most 0.6 of its block-column steps (the A
         // piece's box rows are then 128 bytes, as in the dense kernels: the copy engine's cost
@@ -567,8 +568,9 @@ impl SliceForm {
         // block-sparse variant 39: at density 0.25 five stages instead of four, 2.7 % faster;
         // where the stages stay, the balanced pairs cost 0.7 % at 0.1, their A pieces less in
         // order, and past five stages a stage is worth about as much). Chosen after the slice
-        // form, whose step counts the splits would move.
-        let (pair_cap, steps) = match pairs {
+        // form, whose step counts the splits would move. Plain GEMMs only (the dual ones, with
+        // twice the slots a stage, have not been timed with them).
+        let (pair_cap, steps) = match pairs && !dual {
             true => {
                 let groups = match listed {
                     true => Groups::by_overlap(p, g, 1),
@@ -1094,8 +1096,12 @@ impl GroupSteps {
     pub fn cap_within(&self, percent: usize) -> u32 {
         let counts: Vec<u32> = self.masks().map(u32::count_ones).collect();
         let most = counts.iter().copied().max().unwrap_or(1).max(1);
-        let extra =
-            |cap: u32| -> usize { counts.iter().map(|n| (n.div_ceil(cap) - 1) as usize).sum() };
+        let extra = |cap: u32| -> usize {
+            counts
+                .iter()
+                .map(|n| n.div_ceil(cap).saturating_sub(1) as usize)
+                .sum()
+        };
         (1..=most)
             .find(|&cap| 100 * extra(cap) <= percent * counts.len())
             .unwrap_or(most)
