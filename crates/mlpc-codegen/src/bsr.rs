@@ -222,8 +222,7 @@ impl WgmmaBsr {
                     staging_bufs,
                     ..self
                 };
-                let stages =
-                    ((SMEM_LIMIT - 1024 - cfg.staging_bytes()) / (stage + 20)).min(MAX_STAGES);
+                let stages = stages_fitting(stage, cfg.staging_bytes());
                 WgmmaBsr { stages, ..cfg }
             })
             .find(|cfg| cfg.stages == self.stages || cfg.stages >= 4)
@@ -268,7 +267,7 @@ impl WgmmaBsr {
         let steps = form.steps;
         let slots = slots_for(&steps, br, self.bk / self.wb, self.wb * self.g);
         let stage = WgmmaBsr::stage_bytes(self.bm, slots, br, self.bk, self.wb, dual);
-        let stages = ((SMEM_LIMIT - 1024) / (stage + 20)).min(MAX_STAGES);
+        let stages = stages_fitting(stage, 0);
         WgmmaBsr {
             slots,
             stages,
@@ -329,6 +328,13 @@ impl WgmmaBsr {
             self.bm, self.g, self.bk, self.stages
         )
     }
+}
+
+/// The stages of `stage` bytes (and their barriers and mask word) that fit the shared memory
+/// beside `staging` bytes of staging buffers and the ring's alignment slack, at most
+/// `MAX_STAGES` (`WgmmaBsr::smem_bytes`).
+fn stages_fitting(stage: u32, staging: u32) -> u32 {
+    ((SMEM_LIMIT - 1024 - staging) / (stage + 20)).min(MAX_STAGES)
 }
 
 /// Block slots a stage needs for `steps`: the most blocks a step keeps, rounded up so that the
@@ -452,7 +458,7 @@ fn select_wgmma_cols(
     // (docs/perf-notes.md, block-sparse variant 11).
     let slots = slots_for(&steps, br, bk / wb, wb * g);
     let stage = WgmmaBsr::stage_bytes(bm, slots, br, bk, wb, dual);
-    let stages = ((SMEM_LIMIT - 1024) / (stage + 20)).min(MAX_STAGES);
+    let stages = stages_fitting(stage, 0);
     // A from registers where the RS wgmma has the block height (`bsr_wgmma::MmaRs`): the kept
     // rows' wgmmas then read only their block from shared memory (docs/perf-notes.md,
     // block-sparse variant 5: 10-11 % faster at density 0.5, 6-9 % at 0.25 and 0.1).
@@ -582,8 +588,7 @@ impl SliceForm {
                 let stages = |s: &GroupSteps| {
                     let slots = slots_for(s, p.block[0], 32, 2 * g);
                     let stage = WgmmaBsr::stage_bytes(128, slots, p.block[0], 64, 2, false);
-                    ((SMEM_LIMIT - 1024 - 2 * 2 * STAGING_BUFFER_BYTES) / (stage + 20))
-                        .min(MAX_STAGES)
+                    stages_fitting(stage, 2 * 2 * STAGING_BUFFER_BYTES)
                 };
                 match stages(&steps) <= 4 && stages(&balanced) > stages(&steps) {
                     true => (Some(cap), balanced),
@@ -2447,7 +2452,7 @@ mod tests {
             cfg.wb * cfg.g,
         );
         let stage = WgmmaBsr::stage_bytes(cfg.bm, slots, pattern.block[0], cfg.bk, cfg.wb, dual);
-        let stages = ((SMEM_LIMIT - 1024) / (stage + 20)).min(MAX_STAGES);
+        let stages = stages_fitting(stage, 0);
         check_cfg(
             pattern,
             WgmmaBsr {
