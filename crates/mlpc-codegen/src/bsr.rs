@@ -658,7 +658,7 @@ const BALANCE_RUN: usize = 16;
 /// the fewest (which minimises the largest pair of the run), the pairs by their first column,
 /// a run's odd column last.
 fn balanced_pairs(union: &[u32], kept: &[(u32, u32, u32)]) -> Vec<u32> {
-    let mut count = std::collections::HashMap::<u32, usize>::new();
+    let mut count = HashMap::<u32, usize>::new();
     for k in kept {
         *count.entry(k.0).or_default() += 1;
     }
@@ -1063,17 +1063,16 @@ impl GroupSteps {
                 PairOrder::Natural => union.clone(),
                 PairOrder::Balanced => balanced_pairs(&union, &kept),
             };
-            let mut pos_of = vec![0u32; union.len()];
-            for (pos, c) in order.iter().enumerate() {
-                if let Ok(u) = union.binary_search(c) {
-                    pos_of[u] = pos as u32;
-                }
-            }
+            let pos_of: HashMap<u32, u32> = order
+                .iter()
+                .enumerate()
+                .map(|(pos, &c)| (c, pos as u32))
+                .collect();
             // (pair, mask bit, packed index): in pair order then bit order.
             let placed = kept
                 .iter()
                 .map(|&(c, i, at)| {
-                    let pos = pos_of[union.binary_search(&c).unwrap_or_default()];
+                    let pos = pos_of.get(&c).copied().unwrap_or_default();
                     (pos / 2, (pos % 2) * g + i, at)
                 })
                 .collect();
@@ -1171,14 +1170,11 @@ impl GroupSteps {
     pub fn of(pattern: &BlockPattern, cfg: &WgmmaBsr) -> GroupSteps {
         let groups = cfg.groups(pattern);
         if cfg.pairs {
-            let order = match cfg.pair_cap {
-                Some(_) => PairOrder::Balanced,
-                None => PairOrder::Natural,
-            };
-            let steps = GroupSteps::pairs(pattern, &groups, order);
             match cfg.pair_cap {
-                Some(cap) => steps.split_above(cap),
-                None => steps,
+                Some(cap) => {
+                    GroupSteps::pairs(pattern, &groups, PairOrder::Balanced).split_above(cap)
+                }
+                None => GroupSteps::pairs(pattern, &groups, PairOrder::Natural),
             }
         } else {
             GroupSteps::new(pattern, &groups, cfg.wb)
