@@ -232,7 +232,7 @@ __device__ __forceinline__ void run(const mlpc::TensorMap& map_x, const Params& 
                         const u32 b_lo = mlpc::bsr_wgmma::desc_lo(xb + (u32)wc * 64u);
 #pragma unroll
                         for (int j = 0; j < 2; ++j) {
-                            mlpc::bsr_wgmma::Mma<bf16, NT>::run(acc[pp], mlpc::bsr_wgmma::desc_of<32>(a_lo + 2u * j),
+                            mlpc::wgmma_detail::Mma<bf16, NT>::run(acc[pp], mlpc::bsr_wgmma::desc_of<32>(a_lo + 2u * j),
                                                 mlpc::bsr_wgmma::desc_of<64>(b_lo + 2u * j));
                         }
                     }

@@ -8,9 +8,9 @@
 // a thread: the block-sparse kernel's G block rows), then a commit and a wait that leaves one
 // group in flight; the `Mode` rows end their slices as the kernel's consumers do instead (every
 // slice drained, its A fragments loaded again, a random subset of its blocks kept behind a
-// branch each). A comes from registers (`ldmatrix`, the RS form
-// of `bsr_wgmma::MmaRs`, what the kernel runs for 16 / 32 / 64-row blocks) or from shared memory
-// (the descriptor form, `bsr_wgmma::Mma`). B is K-major with the atom of a BK-wide slice (64:
+// branch each). A comes from registers (`ldmatrix`, the RS form of `wgmma_detail::MmaRs`, what
+// the kernel runs for 16 / 32 / 64-row blocks) or from shared memory (the descriptor form,
+// `wgmma_detail::Mma`). B is K-major with the atom of a BK-wide slice (64:
 // 128-byte rows, 32: 64-byte rows, as a 32 x 32 block's).
 //
 // The ROWS_LOOPED_* rows (`Mode`) ask whether a consumer without branches on the mask, A from
@@ -409,11 +409,11 @@ __device__ __forceinline__ void run(int iters, float* out) {
 #pragma unroll
             for (int b = 0; b < NB; ++b) {
                 if constexpr (RS) {
-                    mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[b], f[j], b_desc(b, j));
+                    mlpc::wgmma_detail::MmaRs<bf16, N>::run(acc[b], f[j], b_desc(b, j));
                 } else {
                     const u64 ad = mlpc::bsr_wgmma::desc_of<SW>(
                         a_lo + (mlpc::bsr_wgmma::kstep_offset<64 * WG, BK>(j) >> 4));
-                    mlpc::bsr_wgmma::Mma<bf16, N>::run(acc[b], ad, b_desc(b, j));
+                    mlpc::wgmma_detail::Mma<bf16, N>::run(acc[b], ad, b_desc(b, j));
                 }
             }
         }
@@ -467,7 +467,7 @@ __device__ __forceinline__ void run(int iters, float* out) {
                         mlpc::wgmma_detail::fence();
 #pragma unroll
                         for (int j = 0; j < 2; ++j) {
-                            mlpc::bsr_wgmma::MmaRs<bf16, N>::run(
+                            mlpc::wgmma_detail::MmaRs<bf16, N>::run(
                                 acc[r], fs[j],
                                 mlpc::bsr_wgmma::desc_of<SW>(
                                     rb_lo + (((u32)c * L::kBlockBytes +
@@ -501,7 +501,7 @@ __device__ __forceinline__ void run(int iters, float* out) {
                             const u64 bd = mlpc::bsr_wgmma::desc_of<SW>(
                                 rb_lo + (((u32)c * L::kBlockBytes +
                                           mlpc::bsr_wgmma::kstep_offset<N, BK>(j)) >> 4));
-                            mlpc::bsr_wgmma::Mma<bf16, N>::run(acc[r], ad, bd);
+                            mlpc::wgmma_detail::Mma<bf16, N>::run(acc[r], ad, bd);
                         }
                     }
                 }
@@ -545,7 +545,7 @@ __device__ __forceinline__ void run(int iters, float* out) {
                     if (((mask >> p) & 1u) == 0) continue;
 #pragma unroll
                     for (int j = (p / NB) * kSteps; j < (p / NB + 1) * kSteps; ++j) {
-                        mlpc::bsr_wgmma::MmaRs<bf16, N>::run(acc[p % NB], frag[j], b_desc(p % NB, j));
+                        mlpc::wgmma_detail::MmaRs<bf16, N>::run(acc[p % NB], frag[j], b_desc(p % NB, j));
                     }
                 }
             }

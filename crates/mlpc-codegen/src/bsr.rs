@@ -111,7 +111,8 @@ fn int_array(name: &str, values: &[u32]) -> String {
     s
 }
 
-/// The block heights the grouped Hopper kernel has a wgmma for (`bsr_wgmma::Mma<T, N>`).
+/// The block heights the grouped Hopper kernel has a wgmma for (`wgmma_detail::Mma<T, N>` of
+/// gemm_wgmma.cuh).
 pub(crate) const WGMMA_N: [u32; 10] = [8, 16, 24, 32, 48, 64, 96, 128, 192, 256];
 /// The dynamic shared memory a block may use on sm_90 (227 KiB).
 const SMEM_LIMIT: u32 = 227 * 1024;
@@ -459,7 +460,7 @@ fn select_wgmma_cols(
     let slots = slots_for(&steps, br, bk / wb, wb * g);
     let stage = WgmmaBsr::stage_bytes(bm, slots, br, bk, wb, dual);
     let stages = stages_fitting(stage, 0);
-    // A from registers where the RS wgmma has the block height (`bsr_wgmma::MmaRs`): the kept
+    // A from registers where the RS wgmma has the block height (`wgmma_detail::MmaRs`): the kept
     // rows' wgmmas then read only their block from shared memory (docs/perf-notes.md,
     // block-sparse variant 5: 10-11 % faster at density 0.5, 6-9 % at 0.25 and 0.1).
     let a_regs = matches!(br, 16 | 32 | 64);
@@ -2013,9 +2014,9 @@ mod tests {
             "static constexpr int kSlotsBytes = Cfg::SLOTS * kSlotBytes;",
             "static constexpr int SLOTS = SLOTS_ > 0 ? SLOTS_ : WB * G;",
             "const u64 a_j = bsr_wgmma::desc_of<SW>(da_lo + (kstep_offset<BM, BK, SW>(ja) >> 4));",
-            "bsr_wgmma::Mma<T, BR>::run(acc[g], a_j, bsr_wgmma::desc_of<SWB>(b_lo));",
+            "wgmma_detail::Mma<T, BR>::run(acc[g], a_j, bsr_wgmma::desc_of<SWB>(b_lo));",
             "bsr_wgmma::desc_of<SWB>(b_lo + (kSlotsBytes >> 4)));",
-            "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));",
+            "wgmma_detail::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));",
             "const i64 col = cols(g) + i * 8 + (lane & 3) * 2;",
             "const i64 row = m0 + wg * 64 + q * 16 + (lane >> 2) + h * 8;",
             "if (cols(g) >= p.n) break;",
@@ -2055,7 +2056,7 @@ mod tests {
             "return sa + (u32)((16 * j / SW) * (BM * 2 * SW) + row * A::kRowBytes + pos * 16);",
             "a_off[j] = bsr_wgmma::ldsm_a_addr<BM, BK, SW>(0, wg, q, lane, j);",
             "bsr_wgmma::ldsm_x4(f[j], sa + a_off[j]);",
-            "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));",
+            "wgmma_detail::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));",
         ] {
             assert!(
                 TEMPLATE.contains(line),

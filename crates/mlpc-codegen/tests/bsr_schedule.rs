@@ -316,7 +316,7 @@ fn the_model_catches_consumers_that_hold_every_stage() {
 #[test]
 fn the_a_registers_schedule_is_race_free() {
     for line in [
-        "bsr_wgmma::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));",
+        "wgmma_detail::MmaRs<T, BR>::run(acc[g], f[ja], bsr_wgmma::desc_of<SWB>(b_lo));",
         "wait<0>();",
         "mbar_arrive(empty + 8 * stage);",
     ] {
