@@ -1651,13 +1651,14 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
 fn hopper_lists(p: &BlockPattern, h: &WgmmaBsr, sfx: &str) -> String {
     let steps = GroupSteps::of(p, h);
     let columns = if h.pairs {
-        "block columns c0 = step_info[s] >> {b} and c1 = step_col1[s]; bit w * {g} + i of\n\
-         // the mask step_info[s] & {low} is set when row i keeps column cw"
+        "block columns c0 = step_info{sfx}[s] >> {b} and c1 = step_col1{sfx}[s]; bit w * {g} + i of\n\
+         // the mask step_info{sfx}[s] & {low} is set when row i keeps column cw"
     } else {
-        "block columns c = step_info[s] >> {b} .. c + {wb}; bit w * {g} + i of the mask\n\
-         // step_info[s] & {low} is set when row i keeps column c + w"
+        "block columns c = step_info{sfx}[s] >> {b} .. c + {wb}; bit w * {g} + i of the mask\n\
+         // step_info{sfx}[s] & {low} is set when row i keeps column c + w"
     };
     let columns = columns
+        .replace("{sfx}", sfx)
         .replace("{g}", &h.g.to_string())
         .replace("{wb}", &h.wb.to_string())
         .replace("{b}", &steps.mask_bits.to_string())
@@ -1669,7 +1670,7 @@ fn hopper_lists(p: &BlockPattern, h: &WgmmaBsr, sfx: &str) -> String {
     let mut src = format!(
         "// Group j ({rows}) runs steps grp_ptr{sfx}[j] .. grp_ptr{sfx}[j + 1]. Step s is\n\
          // {columns}; their packed blocks are\n\
-         // step_blk[step_first[s] ..], in increasing bit.\n",
+         // step_blk{sfx}[step_first{sfx}[s] ..], in increasing bit.\n",
     );
     if let Groups::Listed { rows, .. } = h.groups(p) {
         src.push_str(&group_rows(&format!("GroupRows{sfx}"), &rows, p));
