@@ -60,7 +60,8 @@ enum Command {
         autotune: bool,
         /// A value for a symbolic dimension, e.g. `--bind T=8192`: the size --autotune tunes
         /// for, and with --explain, the size whose launches it lists (which entry of each
-        /// kernel runs, on what grid).
+        /// kernel runs, on what grid: the --target's kernels, else the sm_90a kernels that a
+        /// run on Hopper compiles).
         #[arg(long = "bind", value_name = "SYM=N", value_parser = parse_binding)]
         bindings: Vec<(String, u64)>,
         /// With --explain and --bind: the multiprocessors of the device the launches are
@@ -384,17 +385,26 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     false => None,
                 };
                 println!("{}", compiled.explain_with_tiles());
+                // The launches are those of a run on a device of the launch architecture, which
+                // differs from the artifacts' when no target was asked for (sm_90a on Hopper).
+                let arch_note = match compiled.launch_arch() {
+                    a if a == compiled.arch() => format!(", {a} kernels"),
+                    a => format!(
+                        ", {a} kernels (a run on Hopper compiles them; the artifacts are {})",
+                        compiled.arch()
+                    ),
+                };
                 if let Some(lines) = launches {
                     let at: Vec<String> =
                         bindings.iter().map(|(s, v)| format!("{s}={v}")).collect();
-                    println!("launches at {} on {sms} SMs:", at.join(", "));
+                    println!("launches at {} on {sms} SMs{}:", at.join(", "), arch_note);
                     for line in lines {
                         println!("  {line}");
                     }
                     println!();
                 }
                 if let Some(lines) = entry_map {
-                    println!("entries by size, up to {ENTRY_MAP_MAX}, on {sms} SMs:");
+                    println!("entries by size, up to {ENTRY_MAP_MAX}, on {sms} SMs{arch_note}:");
                     for line in lines {
                         println!("  {line}");
                     }

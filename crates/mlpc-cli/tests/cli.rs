@@ -599,7 +599,10 @@ fn explain_lists_the_entries_each_size_launches() {
     // the down projection's 32 tiles of 128 x 192 would split K, so its 128 x 128 entry runs,
     // split in two (48 tiles on 96 CTAs).
     let l = launches(&["--bind", "T=1000"]);
-    assert_eq!(l[0], "launches at T=1000 on 132 SMs:", "{l:?}");
+    assert_eq!(
+        l[0], "launches at T=1000 on 132 SMs, sm_90a kernels:",
+        "{l:?}"
+    );
     assert!(
         l[1].contains("_pp_coop, tiles 128x192, grid 128x1x1"),
         "{l:?}"
@@ -620,7 +623,10 @@ fn explain_lists_the_entries_each_size_launches() {
     );
     // On 114 SMs the grids follow.
     let l = launches(&["--bind", "T=8192", "--sms", "114"]);
-    assert_eq!(l[0], "launches at T=8192 on 114 SMs:", "{l:?}");
+    assert_eq!(
+        l[0], "launches at T=8192 on 114 SMs, sm_90a kernels:",
+        "{l:?}"
+    );
     assert!(l[1].ends_with("grid 114x1x1"), "{l:?}");
     // T = 8: the small-M entries.
     let l = launches(&["--bind", "T=8"]);
@@ -632,7 +638,7 @@ fn explain_lists_the_entries_each_size_launches() {
     );
     let map: Vec<&str> = o.stdout[o
         .stdout
-        .find("entries by size, up to 16384, on 132 SMs:")
+        .find("entries by size, up to 16384, on 132 SMs, sm_90a kernels:")
         .unwrap_or_else(|| panic!("no entry map in:\n{}", o.stdout))..]
         .lines()
         .take_while(|l| !l.is_empty())
@@ -648,6 +654,38 @@ fn explain_lists_the_entries_each_size_launches() {
         map[2].contains(": T 1-8 gemv_m8; 9-16 gemv_m16; 17-32 gemv_m32; 33-64 gemv_m64; 65-1408 short_splitk; 1409-2816 short; 2817-4224 own; "),
         "{map:?}"
     );
+    // Without a target the artifacts are sm_90's, and the launches listed are those of a run
+    // on Hopper, which compiles the sm_90a kernels; a target asked for lists its own.
+    let o = succeeds(
+        dir.path(),
+        &["compile", model, "--explain", "--bind", "T=8192"],
+    );
+    assert!(
+        o.stdout.contains(
+            "launches at T=8192 on 132 SMs, sm_90a kernels (a run on Hopper compiles them; the \
+             artifacts are sm_90):\n  gemm_bias_gelu_tanh_bf16_nt: \
+             mlpc_gemm_bias_gelu_tanh_bf16_nt_wgmma_tma_128x192x64_pp, "
+        ),
+        "{}",
+        o.stdout
+    );
+    let o = succeeds(
+        dir.path(),
+        &[
+            "compile",
+            model,
+            "--explain",
+            "--bind",
+            "T=8192",
+            "--target",
+            "cuda:sm_80",
+        ],
+    );
+    let at = o
+        .stdout
+        .find("launches at T=8192 on 132 SMs, sm_80 kernels:\n");
+    let lines: Vec<&str> = o.stdout[at.expect(&o.stdout)..].lines().take(3).collect();
+    assert!(lines[1..].iter().all(|l| !l.contains("wgmma")), "{lines:?}");
     // Bindings without T: one message naming the kernel and the symbol.
     let e = fails(
         dir.path(),

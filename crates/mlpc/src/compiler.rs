@@ -517,13 +517,43 @@ impl Compiled {
             .unwrap_or_default()
     }
 
-    /// Which entry each generated CUDA kernel launches under `bindings` on a device of `sms`
-    /// multiprocessors, as the runtime chooses it (`CudaKernel::choose_entry`; kernels in
-    /// clusters as if every SM held one of their CTAs), one line each: the kernel, the entry,
-    /// its tiles, grid and workspace. The kernels are this compilation's (a run on a device may
-    /// take other tiles from the autotune cache).
+    /// The architecture whose kernels [`Compiled::launch_plan`] and [`Compiled::entry_map`]
+    /// describe: the one asked for, else `sm_90a`, the kernels a run on a Hopper GPU compiles
+    /// for itself (the artifacts of such a compilation are `sm_90`'s; see [`Compiler::arch`]).
+    pub fn launch_arch(&self) -> Arch {
+        self.compiler.arch.unwrap_or(Arch::Sm90a)
+    }
+
+    /// The kernels of [`Compiled::launch_arch`] with the heuristic's tiles (and the f32 GEMMs'
+    /// forced kernel, if any): this compilation's own when that is its architecture, else
+    /// generated anew (code generation only; nothing is compiled). `None` without CUDA kernels.
+    fn launch_kernels(&self) -> Result<Option<std::borrow::Cow<'_, [CudaKernel]>>, Error> {
+        let Some(own) = self.cuda_kernels() else {
+            return Ok(None);
+        };
+        let arch = self.launch_arch();
+        if arch == self.arch {
+            return Ok(Some(std::borrow::Cow::Borrowed(own)));
+        }
+        let opts = CodegenOptions {
+            arch,
+            allow_tf32: self.model.allow_tf32,
+        };
+        let mut tiles = TileOverrides::new();
+        if let Some(fp64) = self.compiler.forced_f32_kernel() {
+            crate::tiles::force_f32_kernel(&self.plan, &opts, &mut tiles, fp64)?;
+        }
+        let kernels = mlpc_codegen::generate_tiled(&self.plan, &opts, &tiles)?;
+        Ok(Some(std::borrow::Cow::Owned(kernels)))
+    }
+
+    /// Which entry each CUDA kernel of [`Compiled::launch_arch`] launches under `bindings` on a
+    /// device of `sms` multiprocessors, as the runtime chooses it (`CudaKernel::choose_entry`;
+    /// kernels in clusters as if every SM held one of their CTAs), one line each: the kernel,
+    /// the entry, its tiles, grid and workspace. The tiles are the heuristic's (a run on a
+    /// device may take others from the autotune cache).
     pub fn launch_plan(&self, bindings: &[(&str, u64)], sms: u32) -> Result<Vec<String>, Error> {
-        let kernels = self.cuda_kernels().ok_or(Error::NoCudaKernels)?;
+        let kernels = self.launch_kernels()?.ok_or(Error::NoCudaKernels)?;
         let mut b = mlpc_ir::Bindings::new();
         for (s, v) in bindings {
             b.bind(&(*s).into(), *v)
@@ -556,13 +586,14 @@ impl Compiled {
             .collect()
     }
 
-    /// Which entry each generated CUDA kernel launches as the plan's one symbolic dimension runs
-    /// from 1 to `max`, on a device of `sms` multiprocessors ([`Compiled::launch_plan`]'s rule),
+    /// Which entry each CUDA kernel of [`Compiled::launch_arch`] launches as the plan's one
+    /// symbolic dimension runs from 1 to `max`, on a device of `sms` multiprocessors
+    /// ([`Compiled::launch_plan`]'s rule),
     /// as ranges: one line per kernel, e.g. `gemm_bias_bf16_nt (ENTRY): T 1-8 gemv_m8; ...;
     /// 5505- own`, each entry by what its name adds to the kernel's own (`own` for that one).
     /// `None` when the plan has no CUDA kernels or not exactly one symbolic dimension.
     pub fn entry_map(&self, sms: u32, max: u64) -> Result<Option<Vec<String>>, Error> {
-        let Some(kernels) = self.cuda_kernels() else {
+        let Some(kernels) = self.launch_kernels()? else {
             return Ok(None);
         };
         let mut syms: Vec<mlpc_ir::Symbol> = Vec::new();
@@ -577,7 +608,7 @@ impl Compiled {
             return Ok(None);
         };
         let mut lines = Vec::new();
-        for k in kernels {
+        for k in kernels.iter() {
             // (first value, last value, entry) runs of the same entry.
             let mut runs: Vec<(u64, u64, String)> = Vec::new();
             for v in 1..=max {
@@ -1017,10 +1048,12 @@ mod tests {
         let auto = compiled(Compiler::new());
         assert_eq!(auto.arch(), Arch::Sm90, "artifacts are portable");
         assert_eq!(auto.arch_for_device((9, 0)).unwrap(), Arch::Sm90a);
+        assert_eq!(auto.launch_arch(), Arch::Sm90a, "--explain lists a Hopper run's kernels");
         assert_eq!(auto.arch_for_device((8, 6)).unwrap(), Arch::Sm80);
         let e = auto.arch_for_device((12, 0)).unwrap_err().to_string();
         assert!(e.contains("compute capability 12.0"), "{e}");
         let fixed = compiled(Compiler::new().arch(Arch::Sm90));
         assert_eq!(fixed.arch_for_device((9, 0)).unwrap(), Arch::Sm90);
+        assert_eq!(fixed.launch_arch(), Arch::Sm90);
     }
 }
