@@ -1048,7 +1048,11 @@ mod tests {
         let auto = compiled(Compiler::new());
         assert_eq!(auto.arch(), Arch::Sm90, "artifacts are portable");
         assert_eq!(auto.arch_for_device((9, 0)).unwrap(), Arch::Sm90a);
-        assert_eq!(auto.launch_arch(), Arch::Sm90a, "--explain lists a Hopper run's kernels");
+        assert_eq!(
+            auto.launch_arch(),
+            Arch::Sm90a,
+            "--explain lists a Hopper run's kernels"
+        );
         assert_eq!(auto.arch_for_device((8, 6)).unwrap(), Arch::Sm80);
         let e = auto.arch_for_device((12, 0)).unwrap_err().to_string();
         assert!(e.contains("compute capability 12.0"), "{e}");
