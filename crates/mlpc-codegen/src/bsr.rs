@@ -373,7 +373,19 @@ pub(crate) fn select_wgmma(
     la: (MatLayout, &Extent),
     p: &BlockPattern,
 ) -> Option<WgmmaBsr> {
-    select_wgmma_cols(arch, dtype, dual, la, p, wide_group_cols(dual, p))
+    let cols = wide_group_cols(dual, p);
+    let own = select_wgmma_cols(arch, dtype, dual, la, p, cols)?;
+    // Wide groups whose slots leave the ring three stages (a step keeping 21 or 22 of its 22
+    // blocks: density 0.7 and up) run about 1.5x slower than with four (docs/perf-notes.md,
+    // block-sparse variant 43); groups of eight keep four there.
+    if cols > 256 && own.stages < 4 {
+        if let Some(narrow) = select_wgmma_cols(arch, dtype, dual, la, p, 256) {
+            if narrow.stages >= 4 {
+                return Some(narrow);
+            }
+        }
+    }
+    Some(own)
 }
 
 /// Accumulator columns of the kernel's own entry: 352 for a plain GEMM of 32 x 32 blocks whose K
@@ -2582,6 +2594,33 @@ mod tests {
             assert_eq!((cfg.g, cfg.wb, cfg.pairs), (11, 2, pairs));
             check_cfg(&p, cfg, false, 130);
             check_cfg(&p, WgmmaBsr { wide: false, ..cfg }, false, 130);
+        }
+    }
+
+    /// The kernel's own entry takes groups of eleven block rows only where their slots leave
+    /// the ring four stages: from density 0.7 on a step keeps up to all 22 blocks of its window,
+    /// which leaves eleven rows three stages, and groups of eight run with four instead
+    /// (docs/perf-notes.md, block-sparse variant 43: 1.5x faster at density 0.7 to 1).
+    #[test]
+    fn wide_groups_only_where_the_ring_keeps_four_stages() {
+        for (density, g) in [(0.5, 11), (0.8, 8), (1.0, 8)] {
+            let p = scattered([32, 32], 4096, 4096, density, 5, None);
+            let la = (MatLayout::N, &Extent::constant(p.inp));
+            let cfg = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, &p).unwrap();
+            assert_eq!(
+                (cfg.g, cfg.stages >= 4),
+                (g, true),
+                "density {density}: {cfg:?}"
+            );
+            let wide = select_wgmma_cols(Arch::Sm90a, DType::Bf16, false, la, &p, 352).unwrap();
+            assert_eq!(wide.stages < 4, g == 8, "density {density}: {wide:?}");
+            // Groups of eight are already the short grid's.
+            let short = select_wgmma_short(Arch::Sm90a, DType::Bf16, false, la, &p);
+            assert_eq!(
+                short.map(|s| s.g),
+                (g == 11).then_some(8),
+                "density {density}"
+            );
         }
     }
 

@@ -129,14 +129,29 @@ pub fn all() -> Vec<Plan> {
             true,
             false,
         ),
-        // The same shape at density 0.5 with 18 kept blocks in the first window of each group
-        // of 11: two staging buffers would leave the ring 3 stages, so the groups of 11 store
-        // through one (and 4 stages); the short grid's 15 slots keep two; a bias.
+        // The same shape at about density 0.48, at most 17 kept blocks a window step of the
+        // groups of 11: two staging buffers would leave the ring 3 stages, so the groups of 11
+        // store through one (and 4 stages); the short grid's 13 slots keep two; a bias.
         plan(
             "b32x32_wide_groups_one_staging",
             Bf16,
             pattern([32, 32], 704, 4096, |r, c| {
-                (r + c) % 2 == 0 || (c < 2 && r % 11 < 7)
+                (r.wrapping_mul(2654435761) ^ c.wrapping_mul(40503)).wrapping_mul(2246822519) >> 24
+                    < 124
+            }),
+            false,
+            true,
+            false,
+        ),
+        // The same shape at about density 0.8: a window step of 11 rows keeps up to all 22
+        // blocks, whose slots would leave the ring 3 stages, so the kernel's own entry takes
+        // groups of 8 (4 stages) and has no short grid; a bias.
+        plan(
+            "b32x32_dense_groups_of_eight",
+            Bf16,
+            pattern([32, 32], 704, 4096, |r, c| {
+                (r.wrapping_mul(2654435761) ^ c.wrapping_mul(40503)).wrapping_mul(2246822519) >> 24
+                    < 205
             }),
             false,
             true,
