@@ -397,7 +397,8 @@ pub(crate) fn select_wgmma(
 /// ([`select_wgmma_short`]). Not for shorter K: at K = 1024 (the sparse bert-large FFN's up
 /// projection) eleven rows measured 7 % slower on the model with the epilogue's register
 /// stores (variant 23), and still 5 % slower with both sides storing by the copy engine
-/// (docs/perf-notes.md, block-sparse variant 26).
+/// (docs/perf-notes.md, block-sparse variant 26). [`select_wgmma`] takes 256 after all where the
+/// wide groups' slots would leave the ring fewer than four stages (density 0.7 and up).
 fn wide_group_cols(dual: bool, p: &BlockPattern) -> u32 {
     match dual {
         true => 128,
