@@ -12,6 +12,11 @@ use std::sync::Arc;
 
 /// The pattern of `block` blocks over an `[out, inp]` weight that keeps `(r, c)` when `keep` says
 /// so.
+/// Block (r, c) kept by a hash of its position, with probability `below / 256`.
+fn scattered(r: u32, c: u32, below: u32) -> bool {
+    (r.wrapping_mul(2654435761) ^ c.wrapping_mul(40503)).wrapping_mul(2246822519) >> 24 < below
+}
+
 pub fn pattern(
     block: [u32; 2],
     out: u64,
@@ -121,10 +126,7 @@ pub fn all() -> Vec<Plan> {
         plan(
             "b32x32_wide_groups_pairs",
             Bf16,
-            pattern([32, 32], 704, 4096, |r, c| {
-                (r.wrapping_mul(2654435761) ^ c.wrapping_mul(40503)).wrapping_mul(2246822519) >> 24
-                    < 41
-            }),
+            pattern([32, 32], 704, 4096, |r, c| scattered(r, c, 41)),
             false,
             true,
             false,
@@ -135,10 +137,7 @@ pub fn all() -> Vec<Plan> {
         plan(
             "b32x32_wide_groups_one_staging",
             Bf16,
-            pattern([32, 32], 704, 4096, |r, c| {
-                (r.wrapping_mul(2654435761) ^ c.wrapping_mul(40503)).wrapping_mul(2246822519) >> 24
-                    < 124
-            }),
+            pattern([32, 32], 704, 4096, |r, c| scattered(r, c, 124)),
             false,
             true,
             false,
@@ -149,10 +148,7 @@ pub fn all() -> Vec<Plan> {
         plan(
             "b32x32_dense_groups_of_eight",
             Bf16,
-            pattern([32, 32], 704, 4096, |r, c| {
-                (r.wrapping_mul(2654435761) ^ c.wrapping_mul(40503)).wrapping_mul(2246822519) >> 24
-                    < 205
-            }),
+            pattern([32, 32], 704, 4096, |r, c| scattered(r, c, 205)),
             false,
             true,
             false,
