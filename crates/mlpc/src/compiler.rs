@@ -221,11 +221,7 @@ impl Compiler {
                     arch: self.arch.unwrap_or(Arch::Sm90),
                     allow_tf32: model.allow_tf32,
                 };
-                let mut tiles = TileOverrides::new();
-                if let Some(fp64) = self.forced_f32_kernel() {
-                    crate::tiles::force_f32_kernel(&plan, &opts, &mut tiles, fp64)?;
-                }
-                let kernels = mlpc_codegen::generate_tiled(&plan, &opts, &tiles)?;
+                let kernels = self.generate(&plan, &opts)?;
                 let jit = self.jit_options();
                 let compiled = match mode {
                     CudaKernels::Require => Some(mlpc_jit::compile_all(&kernels, &jit)?),
@@ -255,6 +251,16 @@ impl Compiler {
             cpu: Mutex::new(None),
             gpu: Mutex::new(None),
         })
+    }
+
+    /// The plan's CUDA kernels for `opts` with the heuristic's tiles, and the f32 GEMMs' forced
+    /// kernel if any (code generation only).
+    fn generate(&self, plan: &Plan, opts: &CodegenOptions) -> Result<Vec<CudaKernel>, Error> {
+        let mut tiles = TileOverrides::new();
+        if let Some(fp64) = self.forced_f32_kernel() {
+            crate::tiles::force_f32_kernel(plan, opts, &mut tiles, fp64)?;
+        }
+        Ok(mlpc_codegen::generate_tiled(plan, opts, &tiles)?)
     }
 
     pub(crate) fn jit_options(&self) -> JitOptions {
@@ -539,11 +545,7 @@ impl Compiled {
             arch,
             allow_tf32: self.model.allow_tf32,
         };
-        let mut tiles = TileOverrides::new();
-        if let Some(fp64) = self.compiler.forced_f32_kernel() {
-            crate::tiles::force_f32_kernel(&self.plan, &opts, &mut tiles, fp64)?;
-        }
-        let kernels = mlpc_codegen::generate_tiled(&self.plan, &opts, &tiles)?;
+        let kernels = self.compiler.generate(&self.plan, &opts)?;
         Ok(Some(std::borrow::Cow::Owned(kernels)))
     }
 
