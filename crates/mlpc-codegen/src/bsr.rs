@@ -161,6 +161,8 @@ pub(crate) struct WgmmaBsr {
     /// consecutive ones (the template's `Rows`). Kept only where the copy engine stores each
     /// 32-row block row in a box of its own ([`WgmmaBsr::stored`]).
     pub listed: bool,
+    /// With `listed`: the groups balanced by their modelled cost ([`Groups::by_overlap`]).
+    pub balanced: bool,
 }
 
 impl WgmmaBsr {
@@ -237,7 +239,8 @@ impl WgmmaBsr {
             true => Groups::by_overlap(
                 pattern,
                 self.g,
-                if self.wb == 2 && !self.pairs { 2 } else { 1 },
+                StepUnit::of(self.wb, self.pairs),
+                self.balanced,
             ),
             false => Groups::Consecutive { g: self.g },
         }
@@ -261,6 +264,7 @@ impl WgmmaBsr {
         debug_assert_eq!(form.wb, self.wb, "{self:?}");
         let consecutive = WgmmaBsr {
             listed: false,
+            balanced: false,
             pairs: form.pairs,
             pair_cap: form.pair_cap,
             ..self
@@ -461,6 +465,7 @@ fn select_wgmma_cols(
         pair_cap,
         steps,
         listed,
+        balanced,
     } = SliceForm::choose(p, g, !dual, dual);
     let bk = if wb == 2 {
         64
@@ -498,6 +503,7 @@ fn select_wgmma_cols(
         pairs,
         pair_cap,
         listed,
+        balanced,
     })
 }
 
@@ -512,6 +518,8 @@ struct SliceForm {
     steps: GroupSteps,
     /// Whether the groups are listed ([`Groups::by_overlap`]) rather than consecutive.
     listed: bool,
+    /// With `listed`: whether they are balanced.
+    balanced: bool,
 }
 
 impl SliceForm {
@@ -553,10 +561,9 @@ impl SliceForm {
                 true => GroupSteps::pairs(p, groups, PairOrder::Natural),
                 false => GroupSteps::new(p, groups, wb),
             };
-            let unit = if wb == 2 && !pairs { 2 } else { 1 };
             let in_order = steps_in(&consecutive);
             let by_overlap = listable
-                .then(|| steps_in(&Groups::by_overlap(p, g, unit)))
+                .then(|| steps_in(&Groups::by_overlap(p, g, StepUnit::of(wb, pairs), false)))
                 .filter(|s| 20 * s.step_info.len() <= 19 * in_order.step_info.len());
             match by_overlap {
                 Some(s) => (s, true),
@@ -583,6 +590,35 @@ impl SliceForm {
             true if pairs_pay() => ((2, true), grouped(2, true)),
             _ => ((1, false), grouped(1, false)),
         };
+        // The ring's stages for steps of two 32-wide block columns (the copy engine's stores
+        // through two staging buffers a warpgroup).
+        let stages = |s: &GroupSteps| {
+            let slots = slots_for(s, p.block[0], 32, 2 * g);
+            let stage = WgmmaBsr::stage_bytes(128, slots, p.block[0], 64, 2, false);
+            stages_fitting(stage, 2 * 2 * STAGING_BUFFER_BYTES)
+        };
+        // Windows over groups balanced by their modelled cost ([`balance`]) where that lowers
+        // the costliest group's by at least 3 % and the ring keeps its stages: the persistent
+        // CTAs take a few tiles each, so the costliest groups set the busiest CTA's time. On the
+        // 4096^2 weight at density 0.5 (eleven-row groups, the last of seven, all 64 windows
+        // each) groups of ten and eleven rows with even kept blocks run 2.2-2.7 % faster. Not
+        // for pairs: there the balance costs steps, and measured 1 % slower at density 0.25 and
+        // on the sparse bert-large FFN's up projection, 1.2-1.7 % faster at 0.1
+        // (docs/perf-notes.md, block-sparse variant 44). Listed groups, so only where
+        // `listable`.
+        let (steps, listed, balanced) = match listable && wb == 2 && !pairs {
+            true => {
+                let groups = Groups::by_overlap(p, g, StepUnit::Windows, true);
+                let even = GroupSteps::new(p, &groups, 2);
+                match 100 * even.costliest() <= 97 * steps.costliest()
+                    && stages(&even) >= stages(&steps)
+                {
+                    true => (even, true, true),
+                    false => (steps, listed, false),
+                }
+            }
+            false => (steps, listed, false),
+        };
         // Pairs balanced by their kept blocks where the natural ones leave the ring four stages
         // or fewer and the smaller stages of the balanced ones make it deeper (docs/perf-notes.md,
         // block-sparse variant 39: at density 0.25 five stages instead of four, 2.7 % faster;
@@ -593,19 +629,14 @@ impl SliceForm {
         let (pair_cap, steps) = match pairs && !dual {
             true => {
                 let groups = match listed {
-                    true => Groups::by_overlap(p, g, 1),
+                    true => Groups::by_overlap(p, g, StepUnit::Pairs, false),
                     false => consecutive,
                 };
-                let balanced = GroupSteps::pairs(p, &groups, PairOrder::Balanced);
-                let cap = balanced.cap_within(2);
-                let balanced = balanced.split_above(cap);
-                let stages = |s: &GroupSteps| {
-                    let slots = slots_for(s, p.block[0], 32, 2 * g);
-                    let stage = WgmmaBsr::stage_bytes(128, slots, p.block[0], 64, 2, false);
-                    stages_fitting(stage, 2 * 2 * STAGING_BUFFER_BYTES)
-                };
-                match stages(&steps) <= 4 && stages(&balanced) > stages(&steps) {
-                    true => (Some(cap), balanced),
+                let even_pairs = GroupSteps::pairs(p, &groups, PairOrder::Balanced);
+                let cap = even_pairs.cap_within(2);
+                let even_pairs = even_pairs.split_above(cap);
+                match stages(&steps) <= 4 && stages(&even_pairs) > stages(&steps) {
+                    true => (Some(cap), even_pairs),
                     false => (None, steps),
                 }
             }
@@ -617,6 +648,7 @@ impl SliceForm {
             pair_cap,
             steps,
             listed,
+            balanced,
         }
     }
 }
@@ -754,25 +786,28 @@ impl Groups {
     }
 
     /// Groups of `g` block rows chosen to share kept blocks: the fewer units (block columns,
-    /// or windows of `unit` neighbouring ones) a group's rows keep between them, the fewer steps
-    /// its k loop takes and the fewer A pieces it copies. Greedy (each group seeded with the
-    /// free row keeping most units, then the free row adding fewest new ones, ties to the lower
-    /// row), then improved by exchanging rows between two groups while that lowers their units'
-    /// sum, for a few passes. The groups keep the consecutive form's sizes (the last one the
-    /// remainder); each group's rows increase. On a random mask of 128 x 128 blocks this takes
-    /// about 6 % / 19 % fewer steps at density 0.25 / 0.1 (docs/perf-notes.md, block-sparse
-    /// variant 35). Then annealed ([`anneal`]). A pure function of its arguments, kept for the
-    /// process (the configuration's choice and every table generated from it ask for the same
-    /// groups, and the annealing takes tens of milliseconds on a 4096 x 4096 weight).
-    pub fn by_overlap(pattern: &BlockPattern, g: u32, unit: u32) -> Groups {
-        type Memo = HashMap<(BlockPattern, u32, u32), Groups>;
+    /// or windows of two neighbouring ones: `unit`) a group's rows keep between them, the fewer
+    /// steps its k loop takes and the fewer A pieces it copies. Greedy (each group seeded with
+    /// the free row keeping most units, then the free row adding fewest new ones, ties to the
+    /// lower row), then improved by exchanging rows between two groups while that lowers their
+    /// units' sum, for a few passes. The groups start at the consecutive form's sizes (the last
+    /// one the remainder); each group's rows increase. On a random mask of 128 x 128 blocks this
+    /// takes about 6 % / 19 % fewer steps at density 0.25 / 0.1 (docs/perf-notes.md,
+    /// block-sparse variant 35). Then annealed ([`anneal`]); with `balanced`, then balanced
+    /// ([`balance`]: the costliest group's modelled cycles lowered by moving rows into free
+    /// slots or exchanging them, at the price of a few more steps). A pure function of its
+    /// arguments, kept for the process (the configuration's choice and every table generated
+    /// from it ask for the same groups, and the annealing takes tens of milliseconds on a 4096 x
+    /// 4096 weight).
+    pub fn by_overlap(pattern: &BlockPattern, g: u32, unit: StepUnit, balanced: bool) -> Groups {
+        type Memo = HashMap<(BlockPattern, u32, StepUnit, bool), Groups>;
         static MEMO: OnceLock<Mutex<Memo>> = OnceLock::new();
         let memo = MEMO.get_or_init(|| Mutex::new(HashMap::new()));
-        let key = (pattern.clone(), g, unit);
+        let key = (pattern.clone(), g, unit, balanced);
         if let Some(groups) = memo.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return groups;
         }
-        let groups = Groups::overlapping(pattern, g, unit, true);
+        let groups = Groups::overlapping(pattern, g, unit, balanced);
         if let Ok(mut m) = memo.lock() {
             // A compile asks for a few patterns; a long-lived process embedding the compiler
             // keeps at most the last few dozen.
@@ -784,8 +819,9 @@ impl Groups {
         groups
     }
 
-    /// [`Groups::by_overlap`], annealed or not.
-    fn overlapping(pattern: &BlockPattern, g: u32, unit: u32, annealed: bool) -> Groups {
+    /// [`Groups::by_overlap`].
+    fn overlapping(pattern: &BlockPattern, g: u32, step_unit: StepUnit, balanced: bool) -> Groups {
+        let unit = step_unit.width();
         let rows = pattern.block_rows() as usize;
         let units = (pattern.block_cols() as usize).div_ceil(unit as usize);
         let words = units.div_ceil(64).max(1);
@@ -881,8 +917,11 @@ impl Groups {
                 break;
             }
         }
-        if annealed {
-            anneal(&mut groups, &sets);
+        anneal(&mut groups, &sets);
+        if balanced {
+            let row_ptr = pattern.row_ptr();
+            let blocks: Vec<u64> = row_ptr.windows(2).map(|w| u64::from(w[1] - w[0])).collect();
+            balance(&mut groups, &sets, &blocks, g, step_unit);
         }
         debug_assert!(groups
             .iter()
@@ -968,6 +1007,152 @@ fn anneal(groups: &mut [Vec<usize>], sets: &[Vec<u64>]) {
         }
     }
     groups.clone_from_slice(&best_groups);
+}
+
+/// What a step of a group's k loop copies an A piece for: the units [`Groups::by_overlap`]
+/// counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum StepUnit {
+    /// One block column a step.
+    Columns,
+    /// A window of two neighbouring block columns a step.
+    Windows,
+    /// Two of the group's kept block columns a step, wherever they lie ([`GroupSteps::pairs`]).
+    Pairs,
+}
+
+impl StepUnit {
+    /// The unit of a slice form: `wb` block columns a step, with `pairs` two kept ones.
+    pub fn of(wb: u32, pairs: bool) -> StepUnit {
+        match (wb, pairs) {
+            (2, false) => StepUnit::Windows,
+            (2, true) => StepUnit::Pairs,
+            _ => StepUnit::Columns,
+        }
+    }
+
+    /// Block columns a unit.
+    fn width(self) -> u32 {
+        match self {
+            StepUnit::Windows => 2,
+            StepUnit::Columns | StepUnit::Pairs => 1,
+        }
+    }
+
+    /// The steps that `units` units take.
+    fn steps(self, units: u32) -> u32 {
+        match self {
+            StepUnit::Pairs => units.div_ceil(2),
+            StepUnit::Columns | StepUnit::Windows => units,
+        }
+    }
+}
+
+/// The cost model of a group's tile in `GemmBsrWgmma` (cycles of an H200 SM): a fixed part a
+/// step (a slice: the `full` wait, the A fragments, the mask's tests) and a part a kept block
+/// (its wgmmas and its branch); docs/perf-notes.md, block-sparse variants 18, 41 and 42. Only
+/// their ratio steers [`balance`] and the choice of listed groups.
+const STEP_CYCLES: u64 = 540;
+/// See [`STEP_CYCLES`].
+const BLOCK_CYCLES: u64 = 60;
+
+/// Evens out the groups' modelled costs ([`STEP_CYCLES`] a step, [`BLOCK_CYCLES`] a kept block;
+/// `blocks[r]`: the kept blocks of row r, `sets[r]` its units as a bitset). The persistent CTAs
+/// take a few tiles each, every row tile's groups in turn, so the costliest groups set the
+/// busiest CTA's time: on the 4096^2 weight at density 0.5 the group of seven rows that
+/// eleven-row groups leave costs 0.81 of the others in the model, the costliest 1.04 of their
+/// mean. Repeatedly takes the costliest group and, of the moves of one of its rows into another
+/// group's free slot and the exchanges of one of its rows with another group's, the one that
+/// brings both groups below its cost and adds least to their sum; stops where none does (each
+/// move lowers the sorted costs, so it ends). Group sizes change only through free slots (at
+/// most `g` rows a group).
+fn balance(groups: &mut [Vec<usize>], sets: &[Vec<u64>], blocks: &[u64], g: usize, unit: StepUnit) {
+    let words = sets.first().map_or(0, Vec::len);
+    // (units, units exactly one member keeps) of a group.
+    let summary = |members: &[usize]| {
+        let (mut u, mut once) = (vec![0u64; words], vec![0u64; words]);
+        for &r in members {
+            for w in 0..words {
+                let s = sets[r][w];
+                once[w] = (once[w] & !s) | (s & !u[w]);
+                u[w] |= s;
+            }
+        }
+        (u, once)
+    };
+    let ones = |v: &[u64]| v.iter().map(|w| w.count_ones()).sum::<u32>();
+    let cost =
+        |units: u32, kept: u64| STEP_CYCLES * u64::from(unit.steps(units)) + BLOCK_CYCLES * kept;
+    // A group's units with row `out` gone and row `into` added (either optional).
+    let units_after =
+        |(u, once): &(Vec<u64>, Vec<u64>), out: Option<usize>, into: Option<usize>| {
+            let lost: u32 = out.map_or(0, |x| {
+                (0..words)
+                    .map(|w| {
+                        let y = into.map_or(0, |y| sets[y][w]);
+                        (sets[x][w] & once[w] & !y).count_ones()
+                    })
+                    .sum()
+            });
+            let won: u32 = into.map_or(0, |y| {
+                (0..words).map(|w| (sets[y][w] & !u[w]).count_ones()).sum()
+            });
+            ones(u) - lost + won
+        };
+    let kept = |m: &[usize]| m.iter().map(|&r| blocks[r]).sum::<u64>();
+    let mut info: Vec<_> = groups.iter().map(|m| summary(m)).collect();
+    let mut costs: Vec<u64> = groups
+        .iter()
+        .zip(&info)
+        .map(|(m, i)| cost(ones(&i.0), kept(m)))
+        .collect();
+    let members: usize = groups.iter().map(Vec::len).sum();
+    for _ in 0..4 * members {
+        let Some(h) = (0..groups.len()).max_by_key(|&j| (costs[j], std::cmp::Reverse(j))) else {
+            return;
+        };
+        // (added to the sum, the larger cost, group, row of h, row of b or a free slot).
+        let mut best: Option<(i64, u64, usize, usize, Option<usize>)> = None;
+        for b in (0..groups.len()).filter(|&b| b != h) {
+            let (kh, kb) = (kept(&groups[h]), kept(&groups[b]));
+            for i in 0..groups[h].len() {
+                let x = groups[h][i];
+                let free = (groups[b].len() < g && groups[h].len() > 1).then_some(None);
+                for j in (0..groups[b].len()).map(Some).chain(free) {
+                    let y = j.map(|j| groups[b][j]);
+                    let yb = y.map_or(0, |y| blocks[y]);
+                    let ch = cost(units_after(&info[h], Some(x), y), kh - blocks[x] + yb);
+                    let cb = cost(units_after(&info[b], y, Some(x)), kb - yb + blocks[x]);
+                    let larger = ch.max(cb);
+                    if larger >= costs[h] {
+                        continue;
+                    }
+                    let added = (ch + cb) as i64 - (costs[h] + costs[b]) as i64;
+                    if best.is_none_or(|best| (added, larger) < (best.0, best.1)) {
+                        best = Some((added, larger, b, i, j));
+                    }
+                }
+            }
+        }
+        let Some((_, _, b, i, j)) = best else {
+            return;
+        };
+        let x = groups[h][i];
+        match j {
+            Some(j) => {
+                groups[h][i] = groups[b][j];
+                groups[b][j] = x;
+            }
+            None => {
+                groups[h].remove(i);
+                groups[b].push(x);
+            }
+        }
+        for k in [h, b] {
+            info[k] = summary(&groups[k]);
+            costs[k] = cost(ones(&info[k].0), kept(&groups[k]));
+        }
+    }
 }
 
 /// The k loop of every group of block rows ([`Groups`]), as `GemmBsrWgmma` reads it.
@@ -1193,6 +1378,22 @@ impl GroupSteps {
         } else {
             GroupSteps::new(pattern, &groups, cfg.wb)
         }
+    }
+
+    /// The costliest group's modelled cycles ([`STEP_CYCLES`] a step, [`BLOCK_CYCLES`] a kept
+    /// block): what sets the busiest persistent CTA's time where each takes a few tiles.
+    pub fn costliest(&self) -> u64 {
+        self.grp_ptr
+            .windows(2)
+            .map(|w| {
+                let steps = u64::from(w[1] - w[0]);
+                let kept: u64 = (w[0] as usize..w[1] as usize)
+                    .map(|s| u64::from(self.mask(s).count_ones()))
+                    .sum();
+                STEP_CYCLES * steps + BLOCK_CYCLES * kept
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// The groups in the order the persistent CTAs take them within each row tile
@@ -2598,6 +2799,52 @@ mod tests {
         }
     }
 
+    /// Balanced groups: every block row once, at most `g` a group, rows increasing and empty
+    /// slots last; the costliest group's modelled cycles never above the unbalanced groups'. On a
+    /// weight like the benchmark's at density 0.5 (128 block rows in groups of eleven, the last
+    /// of seven; windows) the selection lists balanced groups, which lower the costliest by at
+    /// least 3 %; at density 0.25 (pairs) it keeps the unbalanced ones.
+    #[test]
+    fn balanced_groups_lower_the_costliest_group() {
+        for (density, seed) in [(0.5, 2), (0.3, 3), (0.1, 4), (0.9, 5)] {
+            let p = scattered([32, 32], 4096, 4096, density, seed, None);
+            for unit in [StepUnit::Windows, StepUnit::Pairs, StepUnit::Columns] {
+                let g = 11;
+                let steps = |groups: &Groups| match unit {
+                    StepUnit::Pairs => GroupSteps::pairs(&p, groups, PairOrder::Natural),
+                    StepUnit::Windows => GroupSteps::new(&p, groups, 2),
+                    StepUnit::Columns => GroupSteps::new(&p, groups, 1),
+                };
+                let plain = Groups::by_overlap(&p, g, unit, false);
+                let even = Groups::by_overlap(&p, g, unit, true);
+                let Groups::Listed { rows, .. } = &even else {
+                    panic!("{even:?}");
+                };
+                let block_rows = p.block_rows() as u32;
+                let mut seen: Vec<u32> = rows.iter().copied().filter(|&r| r < block_rows).collect();
+                for group in rows.chunks(g as usize) {
+                    let filled = group.iter().take_while(|&&r| r < block_rows).count();
+                    assert!(filled > 0 && group[filled..].iter().all(|&r| r == block_rows));
+                    assert!(group[..filled].windows(2).all(|w| w[0] < w[1]));
+                }
+                seen.sort_unstable();
+                assert_eq!(seen, (0..block_rows).collect::<Vec<_>>());
+                assert!(steps(&even).costliest() <= steps(&plain).costliest());
+            }
+        }
+        let k = Extent::constant(4096);
+        let la = (MatLayout::N, &k);
+        let p50 = scattered([32, 32], 4096, 4096, 0.5, 2, None);
+        let c = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, &p50).unwrap();
+        assert!(c.listed && c.balanced && !c.pairs && c.wb == 2, "{c:?}");
+        let even = GroupSteps::of(&p50, &c);
+        let consecutive = GroupSteps::new(&p50, &Groups::Consecutive { g: c.g }, 2);
+        assert!(100 * even.costliest() <= 97 * consecutive.costliest());
+        let p25 = scattered([32, 32], 4096, 4096, 0.25, 7, None);
+        let c25 = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, &p25).unwrap();
+        assert!(c25.pairs && !c25.balanced, "{c25:?}");
+    }
+
     /// The kernel's own entry takes groups of eleven block rows only where their slots leave
     /// the ring four stages: from density 0.7 on a step keeps up to all 22 blocks of its window,
     /// which leaves eleven rows three stages, and groups of eight run with four instead
@@ -2776,7 +3023,13 @@ mod tests {
             let groupings = [1, 3, 8, 16]
                 .into_iter()
                 .filter(|g| g * wb <= 16)
-                .flat_map(|g| [Groups::Consecutive { g }, Groups::by_overlap(&p, g, wb)]);
+                .flat_map(|g| {
+                    [
+                        Groups::Consecutive { g },
+                        Groups::by_overlap(&p, g, StepUnit::of(wb, false), false),
+                        Groups::by_overlap(&p, g, StepUnit::of(wb, false), true),
+                    ]
+                });
             for groups in groupings {
                 let g = groups.g();
                 let s = GroupSteps::new(&p, &groups, wb);
@@ -3011,6 +3264,7 @@ mod tests {
                 pairs: false,
                 pair_cap: None,
                 listed: false,
+                balanced: false,
             })
         );
         // The epilogue's TMA stores: 32 KB of staging would leave 13 slots 4 stages, so they

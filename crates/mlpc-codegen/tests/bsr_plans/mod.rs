@@ -133,7 +133,8 @@ pub fn all() -> Vec<Plan> {
         ),
         // The same shape at about density 0.48, at most 17 kept blocks a window step of the
         // groups of 11: two staging buffers would leave the ring 3 stages, so the groups of 11
-        // store through one (and 4 stages); the short grid's 13 slots keep two; a bias.
+        // store through one (and 4 stages); the short grid's 13 slots keep two, and its groups
+        // (8, 8 and 6 rows) are listed as 7, 7 and 8, balanced by their modelled cost; a bias.
         plan(
             "b32x32_wide_groups_one_staging",
             Bf16,
@@ -144,7 +145,8 @@ pub fn all() -> Vec<Plan> {
         ),
         // The same shape at about density 0.8: a window step of 11 rows keeps up to all 22
         // blocks, whose slots would leave the ring 3 stages, so the kernel's own entry takes
-        // groups of 8 (4 stages) and has no short grid; a bias.
+        // groups of 8 (4 stages) and has no short grid; their rows (8, 8 and 6) are listed as 7,
+        // 8 and 7, balanced by their modelled cost; a bias.
         plan(
             "b32x32_dense_groups_of_eight",
             Bf16,
