@@ -872,27 +872,10 @@ impl Groups {
             }
             groups.push(members);
         }
-        // Exchanges. Units of group a after row x leaves and row y joins: |U| - |x & once & !y|
-        // + |y & !U| (`once`: the units exactly one row of the group keeps).
-        let summary = |members: &[usize]| {
-            let (mut u, mut once) = (vec![0u64; words], vec![0u64; words]);
-            for &r in members {
-                for w in 0..words {
-                    let s = sets[r][w];
-                    once[w] = (once[w] & !s) | (s & !u[w]);
-                    u[w] |= s;
-                }
-            }
-            (u, once)
-        };
-        let after = |(u, once): &(Vec<u64>, Vec<u64>), x: usize, y: usize| -> u32 {
-            let (sx, sy) = (&sets[x], &sets[y]);
-            let lost: u32 = (0..words)
-                .map(|w| (sx[w] & once[w] & !sy[w]).count_ones())
-                .sum();
-            let won: u32 = (0..words).map(|w| (sy[w] & !u[w]).count_ones()).sum();
-            ones(u) - lost + won
-        };
+        // Exchanges, by the units of two groups after one row of each changes places
+        // ([`UnitSummary::after`]).
+        let summary = |members: &[usize]| UnitSummary::of(&sets, members);
+        let after = |info: &UnitSummary, x: usize, y: usize| info.after(&sets, Some(x), Some(y));
         let mut info: Vec<_> = groups.iter().map(|m| summary(m)).collect();
         for _ in 0..4 {
             let mut improved = false;
@@ -901,7 +884,7 @@ impl Groups {
                     for i in 0..groups[a].len() {
                         for j in 0..groups[b].len() {
                             let (x, y) = (groups[a][i], groups[b][j]);
-                            let before = ones(&info[a].0) + ones(&info[b].0);
+                            let before = info[a].units() + info[b].units();
                             if after(&info[a], x, y) + after(&info[b], y, x) < before {
                                 groups[a][i] = y;
                                 groups[b][j] = x;
@@ -923,9 +906,7 @@ impl Groups {
             let blocks: Vec<u64> = row_ptr.windows(2).map(|w| u64::from(w[1] - w[0])).collect();
             balance(&mut groups, &sets, &blocks, g, step_unit);
         }
-        debug_assert!(groups
-            .iter()
-            .all(|m| ones(&union(m)) == ones(&summary(m).0)));
+        debug_assert!(groups.iter().all(|m| ones(&union(m)) == summary(m).units()));
         let mut slots = Vec::with_capacity(groups.len() * g);
         for mut members in groups {
             members.sort_unstable();
@@ -1048,6 +1029,51 @@ impl StepUnit {
     }
 }
 
+/// The units a group of block rows keeps (`sets[r]`: row r's units as a bitset), and those
+/// exactly one of its rows keeps: enough to count its units after a row leaves or joins.
+struct UnitSummary {
+    kept: Vec<u64>,
+    once: Vec<u64>,
+}
+
+impl UnitSummary {
+    fn of(sets: &[Vec<u64>], members: &[usize]) -> UnitSummary {
+        let words = sets.first().map_or(0, Vec::len);
+        let (mut kept, mut once) = (vec![0u64; words], vec![0u64; words]);
+        for &r in members {
+            for (w, &s) in sets[r].iter().enumerate() {
+                once[w] = (once[w] & !s) | (s & !kept[w]);
+                kept[w] |= s;
+            }
+        }
+        UnitSummary { kept, once }
+    }
+
+    /// The group's units.
+    fn units(&self) -> u32 {
+        self.kept.iter().map(|w| w.count_ones()).sum()
+    }
+
+    /// The group's units with row `out` gone and row `into` added (either optional): |U| -
+    /// |out & once & !into| + |into & !U|.
+    fn after(&self, sets: &[Vec<u64>], out: Option<usize>, into: Option<usize>) -> u32 {
+        let lost: u32 = out.map_or(0, |x| {
+            (0..self.kept.len())
+                .map(|w| {
+                    let y = into.map_or(0, |y| sets[y][w]);
+                    (sets[x][w] & self.once[w] & !y).count_ones()
+                })
+                .sum()
+        });
+        let won: u32 = into.map_or(0, |y| {
+            (0..self.kept.len())
+                .map(|w| (sets[y][w] & !self.kept[w]).count_ones())
+                .sum()
+        });
+        self.units() - lost + won
+    }
+}
+
 /// The cost model of a group's tile in `GemmBsrWgmma` (cycles of an H200 SM): a fixed part a
 /// step (a slice: the `full` wait, the A fragments, the mask's tests) and a part a kept block
 /// (its wgmmas and its branch); docs/perf-notes.md, block-sparse variants 18, 41 and 42. Only
@@ -1067,44 +1093,14 @@ const BLOCK_CYCLES: u64 = 60;
 /// move lowers the sorted costs, so it ends). Group sizes change only through free slots (at
 /// most `g` rows a group).
 fn balance(groups: &mut [Vec<usize>], sets: &[Vec<u64>], blocks: &[u64], g: usize, unit: StepUnit) {
-    let words = sets.first().map_or(0, Vec::len);
-    // (units, units exactly one member keeps) of a group.
-    let summary = |members: &[usize]| {
-        let (mut u, mut once) = (vec![0u64; words], vec![0u64; words]);
-        for &r in members {
-            for w in 0..words {
-                let s = sets[r][w];
-                once[w] = (once[w] & !s) | (s & !u[w]);
-                u[w] |= s;
-            }
-        }
-        (u, once)
-    };
-    let ones = |v: &[u64]| v.iter().map(|w| w.count_ones()).sum::<u32>();
     let cost =
         |units: u32, kept: u64| STEP_CYCLES * u64::from(unit.steps(units)) + BLOCK_CYCLES * kept;
-    // A group's units with row `out` gone and row `into` added (either optional).
-    let units_after =
-        |(u, once): &(Vec<u64>, Vec<u64>), out: Option<usize>, into: Option<usize>| {
-            let lost: u32 = out.map_or(0, |x| {
-                (0..words)
-                    .map(|w| {
-                        let y = into.map_or(0, |y| sets[y][w]);
-                        (sets[x][w] & once[w] & !y).count_ones()
-                    })
-                    .sum()
-            });
-            let won: u32 = into.map_or(0, |y| {
-                (0..words).map(|w| (sets[y][w] & !u[w]).count_ones()).sum()
-            });
-            ones(u) - lost + won
-        };
     let kept = |m: &[usize]| m.iter().map(|&r| blocks[r]).sum::<u64>();
-    let mut info: Vec<_> = groups.iter().map(|m| summary(m)).collect();
+    let mut info: Vec<_> = groups.iter().map(|m| UnitSummary::of(sets, m)).collect();
     let mut costs: Vec<u64> = groups
         .iter()
         .zip(&info)
-        .map(|(m, i)| cost(ones(&i.0), kept(m)))
+        .map(|(m, i)| cost(i.units(), kept(m)))
         .collect();
     let members: usize = groups.iter().map(Vec::len).sum();
     for _ in 0..4 * members {
@@ -1121,8 +1117,8 @@ fn balance(groups: &mut [Vec<usize>], sets: &[Vec<u64>], blocks: &[u64], g: usiz
                 for j in (0..groups[b].len()).map(Some).chain(free) {
                     let y = j.map(|j| groups[b][j]);
                     let yb = y.map_or(0, |y| blocks[y]);
-                    let ch = cost(units_after(&info[h], Some(x), y), kh - blocks[x] + yb);
-                    let cb = cost(units_after(&info[b], y, Some(x)), kb - yb + blocks[x]);
+                    let ch = cost(info[h].after(sets, Some(x), y), kh - blocks[x] + yb);
+                    let cb = cost(info[b].after(sets, y, Some(x)), kb - yb + blocks[x]);
                     let larger = ch.max(cb);
                     if larger >= costs[h] {
                         continue;
@@ -1149,8 +1145,8 @@ fn balance(groups: &mut [Vec<usize>], sets: &[Vec<u64>], blocks: &[u64], g: usiz
             }
         }
         for k in [h, b] {
-            info[k] = summary(&groups[k]);
-            costs[k] = cost(ones(&info[k].0), kept(&groups[k]));
+            info[k] = UnitSummary::of(sets, &groups[k]);
+            costs[k] = cost(info[k].units(), kept(&groups[k]));
         }
     }
 }
