@@ -6,7 +6,13 @@ Runs `cargo run --release -p mlpc-cpu --example bench` and, in the same process 
 markdown table (date, machine, ours, numpy, ratio). Rounds alternate between the two and each row
 keeps its best median, so that a passing load on the machine hurts both sides alike.
 
-Needs numpy (and threadpoolctl to name the BLAS kernel): `pip install numpy threadpoolctl`.
+A second table times a 4096 -> 4096 Linear (f32, no bias) with its weight pruned to 32 x 32 blocks
+at densities 0.5 / 0.25 / 0.1 (by block L2 norm, as `sparsity` prunes): mlpc-cpu's block-sparse
+GEMM against its own dense GEMM of the unpruned shape (the 1 / density limit), numpy's dense
+`x @ W.T` and scipy's BSR (`bsr_matrix(W, blocksize=(32, 32)) @ x.T`, one thread).
+
+Needs numpy and scipy (and threadpoolctl to name the BLAS kernel):
+`pip install numpy scipy threadpoolctl`.
 
     python3 scripts/bench_cpu.py [--tokens 512] [--runs 30] [--rounds 2] [--bench-bin PATH]
                                  [--update-docs docs/benchmarks.md]
@@ -30,6 +36,9 @@ for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
 import numpy as np  # noqa: E402
 
 D, H = 768, 3072
+# The block-sparse table's Linear, block and densities (as the `bench` example builds them).
+S, BLOCK, DENSITIES = 4096, 32, (0.5, 0.25, 0.1)
+SCIPY_RUNS = 3
 BEGIN, END = "<!-- bench_cpu:begin -->", "<!-- bench_cpu:end -->"
 
 
@@ -62,8 +71,8 @@ def machine():
     return "{}, {} cores usable".format(model, cores)
 
 
-def median_ms(f, runs):
-    for _ in range(3):
+def median_ms(f, runs, warmup=3):
+    for _ in range(warmup):
         f()
     ts = []
     for _ in range(runs):
@@ -94,6 +103,35 @@ def numpy_rows(tokens, runs):
         "gemm_768x3072": median_ms(lambda: x @ w1.T, runs),
         "gemm_3072x768": median_ms(lambda: a @ w2.T, runs),
     }
+
+
+def pruned(w, block, density):
+    """`w` with all but its `round(density * blocks)` blocks of largest L2 norm zeroed (ties to
+    the lower row-major block index), as mlpc's `sparsity` prunes."""
+    n, k = w.shape
+    blocks = w.reshape(n // block, block, k // block, block)
+    norms = np.sqrt((blocks.astype(np.float64) ** 2).sum(axis=(1, 3))).ravel()
+    keep = np.argsort(-norms, kind="stable")[: int(round(density * norms.size))]
+    mask = np.zeros(norms.size, dtype=bool)
+    mask[keep] = True
+    mask = mask.reshape(n // block, 1, k // block, 1)
+    return (blocks * mask).reshape(n, k)
+
+
+def sparse_rows(tokens, runs):
+    """numpy's dense GEMM and scipy's BSR GEMM of the block-sparse table."""
+    from scipy.sparse import bsr_matrix
+
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (tokens, S)).astype(np.float32)
+    w = rng.uniform(-1, 1, (S, S)).astype(np.float32) / np.sqrt(S)
+    rows = {"linear_4096_dense": median_ms(lambda: x @ w.T, runs)}
+    for d in DENSITIES:
+        wb = bsr_matrix(pruned(w, BLOCK, d), blocksize=(BLOCK, BLOCK))
+        assert abs(wb.nnz / (S * S) - d) < 1e-3, "the pruned weight keeps {} of its blocks".format(d)
+        # Seconds a call: a few runs are enough to tell its time.
+        rows["scipy_bsr_d{}".format(d)] = median_ms(lambda: (wb @ x.T).T, SCIPY_RUNS, warmup=1)
+    return rows
 
 
 def mlpc_rows(root, tokens, runs, bench_bin):
@@ -142,8 +180,31 @@ def table(tokens, ours, theirs):
     return "\n".join(lines)
 
 
+def sparse_table(tokens, ours, theirs):
+    from scipy import __version__ as scipy_version
+
+    dense = ours["linear_4096_dense"]
+    lines = [
+        "Block-sparse Linear 4096 -> 4096, f32, T = {}, 32 x 32 blocks (pruned by block L2 norm); "
+        "scipy {} (its BSR product runs on one thread; median of {} runs). GFLOP/s count the kept "
+        "blocks' work.".format(tokens, scipy_version, SCIPY_RUNS),
+        "",
+        "| density | mlpc-cpu ms | mlpc-cpu GFLOP/s | mlpc-cpu dense / sparse (limit 1 / density) "
+        "| numpy dense ms | scipy BSR ms | scipy BSR / mlpc-cpu |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    flops = 2.0 * tokens * S * S
+    lines.append("| 1 (dense GEMM) | {:.2f} | {:.1f} | 1.00x | {:.2f} | | |".format(
+        dense, flops / dense / 1e6, theirs["linear_4096_dense"]))
+    for d in DENSITIES:
+        o, b = ours["linear_4096_d{}".format(d)], theirs["scipy_bsr_d{}".format(d)]
+        lines.append("| {} | {:.2f} | {:.1f} | {:.2f}x (limit {:.0f}x) | | {:.2f} | {:.1f}x |".format(
+            d, o, flops * d / o / 1e6, dense / o, 1 / d, b, b / o))
+    return "\n".join(lines)
+
+
 def update_docs(path, text):
-    section = "{}\n### CPU backend (mlpc-cpu) vs numpy\n\n{}\n{}\n".format(BEGIN, text, END)
+    section = "{}\n### CPU backend (mlpc-cpu) vs numpy and scipy\n\n{}\n{}\n".format(BEGIN, text, END)
     old = open(path).read() if os.path.exists(path) else "# Benchmarks\n\n"
     if BEGIN in old and END in old:
         new = old[: old.index(BEGIN)] + section + old[old.index(END) + len(END) + 1:]
@@ -167,9 +228,9 @@ def main():
     for _ in range(max(1, a.rounds)):
         for k, v in mlpc_rows(root, a.tokens, a.runs, a.bench_bin).items():
             ours[k] = min(v, ours.get(k, v))
-        for k, v in numpy_rows(a.tokens, a.runs).items():
+        for k, v in list(numpy_rows(a.tokens, a.runs).items()) + list(sparse_rows(a.tokens, a.runs).items()):
             theirs[k] = min(v, theirs.get(k, v))
-    text = table(a.tokens, ours, theirs)
+    text = table(a.tokens, ours, theirs) + "\n\n" + sparse_table(a.tokens, ours, theirs)
     print(text)
     if a.update_docs:
         update_docs(os.path.join(root, a.update_docs) if not os.path.isabs(a.update_docs) else a.update_docs, text)

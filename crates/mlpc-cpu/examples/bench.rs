@@ -1,18 +1,25 @@
 //! Times the GPT-2 MLP (768-3072-768, gelu_tanh, f32) on the CPU backend, the whole block through
-//! the default pass pipeline and each of its GEMMs alone, and prints one JSON object per line:
-//! `{"name", "ms" (median), "gflops", "runs"}`. `scripts/bench_cpu.py` runs it beside numpy.
+//! the default pass pipeline and each of its GEMMs alone, then a 4096 -> 4096 Linear (f32, no
+//! bias) dense and with its weight pruned to 32 x 32 blocks at densities 0.5, 0.25 and 0.1, and
+//! prints one JSON object per line: `{"name", "ms" (median), "gflops", "runs"}` (for the sparse
+//! rows, `gflops` counts the kept blocks' work only). `scripts/bench_cpu.py` runs it beside numpy
+//! and scipy.
 //!
 //! `cargo run --release -p mlpc-cpu --example bench -- [--tokens 512] [--runs 30] [--threads N]`
 
 use mlpc_cpu::CpuBackend;
 use mlpc_ir::{Activation, DType, Dim, Gemm, Graph, HostTensor, MatLayout, Op, Shape, TensorType};
-use mlpc_passes::{lower_plan, Pipeline, PipelineOptions};
+use mlpc_passes::{lower_plan, Pipeline, PipelineOptions, SparseWeight};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 const D: usize = 768;
 const H: usize = 3072;
+/// The block-sparse rows' Linear: 4096 -> 4096 in 32 x 32 blocks.
+const S: usize = 4096;
+const SPARSE_BLOCK: u64 = 32;
+const DENSITIES: [f64; 3] = [0.5, 0.25, 0.1];
 
 fn random(shape: &[usize], scale: f64, seed: u64) -> HostTensor {
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
@@ -61,6 +68,19 @@ fn gpt2_mlp() -> Graph {
     g
 }
 
+/// `y = x @ W^T` as nn.Linear without bias lowers it (transpose + matmul); the weight is `fc.weight`.
+fn linear(k: usize, n: usize) -> Graph {
+    let mut g = Graph::new(format!("linear-{k}x{n}"));
+    let x = g.add_input("x", tokens_by(k));
+    let w = g
+        .add_weight("fc.weight", random(&[n, k], 1.0 / (k as f64).sqrt(), 5))
+        .expect("weight");
+    let wt = g.add("fc.t", Op::Transpose, &[w]).expect("transpose");
+    let y = g.add("fc", Op::MatMul, &[x, wt]).expect("matmul");
+    g.add_output("y", y);
+    g
+}
+
 /// `y = x @ W^T` with `W: [n, k]`, nothing fused.
 fn gemm(k: usize, n: usize) -> Graph {
     let mut g = Graph::new(format!("gemm-{k}x{n}"));
@@ -79,16 +99,20 @@ fn gemm(k: usize, n: usize) -> Graph {
     g
 }
 
+#[allow(clippy::too_many_arguments)]
 fn time(
     threads: Option<usize>,
     name: &str,
     mut g: Graph,
+    sparsity: Vec<SparseWeight>,
     k: usize,
     flops: f64,
     tokens: usize,
     runs: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let report = Pipeline::default().run(&mut g, &PipelineOptions::default())?;
+    let report = Pipeline::default()
+        .with_sparsity(sparsity)
+        .run(&mut g, &PipelineOptions::default())?;
     let plan = lower_plan(&g, &report.provenance)?;
     let mut backend = CpuBackend::new()?;
     if let Some(n) = threads {
@@ -149,6 +173,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         threads,
         "mlp",
         gpt2_mlp(),
+        vec![],
         D,
         gemm_flops(D, H) + gemm_flops(H, D),
         tokens,
@@ -158,6 +183,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         threads,
         "gemm_768x3072",
         gemm(D, H),
+        vec![],
         D,
         gemm_flops(D, H),
         tokens,
@@ -167,10 +193,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         threads,
         "gemm_3072x768",
         gemm(H, D),
+        vec![],
         H,
         gemm_flops(H, D),
         tokens,
         runs,
     )?;
+    time(
+        threads,
+        "linear_4096_dense",
+        linear(S, S),
+        vec![],
+        S,
+        gemm_flops(S, S),
+        tokens,
+        runs,
+    )?;
+    for d in DENSITIES {
+        let block = [SPARSE_BLOCK; 2];
+        time(
+            threads,
+            &format!("linear_4096_d{d}"),
+            linear(S, S),
+            vec![SparseWeight::new("fc.weight", block, Some(d))],
+            S,
+            gemm_flops(S, S) * d,
+            tokens,
+            runs,
+        )?;
+    }
     Ok(())
 }
