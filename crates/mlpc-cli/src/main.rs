@@ -336,6 +336,13 @@ fn pick_backend(b: Option<BackendArg>) -> (Backend, Option<String>) {
     }
 }
 
+/// Prints the compilation's warnings to stderr, one line each.
+fn warn(compiled: &mlpc::Compiled) {
+    for w in compiled.warnings() {
+        eprintln!("warning: {w}");
+    }
+}
+
 fn bindings_of(b: &[(String, u64)]) -> Vec<(&str, u64)> {
     b.iter().map(|(s, v)| (s.as_str(), *v)).collect()
 }
@@ -359,6 +366,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 .emit_weights(emit_weights)
                 .tile_bindings(bindings.clone())
                 .compile_file(&model)?;
+            warn(&compiled);
             for (pass, ir) in compiled.pass_ir() {
                 println!("// IR after {pass}\n{ir}");
             }
@@ -447,6 +455,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             }
             let (backend, note) = pick_backend(backend);
             let compiled = graphs.apply(opts.compiler(None)?).compile_file(&model)?;
+            warn(&compiled);
             let inputs = mlpc::read_tensors(&input)?;
             let outputs = compiled.run(backend, &inputs)?;
             mlpc::write_tensors(&output, &outputs)?;
@@ -467,6 +476,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 .compiler(None)?
                 .tile_bindings(bindings.clone())
                 .compile_file(&model)?;
+            warn(&compiled);
             let report = compiled.check(backend, &bindings_of(&bindings), seed)?;
             if let Some(note) = note {
                 println!("note: {note}");
@@ -492,6 +502,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             let compiled = graphs
                 .apply(opts.compiler(None)?.tile_bindings(bindings.clone()))
                 .compile_file(&model)?;
+            warn(&compiled);
             let b = bindings_of(&bindings);
             let r = compiled.bench(
                 &b,

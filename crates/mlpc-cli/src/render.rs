@@ -60,12 +60,23 @@ pub fn compile_summary(s: &Summary, dir: &Path, written: &[PathBuf]) -> String {
         count(s.weights, "tensor"),
         bytes(s.weight_bytes)
     );
-    if s.sparse_weights > 0 {
-        let _ = writeln!(
-            out,
-            "  sparse  {}",
-            count(s.sparse_weights, "block-sparse weight")
-        );
+    match s.stays_dense.len() {
+        0 if s.sparse_weights > 0 => {
+            let _ = writeln!(
+                out,
+                "  sparse  {}",
+                count(s.sparse_weights, "block-sparse weight")
+            );
+        }
+        0 => {}
+        dense => {
+            let _ = writeln!(
+                out,
+                "  sparse  {} selected for block sparsity, {dense} of them read dense (see the {})",
+                count(s.sparse_weights, "weight"),
+                if dense == 1 { "warning" } else { "warnings" },
+            );
+        }
     }
     let _ = writeln!(
         out,

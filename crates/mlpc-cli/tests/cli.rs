@@ -194,6 +194,29 @@ fn compile_replaces_its_own_output_and_nothing_else() {
 }
 
 #[test]
+fn a_selected_weight_read_dense_is_a_warning() {
+    // `gate.weight` is half of a dual GEMM whose `up.weight` is not selected: the dual GEMM stays
+    // dense, and the compile says so instead of counting it block-sparse.
+    let dir = scratch(&["models/half-sparse-glu.json"]);
+    let args = [
+        "compile",
+        "half-sparse-glu.json",
+        "-o",
+        "out",
+        "--target",
+        "cpu",
+    ];
+    let o = mlpc(dir.path(), &args);
+    assert_eq!(o.code, 0, "{}", o.transcript(&args));
+    insta::assert_snapshot!("half-sparse-glu-compile", o.transcript(&args));
+    let explain = fs::read_to_string(dir.path().join("out/explain.txt")).unwrap();
+    assert!(
+        explain.contains("selected for block sparsity but read dense: 1\n  gate.weight: "),
+        "{explain}"
+    );
+}
+
+#[test]
 fn malformed_models_fail_with_one_message_each() {
     let mut names: Vec<String> = fs::read_dir(cases().join("bad-models"))
         .unwrap()

@@ -49,6 +49,9 @@ fn describe(optimized: &Graph, plan: &Plan, prov: &Provenance, name: &str, op: &
             let current = optimized.find(name).map(|n| optimized.node(n).op.clone());
             match current.as_ref().unwrap_or(op) {
                 Op::Input => "input buffer (guarded)".into(),
+                Op::Weight if prov.stays_dense().contains_key(name) => {
+                    "weight buffer (selected for block sparsity, read dense: see below)".into()
+                }
                 Op::Weight => "weight buffer".into(),
                 Op::Transpose => {
                     let by = k();
@@ -150,6 +153,17 @@ pub fn explain(original: &Graph, optimized: &Graph, plan: &Plan, prov: &Provenan
         );
         for w in &packed {
             let _ = writeln!(s, "  {}: {}", w.name, packed_summary(w));
+        }
+    }
+    let dense = prov.stays_dense();
+    if !dense.is_empty() {
+        let _ = writeln!(
+            s,
+            "selected for block sparsity but read dense: {}",
+            dense.len()
+        );
+        for (w, why) in dense {
+            let _ = writeln!(s, "  {w}: {why}");
         }
     }
     let _ = writeln!(s, "launch order:");

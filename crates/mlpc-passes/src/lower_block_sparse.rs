@@ -17,6 +17,11 @@
 //!   weights exactly.
 //! - a GEMM whose weight is entirely zero stays dense (a sparse GEMM keeps at least one block).
 //!
+//! A selected weight that some reader still reads dense (an all-zero weight, half of a dual GEMM
+//! whose other weight is not selected or has another block shape, a reader that is not a GEMM's
+//! B operand, an output) is recorded with why ([`Provenance::stays_dense`]): `--explain` lists
+//! them and the CLI warns, so that a model is never reported block-sparse where it is not.
+//!
 //! Several GEMMs reading one weight with one pattern share one packed weight. A dense weight left
 //! without users is removed; its fate is [`Fate::PackedAs`] the packed weight.
 //!
@@ -129,20 +134,63 @@ impl Pass for LowerBlockSparse {
             };
             let gm = gm.clone();
             let ops = g.operands(n);
-            let mut pattern = match weight_pattern(g, &specs, ops[1], gm.b)? {
-                Some(p) => p,
-                None => continue,
+            let gemm_name = g.node(n).name.clone();
+            let gate = weight_pattern(g, &specs, ops[1], gm.b)?;
+            let up = match gm.dual {
+                Some(_) => Some(weight_pattern(g, &specs, ops[2], gm.b)?),
+                None => None,
             };
-            if gm.dual.is_some() {
-                let Some(up) = weight_pattern(g, &specs, ops[2], gm.b)? else {
+            let pattern = match (gate, up) {
+                (Some(p), None) => p,
+                (Some(p), Some(Some(u))) => match union(&p, &u) {
+                    Some(both) => both,
+                    None => {
+                        let why = format!(
+                            "dual GEMM `{gemm_name}` reads `{}` (blocks {}x{}) and `{}` \
+                             (blocks {}x{}): both weights of a dual GEMM need the same block",
+                            g.node(ops[1]).name,
+                            p.block[0],
+                            p.block[1],
+                            g.node(ops[2]).name,
+                            u.block[0],
+                            u.block[1]
+                        );
+                        for &w in &ops[1..3] {
+                            prov.record_stays_dense(g.node(w).name.clone(), why.clone());
+                        }
+                        continue;
+                    }
+                },
+                (gate, Some(up)) => {
+                    // One half of a dual GEMM selected: the other is not.
+                    let (sel, other) = match (gate, up) {
+                        (Some(_), None) => (ops[1], ops[2]),
+                        (None, Some(_)) => (ops[2], ops[1]),
+                        _ => continue,
+                    };
+                    prov.record_stays_dense(
+                        g.node(sel).name.clone(),
+                        format!(
+                            "dual GEMM `{gemm_name}` reads it with `{}`, which `sparsity` does \
+                             not select: both weights of a dual GEMM must be",
+                            g.node(other).name
+                        ),
+                    );
                     continue;
-                };
-                let Some(u) = union(&pattern, &up) else {
-                    continue;
-                };
-                pattern = u;
-            }
+                }
+                (None, None) => continue,
+            };
             if pattern.kept.is_empty() {
+                for &w in &ops[1..gm.matrix_operands()] {
+                    prov.record_stays_dense(
+                        g.node(w).name.clone(),
+                        format!(
+                            "no block of it holds data after pruning, so GEMM `{gemm_name}` \
+                             stays dense and computes zeros (a block-sparse GEMM keeps at least \
+                             one block; a higher density keeps some)"
+                        ),
+                    );
+                }
                 continue;
             }
             let pattern = Arc::new(pattern);
@@ -202,6 +250,32 @@ impl Pass for LowerBlockSparse {
             });
             g.set_operands(n, &new_ops);
             changed = true;
+        }
+        // Selected weights some other reader still reads dense.
+        for spec in &self.specs {
+            let Some(w) = g.find(&spec.weight).filter(|&w| g.node(w).op == Op::Weight) else {
+                continue;
+            };
+            let packed_too = sources.contains(&w);
+            let reader = g.users(w).into_iter().find_map(|(u, _)| {
+                let node = g.node(u);
+                (!matches!(node.op, Op::SparseGemm(_)))
+                    .then(|| format!("`{}` ({})", node.name, node.op.mnemonic()))
+            });
+            let why = match (reader, packed_too) {
+                (Some(r), true) => format!(
+                    "{r} reads it too, and only a GEMM's weight operand becomes block-sparse: \
+                     the dense weight stays beside the packed one"
+                ),
+                (Some(r), false) => format!(
+                    "{r} reads it, and only a GEMM's weight operand (B) becomes block-sparse"
+                ),
+                (None, _) if g.is_output(w) => {
+                    "it is an output of the graph, so its dense data stays".to_string()
+                }
+                (None, _) => continue,
+            };
+            prov.record_stays_dense(spec.weight.clone(), why);
         }
         // Dense weights that only the lowered GEMMs read are gone.
         for w in sources {

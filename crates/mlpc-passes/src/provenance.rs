@@ -51,6 +51,8 @@ pub struct Provenance {
     /// Names of the source graph's nodes in its topological order.
     original: Vec<String>,
     fates: BTreeMap<String, Fate>,
+    /// Weights selected for block sparsity that some reader still reads dense, and why.
+    stays_dense: BTreeMap<String, String>,
 }
 
 impl Provenance {
@@ -59,7 +61,11 @@ impl Provenance {
         let order: Vec<_> = g.topo_order().unwrap_or_else(|_| g.node_ids().collect());
         let original: Vec<String> = order.iter().map(|&n| g.node(n).name.clone()).collect();
         let fates = original.iter().map(|n| (n.clone(), Fate::Live)).collect();
-        Provenance { original, fates }
+        Provenance {
+            original,
+            fates,
+            stays_dense: BTreeMap::new(),
+        }
     }
 
     /// Names of the source graph's nodes, in its topological order.
@@ -74,6 +80,19 @@ impl Provenance {
     /// Records the fate of `name` (a node the pass removed or changed the role of).
     pub fn record(&mut self, name: impl Into<String>, fate: Fate) {
         self.fates.insert(name.into(), fate);
+    }
+
+    /// Records why the selected weight `weight` stays dense for some reader (`lower-block-sparse`);
+    /// the first reason recorded for a weight is kept.
+    pub fn record_stays_dense(&mut self, weight: impl Into<String>, why: impl Into<String>) {
+        self.stays_dense
+            .entry(weight.into())
+            .or_insert_with(|| why.into());
+    }
+
+    /// The weights selected for block sparsity that stay dense, with why, by name.
+    pub fn stays_dense(&self) -> &BTreeMap<String, String> {
+        &self.stays_dense
     }
 
     /// Registers a node that a pass created; it starts [`Fate::Live`].

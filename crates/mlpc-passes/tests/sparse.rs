@@ -171,15 +171,22 @@ fn gated_mlp_lowers_the_dual_gemm_with_the_union_pattern() {
     assert_eq!(packed.len(), 3);
     assert_eq!(packed[0].pattern, packed[1].pattern);
     assert!(packed[0].pattern.kept.len() >= 4);
+    assert!(prov.stays_dense().is_empty(), "{:?}", prov.stays_dense());
 }
 
 #[test]
 fn a_dual_gemm_with_one_dense_side_stays_dense() {
     let g = geglu(DType::F32, 32, 64);
     let specs = vec![SparseWeight::new("gate_proj.weight", [16, 16], Some(0.5))];
-    let (opt, _, err) = compile_and_compare(&g, &specs, 2);
+    let (opt, prov, err) = compile_and_compare(&g, &specs, 2);
     assert!(err < 1e-5, "error {err}");
     assert!(sparse_ops(&opt).is_empty(), "{opt}");
+    // Said, so that the model is not reported block-sparse.
+    let why = &prov.stays_dense()["gate_proj.weight"];
+    assert!(
+        why.contains("`up_proj.weight`, which `sparsity` does not select"),
+        "{why}"
+    );
     // The weight is still pruned.
     let w = opt.weight("gate_proj.weight").unwrap().to_f64();
     assert_eq!(w.iter().filter(|x| **x == 0.0).count(), 32 * 64 / 2);
@@ -218,12 +225,13 @@ fn a_shared_weight_is_packed_once_and_an_output_weight_stays() {
     b.output("w", w);
     let g = b.finish();
     let specs = vec![SparseWeight::new("w", [8, 8], Some(0.5))];
-    let (opt, _, err) = compile_and_compare(&g, &specs, 2);
+    let (opt, prov, err) = compile_and_compare(&g, &specs, 2);
     assert!(err < 1e-5, "error {err}");
     assert_eq!(sparse_ops(&opt).len(), 2);
     assert_eq!(packed_weights(&opt).len(), 1);
     // The output still returns the whole (pruned) weight.
     assert!(opt.weight("w").is_some());
+    assert!(prov.stays_dense()["w"].contains("output of the graph"));
 }
 
 #[test]
@@ -234,9 +242,16 @@ fn an_all_zero_weight_stays_dense_and_bad_specs_are_errors() {
         HostTensor::from_f64(DType::F32, vec![16, 16], &[0.0; 256]).unwrap(),
     );
     let specs = vec![SparseWeight::new("fc.weight", [4, 4], None)];
-    let (opt, _, err) = compile_and_compare(&g, &specs, 2);
+    let (opt, prov, err) = compile_and_compare(&g, &specs, 2);
     assert!(err < 1e-5);
     assert!(sparse_ops(&opt).is_empty());
+    assert!(prov.stays_dense()["fc.weight"].contains("no block of it holds data"));
+    // A density that rounds to no block says the same.
+    let g = one_linear(DType::F32, 16, 16);
+    let specs = vec![SparseWeight::new("fc.weight", [8, 8], Some(0.1))];
+    let (opt, prov, _) = compile_and_compare(&g, &specs, 2);
+    assert!(sparse_ops(&opt).is_empty());
+    assert!(prov.stays_dense()["fc.weight"].contains("stays dense and computes zeros"));
 
     let g = one_linear(DType::F32, 16, 16);
     for (spec, want) in [
@@ -259,6 +274,47 @@ fn an_all_zero_weight_stays_dense_and_bad_specs_are_errors() {
             .unwrap_err();
         assert_eq!(err.to_string(), want);
     }
+}
+
+#[test]
+fn selected_weights_read_dense_are_recorded_with_why() {
+    // A dual GEMM whose two weights have different blocks stays dense, both weights said.
+    let g = swiglu(DType::F32, 32, 64);
+    let specs = vec![
+        SparseWeight::new("gate_proj.weight", [16, 16], Some(0.5)),
+        SparseWeight::new("up_proj.weight", [8, 16], Some(0.5)),
+    ];
+    let (opt, prov, err) = compile_and_compare(&g, &specs, 2);
+    assert!(err < 1e-5, "error {err}");
+    assert!(sparse_ops(&opt).is_empty(), "{opt}");
+    let dense = prov.stays_dense();
+    assert_eq!(dense.len(), 2, "{dense:?}");
+    assert!(dense["up_proj.weight"].contains("(blocks 8x16)"));
+    assert!(dense["gate_proj.weight"].contains("need the same block"));
+
+    // A reader that is not a GEMM keeps the dense weight beside the packed one, and says so in
+    // --explain.
+    let mut b = Builder::new("tied", DType::F32, 3);
+    let x = b.input("x", &[t(), d(16)]);
+    let w = b.weight("w", &[32, 16]);
+    let wt = b.op("wt", Op::Transpose, &[w]);
+    let h = b.op("h", Op::MatMul, &[x, wt]);
+    let z = b.op("z", Op::Add, &[w, w]);
+    b.output("h", h);
+    b.output("z", z);
+    let g = b.finish();
+    let specs = vec![SparseWeight::new("w", [8, 8], Some(0.5))];
+    let (opt, prov, err) = compile_and_compare(&g, &specs, 3);
+    assert!(err < 1e-5, "error {err}");
+    assert_eq!(sparse_ops(&opt).len(), 1);
+    let why = &prov.stays_dense()["w"];
+    assert!(why.starts_with("`z` (add) reads it too"), "{why}");
+    let plan = lower_plan(&opt, &prov).unwrap();
+    let text = explain(&g, &opt, &plan, &prov);
+    assert!(
+        text.contains("selected for block sparsity but read dense: 1\n  w: `z` (add)"),
+        "{text}"
+    );
 }
 
 /// A `[rows * br, cols * bc]` weight whose blocks are zero where `mask` is false.

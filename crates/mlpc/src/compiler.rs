@@ -675,6 +675,19 @@ impl Compiled {
         &self.model.graph.name
     }
 
+    /// What a user should know although the compilation succeeded, one sentence each: weights the
+    /// `sparsity` section selects that some reader still reads dense, and why.
+    pub fn warnings(&self) -> Vec<String> {
+        self.report
+            .provenance
+            .stays_dense()
+            .iter()
+            .map(|(w, why)| {
+                format!("weight `{w}` is selected for block sparsity but read dense: {why}")
+            })
+            .collect()
+    }
+
     /// What the compilation produced, at a glance.
     pub fn summary(&self) -> Summary {
         let g = self.graph();
@@ -710,6 +723,13 @@ impl Compiled {
             weights: g.weights().len(),
             weight_bytes: g.weights().values().map(|w| w.bytes().len() as u64).sum(),
             sparse_weights: self.model.sparsity.len(),
+            stays_dense: self
+                .report
+                .provenance
+                .stays_dense()
+                .iter()
+                .map(|(w, why)| (w.clone(), why.clone()))
+                .collect(),
             kernels_before: mlpc_passes::unfused_kernel_count(g),
             kernels: self.plan.kernels.iter().map(|k| k.name.clone()).collect(),
             cuda: match (&self.cuda, compiled) {
@@ -1012,6 +1032,8 @@ pub struct Summary {
     pub weight_bytes: u64,
     /// Weights that the `sparsity` section selects for block-sparse kernels.
     pub sparse_weights: usize,
+    /// Selected weights that some reader still reads dense, and why (see [`Compiled::warnings`]).
+    pub stays_dense: Vec<(String, String)>,
     /// Kernels an unfused execution would launch (one per non-view op).
     pub kernels_before: usize,
     /// The plan's kernels, in launch order.
