@@ -54,9 +54,13 @@ pub fn compile_summary(s: &Summary, dir: &Path, written: &[PathBuf]) -> String {
         count(s.weights, "weight"),
         count(s.ops, "op")
     );
+    let packed = match s.compiled_weight_bytes {
+        c if c == s.weight_bytes => String::new(),
+        c => format!("; {} as compiled", bytes(c)),
+    };
     let _ = writeln!(
         out,
-        "  weights {}, {}",
+        "  weights {}, {}{packed}",
         count(s.weights, "tensor"),
         bytes(s.weight_bytes)
     );

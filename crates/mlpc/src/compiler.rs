@@ -722,6 +722,12 @@ impl Compiled {
             ops: nodes.iter().filter(|n| !n.op.is_leaf()).count(),
             weights: g.weights().len(),
             weight_bytes: g.weights().values().map(|w| w.bytes().len() as u64).sum(),
+            compiled_weight_bytes: self
+                .optimized()
+                .weights()
+                .values()
+                .map(|w| w.bytes().len() as u64)
+                .sum(),
             sparse_weights: self.model.sparsity.len(),
             stays_dense: self
                 .report
@@ -1030,6 +1036,9 @@ pub struct Summary {
     pub ops: usize,
     pub weights: usize,
     pub weight_bytes: u64,
+    /// Bytes of the optimised graph's weights, what a run uploads: packed block-sparse weights
+    /// take only their kept blocks (their index arrays live in the kernels), dead weights none.
+    pub compiled_weight_bytes: u64,
     /// Weights that the `sparsity` section selects for block-sparse kernels.
     pub sparse_weights: usize,
     /// Selected weights that some reader still reads dense, and why (see [`Compiled::warnings`]).
