@@ -64,23 +64,17 @@ pub fn compile_summary(s: &Summary, dir: &Path, written: &[PathBuf]) -> String {
         count(s.weights, "tensor"),
         bytes(s.weight_bytes)
     );
-    match s.stays_dense.len() {
-        0 if s.sparse_weights > 0 => {
-            let _ = writeln!(
-                out,
-                "  sparse  {}",
-                count(s.sparse_weights, "block-sparse weight")
-            );
+    if s.sparse_weights > 0 {
+        let mut line = count(s.packed_weights, "block-sparse weight");
+        let dense = s.stays_dense.len();
+        if dense > 0 {
+            let see = if dense == 1 { "warning" } else { "warnings" };
+            line += &format!("; {dense} selected read dense (see the {see})");
         }
-        0 => {}
-        dense => {
-            let _ = writeln!(
-                out,
-                "  sparse  {} selected for block sparsity, {dense} of them read dense (see the {})",
-                count(s.sparse_weights, "weight"),
-                if dense == 1 { "warning" } else { "warnings" },
-            );
+        if s.unused_sparse_weights > 0 {
+            line += &format!("; {} selected unused (removed)", s.unused_sparse_weights);
         }
+        let _ = writeln!(out, "  sparse  {line}");
     }
     let _ = writeln!(
         out,

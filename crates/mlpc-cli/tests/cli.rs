@@ -196,7 +196,8 @@ fn compile_replaces_its_own_output_and_nothing_else() {
 #[test]
 fn a_selected_weight_read_dense_is_a_warning() {
     // `gate.weight` is half of a dual GEMM whose `up.weight` is not selected: the dual GEMM stays
-    // dense, and the compile says so instead of counting it block-sparse.
+    // dense, and the compile says so instead of counting it block-sparse; `spare.weight` feeds
+    // no output.
     let dir = scratch(&["models/half-sparse-glu.json"]);
     let args = [
         "compile",

@@ -729,6 +729,27 @@ impl Compiled {
                 .map(|w| w.bytes().len() as u64)
                 .sum(),
             sparse_weights: self.model.sparsity.len(),
+            packed_weights: self
+                .model
+                .sparsity
+                .iter()
+                .filter(|w| {
+                    matches!(
+                        self.report.provenance.fate(&w.weight),
+                        Some(mlpc_passes::Fate::PackedAs(_))
+                    ) || mlpc_passes::packed_weights(self.optimized())
+                        .iter()
+                        .any(|p| p.name == format!("{}.bsr", w.weight))
+                })
+                .count(),
+            unused_sparse_weights: self
+                .model
+                .sparsity
+                .iter()
+                .filter(|w| {
+                    self.report.provenance.fate(&w.weight) == Some(&mlpc_passes::Fate::Removed)
+                })
+                .count(),
             stays_dense: self
                 .report
                 .provenance
@@ -1041,6 +1062,10 @@ pub struct Summary {
     pub compiled_weight_bytes: u64,
     /// Weights that the `sparsity` section selects for block-sparse kernels.
     pub sparse_weights: usize,
+    /// Of those, the ones that block-sparse kernels read packed.
+    pub packed_weights: usize,
+    /// Of those, the ones no output needs (removed with the nodes that read them).
+    pub unused_sparse_weights: usize,
     /// Selected weights that some reader still reads dense, and why (see [`Compiled::warnings`]).
     pub stays_dense: Vec<(String, String)>,
     /// Kernels an unfused execution would launch (one per non-view op).
