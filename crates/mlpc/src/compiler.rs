@@ -729,19 +729,7 @@ impl Compiled {
                 .map(|w| w.bytes().len() as u64)
                 .sum(),
             sparse_weights: self.model.sparsity.len(),
-            packed_weights: self
-                .model
-                .sparsity
-                .iter()
-                .filter(|w| {
-                    matches!(
-                        self.report.provenance.fate(&w.weight),
-                        Some(mlpc_passes::Fate::PackedAs(_))
-                    ) || mlpc_passes::packed_weights(self.optimized())
-                        .iter()
-                        .any(|p| p.name == format!("{}.bsr", w.weight))
-                })
-                .count(),
+            packed_weights: mlpc_passes::packed_weights(self.optimized()).len(),
             unused_sparse_weights: self
                 .model
                 .sparsity
@@ -1062,7 +1050,8 @@ pub struct Summary {
     pub compiled_weight_bytes: u64,
     /// Weights that the `sparsity` section selects for block-sparse kernels.
     pub sparse_weights: usize,
-    /// Of those, the ones that block-sparse kernels read packed.
+    /// Packed block-sparse weights the kernels read (one per selected weight, unless a weight
+    /// is packed to two patterns).
     pub packed_weights: usize,
     /// Of those, the ones no output needs (removed with the nodes that read them).
     pub unused_sparse_weights: usize,
