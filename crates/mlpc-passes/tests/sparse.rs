@@ -42,7 +42,26 @@ fn compile_and_compare(g: &Graph, specs: &[SparseWeight], t: u64) -> (Graph, Pro
     let inputs = random_inputs(g, &bind_t(t), 7);
     let want = interpret(&reference, &inputs).unwrap();
     let got = interpret(&opt, &inputs).unwrap();
+    assert_dense_ones_said(&opt, &report.provenance, specs);
     (opt, report.provenance, max_error(&got, &want))
+}
+
+/// The selected weights that the optimised graph still reads dense (or returns) are exactly the
+/// ones the provenance says stay dense: a model is never reported block-sparse where it is not.
+fn assert_dense_ones_said(opt: &Graph, prov: &Provenance, specs: &[SparseWeight]) {
+    for spec in specs {
+        let read = opt
+            .find(&spec.weight)
+            .filter(|&w| opt.node(w).op == Op::Weight)
+            .is_some_and(|w| !opt.users(w).is_empty() || opt.is_output(w));
+        assert_eq!(
+            read,
+            prov.stays_dense().contains_key(&spec.weight),
+            "`{}`: read dense {read}, said {:?}\n{opt}",
+            spec.weight,
+            prov.stays_dense()
+        );
+    }
 }
 
 fn sparse_ops(g: &Graph) -> Vec<String> {
