@@ -136,6 +136,7 @@ impl Pass for LowerBlockSparse {
             let ops = g.operands(n);
             let gemm_name = g.node(n).name.clone();
             let gate = weight_pattern(g, &specs, ops[1], gm.b)?;
+            let gate_selected = gate.is_some();
             let up = match gm.dual {
                 Some(_) => Some(weight_pattern(g, &specs, ops[2], gm.b)?),
                 None => None,
@@ -161,12 +162,11 @@ impl Pass for LowerBlockSparse {
                         continue;
                     }
                 },
-                (gate, Some(up)) => {
-                    // One half of a dual GEMM selected: the other is not.
-                    let (sel, other) = match (gate, up) {
-                        (Some(_), None) => (ops[1], ops[2]),
-                        (None, Some(_)) => (ops[2], ops[1]),
-                        _ => continue,
+                // One half of a dual GEMM selected: the other is not.
+                (Some(_), Some(None)) | (None, Some(Some(_))) => {
+                    let (sel, other) = match gate_selected {
+                        true => (ops[1], ops[2]),
+                        false => (ops[2], ops[1]),
                     };
                     prov.record_stays_dense(
                         g.node(sel).name.clone(),
@@ -178,7 +178,7 @@ impl Pass for LowerBlockSparse {
                     );
                     continue;
                 }
-                (None, None) => continue,
+                (None, None | Some(None)) => continue,
             };
             if pattern.kept.is_empty() {
                 for &w in &ops[1..gm.matrix_operands()] {
