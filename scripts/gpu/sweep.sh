@@ -12,14 +12,16 @@
 #         "MLPC_X=1 target/ab/mlpc" (one argument, quoted); the first is the baseline
 #   ROW   bsr-0.5, bsr-0.25, bsr-0.1 (a bias-free 4096^2 linear with 32 x 32 blocks kept at that
 #         density, T = 4096), bsr64-0.5 (64 x 64 blocks), mlp3-sparse, bert-sparse, geglu-sparse
-#         (the examples with every weight at density 0.25, 0.25 and 0.3, T = 8192), or
-#         MODEL.json:T (e.g. examples/llama-swiglu/model.json:16); default: the three bsr rows
-#         and the three sparse models
+#         (the examples with every weight at density 0.25, 0.25 and 0.3, T = 8192), any of
+#         these at another T as ROW@T (e.g. bsr-0.25@16), dense@T (the same 4096^2 linear
+#         unpruned), or MODEL.json:T (e.g. examples/llama-swiglu/model.json:16); default: the
+#         three bsr rows and the three sparse models
 #
 # Checks: when a block-sparse row is timed, the block-sparse cases (tests/cases at T = 1, 77,
 # 129, 1000, bert-sparse-ffn at 67 and 2048, the generated weights at a few hundred rows and
 # the 4096^2 ones at 4200, at density 0.16 both); for a
-# MODEL.json:T row, the model at T = 200 and at T, and at every T of CHECK_T ("1 9 16", say) too.
+# MODEL.json:T or ROW@T row, the model at T = 200 and at T, and at every T of CHECK_T ("1 9 16",
+# say) too.
 # CHECKS=0 skips them all (timing-only probes whose results are wrong by design).
 #
 # Prints, per round, a header naming the sides and one line per row: `ROW | MEDIAN | MEDIAN ...`
@@ -36,7 +38,7 @@ done
 [ "${1:-}" = -- ] && shift
 rows=("$@")
 if [ ${#sides[@]} -lt 2 ]; then
-    sed -n '2,26p' "$0" >&2
+    sed -n '2,25p' "$0" >&2
     exit 1
 fi
 [ ${#rows[@]} -eq 0 ] && rows=(bsr-0.5 bsr-0.25 bsr-0.1 mlp3-sparse bert-sparse geglu-sparse)
@@ -56,6 +58,10 @@ def linear(name, block, density):
               open(f"{out}/{name}.json", "w"))
 for d in ("0.5", "0.25", "0.1", "0.16"):
     linear(f"bsr-{d}", [32, 32], float(d))
+dense = {"mlpc": 1, "name": "dense", "dtype": "bf16", "seed": 0,
+         "inputs": {"x": {"shape": ["T", 4096]}},
+         "layers": [{"op": "linear", "name": "fc", "in": 4096, "out": 4096, "bias": False}]}
+json.dump(dense, open(f"{out}/dense.json", "w"))
 linear("bsr64-0.5", [64, 64], 0.5)
 for name, example, density in (("mlp3-sparse", "mlp3-relu", 0.25),
                                ("bert-sparse", "bert-large-ffn", 0.25),
@@ -77,12 +83,14 @@ side() {
 model_of() {
     case $1 in
         *.json:*) echo "${1%:*}" ;;
+        *@*) echo "$models/${1%@*}.json" ;;
         *) echo "$models/$1.json" ;;
     esac
 }
 t_of() {
     case $1 in
         *.json:*) echo "${1##*:}" ;;
+        *@*) echo "${1##*@}" ;;
         bsr*) echo 4096 ;;
         *) echo 8192 ;;
     esac
@@ -104,7 +112,7 @@ check() {
 checks() {
     local sparse=0 row i t
     for row in "${rows[@]}"; do
-        case $row in *.json:*) ;; *) sparse=1 ;; esac
+        case $row in *.json:* | dense@*) ;; *) sparse=1 ;; esac
     done
     echo "== checks (every side but the first)"
     for ((i = 1; i < ${#sides[@]}; i++)); do
@@ -127,7 +135,7 @@ checks() {
         fi
         for row in "${rows[@]}"; do
             case $row in
-                *.json:*)
+                *.json:* | *@*)
                     for t in 200 "$(t_of "$row")" ${CHECK_T:-}; do
                         check "$i" "$(model_of "$row")" --bind T="$t"
                     done

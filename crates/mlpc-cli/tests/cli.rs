@@ -728,3 +728,44 @@ fn explain_lists_the_entries_each_size_launches() {
         "{e}"
     );
 }
+
+#[test]
+fn sparse_gemv_entries_are_asked_for_in_the_environment() {
+    let dir = scratch(&[]);
+    std::fs::write(
+        dir.path().join("bsr.json"),
+        r#"{"mlpc": 1, "name": "bsr", "dtype": "bf16", "seed": 0,
+            "inputs": {"x": {"shape": ["T", 512]}},
+            "layers": [{"op": "linear", "name": "fc", "in": 512, "out": 256, "bias": false}],
+            "sparsity": {"fc.weight": {"block": [32, 32], "density": 0.25}}}"#,
+    )
+    .unwrap();
+    let args = [
+        "compile",
+        "bsr.json",
+        "--explain",
+        "--target",
+        "cuda:sm_90a",
+        "--bind",
+        "T=16",
+    ];
+    let launch = |env: &[(&str, &str)]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_mlpc"))
+            .args(args)
+            .current_dir(dir.path())
+            .env("NO_COLOR", "1")
+            .env_remove("MLPC_SPARSE_GEMV")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let at = stdout.find("launches at T=16").expect("launches");
+        stdout[at..].lines().nth(1).unwrap().to_string()
+    };
+    assert!(!launch(&[]).contains("_gemv_"));
+    assert!(!launch(&[("MLPC_SPARSE_GEMV", "0")]).contains("_gemv_"));
+    // One CTA a block row.
+    let l = launch(&[("MLPC_SPARSE_GEMV", "1")]);
+    assert!(l.ends_with("_gemv_m16, tiles 32x1, grid 8x1x1"), "{l}");
+}

@@ -99,7 +99,7 @@ fn choose(dtype: DType, dual: bool, block: [u32; 2]) -> Config {
 }
 
 /// `name[len] = {v, v, ...};`, 16 values per line.
-fn int_array(name: &str, values: &[u32]) -> String {
+pub(crate) fn int_array(name: &str, values: &[u32]) -> String {
     let mut s = format!("__device__ const int {name}[{}] = {{", values.len());
     for (i, v) in values.iter().enumerate() {
         if i % 16 == 0 {
@@ -685,6 +685,15 @@ pub(crate) fn wide_block_perm(br: u32, bc: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The inverse of a permutation: `inv[perm[i]] = i`.
+fn inverse(perm: &[u32]) -> Vec<u32> {
+    let mut inv = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p as usize] = i as u32;
+    }
+    inv
+}
+
 /// Stages of `GemmBsrDmma`'s ring (16-deep slices of 10 KB for 32-row blocks).
 const DMMA_STAGES: u32 = 4;
 
@@ -1078,6 +1087,36 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         push_entry(&mut src, s.threads(), name, body);
     }
 
+    // Weight-streaming entries for few output rows, where asked for (not measured yet:
+    // `CodegenOptions::sparse_gemv`): f16 / bf16 GEMMs with A k-contiguous.
+    let relayout = hopper.is_some_and(|h| h.wide);
+    let small_m = match ctx.opts.sparse_gemv && la == MatLayout::N {
+        true => {
+            let mut fill = body.clone();
+            fill.extend(epi_lines.iter().cloned());
+            let col_idx: Vec<u32> = p.kept.iter().map(|&(_, c)| c).collect();
+            crate::gemv::append_bsr(
+                &mut src,
+                &crate::gemv::BsrParts {
+                    arch: ctx.opts.arch,
+                    dtype,
+                    dual,
+                    block: p.block,
+                    m,
+                    n: p.out,
+                    row_ptr: &p.row_ptr(),
+                    col_idx: &col_idx,
+                    chunk_at: relayout.then(|| inverse(&wide_block_perm(br, bc))),
+                    entry: &entry,
+                    epilogue: &epi.ty,
+                    signature: &sig,
+                    fill: &fill,
+                },
+            )
+        }
+        false => None,
+    };
+
     let mut params = ctx.buffer_params();
     params.extend(dim_params(&symbols));
     params.extend(maps.into_iter().map(|(_, p)| p));
@@ -1114,7 +1153,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             },
         },
         params,
-        small_m: None,
+        small_m,
         relayouts: match hopper {
             Some(h) if h.wide => {
                 let perm = wide_block_perm(br, bc);

@@ -308,6 +308,188 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
     })
 }
 
+/// The block-sparse small-M variants (`gemv_bsr.cuh`) of an f16 / bf16 GEMM (`dual`: its gate
+/// and up weights on one pattern) over `block_rows` block rows of `br` x `bc` blocks with `m`
+/// output rows: one CTA a block row, `br / 16` weight tiles, chunks of whole blocks; none where
+/// a block is not whole 16-row tiles and 32-wide k steps, or where a chunk of one block's steps
+/// would need more than 64 weight registers a lane. The buckets of M are the dense ones
+/// (`configs`, plain or dual) up to 64 rows, less those whose accumulators would take more than
+/// 64 registers a lane; each bucket's warps and register budget follow the dense rules (16 warps
+/// where the block rows are fewer than the SMs, one CTA an SM from 32 accumulators or 64 weight
+/// words a lane). Not measured yet: the codegen emits them only where
+/// [`crate::CodegenOptions::sparse_gemv`] asks for them.
+pub(crate) fn bsr_configs(
+    dtype: DType,
+    dual: bool,
+    [br, bc]: [u32; 2],
+    block_rows: u64,
+    m: &Extent,
+) -> Vec<GemvConfig> {
+    if !matches!(dtype, DType::F16 | DType::Bf16) || br % 16 != 0 || bc % 32 != 0 {
+        return Vec::new();
+    }
+    // Weights read together, 16-row tiles a CTA, 32-wide steps a block.
+    let (nw, rt, steps) = (if dual { 2 } else { 1 }, br / 16, bc / 32);
+    // Weight words in flight a lane: unroll x rt x 8 a weight.
+    if nw * steps * rt > 8 {
+        return Vec::new();
+    }
+    let buckets: &[(u32, u32, u32)] = match dual {
+        false => &[(1, 2, 2), (2, 2, 2), (4, 4, 2), (8, 4, 2)],
+        true => &[(1, 1, 2), (2, 1, 2), (4, 2, 2), (8, 2, 1)],
+    };
+    let all = buckets
+        .iter()
+        .filter(|&&(mg, _, _)| nw * rt * mg <= 16)
+        .map(|&(mg, unroll, per_sm)| {
+            // The bucket's unroll in whole blocks, as deep as 64 weight registers allow.
+            let mut unroll = unroll.div_ceil(steps) * steps;
+            while unroll > steps && nw * unroll * rt > 8 {
+                unroll -= steps;
+            }
+            // One CTA an SM (255 registers a thread) from 32 accumulators or 64 weight words a
+            // lane: 64-row blocks spilled at 128.
+            let per_sm = if nw * rt * mg >= 8 || nw * unroll * rt > 4 {
+                1
+            } else {
+                per_sm
+            };
+            let warps = if block_rows < SMS && per_sm == 2 {
+                16
+            } else {
+                8
+            };
+            GemvConfig {
+                mg,
+                rt,
+                warps,
+                unroll,
+                min_blocks: per_sm * 8 / warps,
+                ks: 1,
+                pre: 0,
+            }
+        });
+    match m.as_constant() {
+        None => all.collect(),
+        Some(0) => Vec::new(),
+        Some(m) => all.filter(|c| c.max_m() >= m).take(1).collect(),
+    }
+}
+
+/// What the block-sparse small-M entries share with the tiled entry of the same module.
+pub(crate) struct BsrParts<'a> {
+    pub arch: Arch,
+    pub dtype: DType,
+    /// A dual GEMM: its gate and up weights packed on one pattern.
+    pub dual: bool,
+    pub block: [u32; 2],
+    /// The output's rows (`M`) and columns (`N`, whole block rows).
+    pub m: &'a Extent,
+    pub n: u64,
+    /// Kept blocks of block row r: `col_idx[row_ptr[r] .. row_ptr[r + 1]]`.
+    pub row_ptr: &'a [u32],
+    pub col_idx: &'a [u32],
+    /// Where the weight buffer the kernel reads holds 16-byte chunk q of a packed block (the
+    /// inverse of the module's [`crate::Relayout`]), or `None` for the packed order itself.
+    pub chunk_at: Option<Vec<u32>>,
+    /// The tiled entry; the variants are named `<entry>_gemv_m<max_m>`.
+    pub entry: &'a str,
+    /// The `mlpc::SingleEpilogue<...>` / `mlpc::DualEpilogue<...>` type.
+    pub epilogue: &'a str,
+    /// The parameter list of the tiled entry (the variants take the same arguments).
+    pub signature: &'a str,
+    /// The body lines that fill the entry's params `p` (the `GemmParams` part and the
+    /// epilogue's), without the call that runs it.
+    pub fill: &'a [String],
+}
+
+/// Appends the block-sparse small-M entries for `parts` to `src` and describes them, or does
+/// nothing and returns `None` where no variant applies ([`bsr_configs`]).
+pub(crate) fn append_bsr(src: &mut String, parts: &BsrParts<'_>) -> Option<SmallM> {
+    let [br, bc] = parts.block;
+    let block_rows = parts.n / u64::from(br);
+    let configs = bsr_configs(parts.dtype, parts.dual, parts.block, block_rows, parts.m);
+    if configs.is_empty() {
+        return None;
+    }
+    let elem = cpp::elem_type(parts.dtype);
+    src.push_str(
+        "\n// Small-M entries (gemv_bsr.cuh): same arguments, launched instead of the tiled entry \
+         when the\n// output has at most as many rows as the entry's suffix says.\n",
+    );
+    src.push_str("#include \"gemv_bsr.cuh\"\n\nnamespace {\n");
+    src.push_str(
+        "// Kept blocks of block row r: gemv_col_idx[gemv_row_ptr[r] .. gemv_row_ptr[r + 1]].\n",
+    );
+    src.push_str(&crate::bsr::int_array("gemv_row_ptr", parts.row_ptr));
+    src.push_str(&crate::bsr::int_array("gemv_col_idx", parts.col_idx));
+    let chunk = match &parts.chunk_at {
+        Some(at) => {
+            src.push_str(
+                "// Where the rearranged weight holds 16-byte chunk q of a packed block.\n",
+            );
+            src.push_str(&crate::bsr::int_array("gemv_chunk", at));
+            "gemv_chunk[q]"
+        }
+        None => "q",
+    };
+    src.push_str(&format!(
+        "struct GemvBlocks {{\n    \
+         __device__ __forceinline__ static int begin(int r) {{ return gemv_row_ptr[r]; }}\n    \
+         __device__ __forceinline__ static int col(int i) {{ return gemv_col_idx[i]; }}\n    \
+         __device__ __forceinline__ static int chunk(int q) {{ return {chunk}; }}\n}};\n"
+    ));
+    src.push_str(&format!("using SmallEpilogue = {};\n", parts.epilogue));
+    for c in &configs {
+        let alias = format!("SmallM{}", c.max_m());
+        src.push_str(&format!(
+            "using {alias} = mlpc::GemvBsrMma<{elem}, {br}, {bc}, {}, SmallEpilogue, GemvBlocks>;\n",
+            c.template()
+        ));
+        src.push_str(&format!(
+            "static_assert({alias}::kThreads == {}, \"block size of the launch description\");\n",
+            c.threads()
+        ));
+    }
+    src.push_str("}  // namespace\n");
+    let mut variants = Vec::with_capacity(configs.len());
+    for c in &configs {
+        let entry = format!("{}_gemv_m{}", parts.entry, c.max_m());
+        src.push_str(&format!(
+            "\nextern \"C\" __global__ void __launch_bounds__({}, {}) {entry}(\n{}) {{\n",
+            c.threads(),
+            c.min_blocks,
+            parts.signature
+        ));
+        for line in parts.fill {
+            src.push_str(line);
+            src.push('\n');
+        }
+        src.push_str(&format!("    SmallM{}::run(p);\n}}\n", c.max_m()));
+        variants.push(SmallMVariant {
+            max_m: c.max_m(),
+            entry,
+            launch: Launch {
+                block: [c.threads(), 1, 1],
+                smem_bytes: 0,
+                // The weights are constant: the entries load them before they wait for the
+                // kernel before (from sm_90 on).
+                early_launch: parts.arch != Arch::Sm80,
+                grid: Grid::Tiles {
+                    m: Extent::constant(parts.n),
+                    n: Extent::constant(1),
+                    tile_m: br,
+                    tile_n: 1,
+                },
+            },
+        });
+    }
+    Some(SmallM {
+        m: parts.m.clone(),
+        variants,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,7 +48,8 @@
 //!   `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` to `smem_bytes`.
 //! - Kernels are correct for any base alignment and any dims; aligned operands (16 bytes, row
 //!   strides multiples of 16 bytes) take vectorised paths.
-//! - Small-M variants ([`CudaKernel::small_m`], dense GEMMs only): further entries of the same
+//! - Small-M variants ([`CudaKernel::small_m`], dense GEMMs, and block-sparse ones where
+//!   [`CodegenOptions::sparse_gemv`] asks for them): further entries of the same
 //!   module, taking the same arguments, each for outputs of at most [`SmallMVariant::max_m`] rows
 //!   (`M`, the output's leading dims flattened: [`SmallM::m`]). Before each launch the runtime asks
 //!   [`CudaKernel::choose_entry`], the one rule over all the entries below, which asks
@@ -142,6 +143,11 @@ pub struct CodegenOptions {
     pub arch: Arch,
     /// Permission (from the model) to compute f32 GEMMs in TF32. Not used yet: f32 stays exact.
     pub allow_tf32: bool,
+    /// Give the f16 / bf16 block-sparse GEMMs (plain and dual) weight-streaming small-M entries
+    /// (`gemv_bsr.cuh`: one CTA a block row, its kept blocks streamed once), which the runtime
+    /// then launches for outputs of at most 64 rows. Off by default: not yet checked or timed
+    /// on a GPU (docs/perf-notes.md, "Block-sparse at small M").
+    pub sparse_gemv: bool,
 }
 
 /// One generated kernel: source, entry point and how to launch it.
@@ -776,6 +782,10 @@ pub fn headers() -> Vec<(&'static str, &'static str)> {
         (
             "gemm_dmma.cuh",
             include_str!("../../../kernels-templates/gemm_dmma.cuh"),
+        ),
+        (
+            "gemv_bsr.cuh",
+            include_str!("../../../kernels-templates/gemv_bsr.cuh"),
         ),
         (
             "gemm_bsr.cuh",

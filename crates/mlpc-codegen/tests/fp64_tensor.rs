@@ -15,6 +15,7 @@ fn opts(arch: Arch) -> CodegenOptions {
     CodegenOptions {
         arch,
         allow_tf32: false,
+        sparse_gemv: false,
     }
 }
 

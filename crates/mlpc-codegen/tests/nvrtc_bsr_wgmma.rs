@@ -16,6 +16,7 @@ fn sm_90a() -> CodegenOptions {
     CodegenOptions {
         arch: Arch::Sm90a,
         allow_tf32: false,
+        sparse_gemv: false,
     }
 }
 

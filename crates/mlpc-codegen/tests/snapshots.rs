@@ -78,6 +78,7 @@ fn abi_lists_buffers_in_operand_order_then_output_then_symbols() {
 fn f16_and_bf16_use_tensor_cores_and_f32_stays_exact() {
     let opts = CodegenOptions {
         allow_tf32: false,
+        sparse_gemv: false,
         ..Default::default()
     };
     for plan in samples::all() {

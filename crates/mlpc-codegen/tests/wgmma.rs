@@ -15,6 +15,7 @@ fn sm_90a() -> CodegenOptions {
     CodegenOptions {
         arch: Arch::Sm90a,
         allow_tf32: false,
+        sparse_gemv: false,
     }
 }
 
@@ -195,6 +196,7 @@ fn other_targets_never_see_wgmma() {
         let opts = CodegenOptions {
             arch,
             allow_tf32: false,
+            sparse_gemv: false,
         };
         for plan in samples::all() {
             for k in generate(&plan, &opts).unwrap() {

@@ -222,6 +222,7 @@ fn block_sparse_kernels_compile_for_sm_90a_with_unserialised_wgmma() {
     let opts = CodegenOptions {
         arch: Arch::Sm90a,
         allow_tf32: false,
+        sparse_gemv: false,
     };
     let kernels: Vec<CudaKernel> = samples::sparse()
         .iter()

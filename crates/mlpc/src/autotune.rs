@@ -17,7 +17,7 @@ use crate::check::BenchOptions;
 use crate::compiler::Compiled;
 use crate::error::Error;
 use crate::tiles::{default_tile_cache_path, kernel_rows, m_bucket, TileCache, TileCacheEntry};
-use mlpc_codegen::{Arch, CodegenOptions, TileChoice, TileKey, TileOverrides};
+use mlpc_codegen::{Arch, TileChoice, TileKey, TileOverrides};
 use mlpc_runtime::Runs;
 use std::path::PathBuf;
 
@@ -275,10 +275,9 @@ impl Compiled {
                 "tiles are tuned for sm_90a (Hopper) kernels; this run targets {arch} on {device}"
             )));
         }
-        let codegen = CodegenOptions {
-            arch,
-            allow_tf32: self.model().allow_tf32,
-        };
+        let codegen = self
+            .compiler()
+            .codegen_options(arch, self.model().allow_tf32);
         let mut bound = mlpc_ir::Bindings::new();
         for (s, v) in bindings {
             // A symbol bound twice to different values is refused by `random_inputs` below.

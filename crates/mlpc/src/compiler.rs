@@ -67,6 +67,16 @@ pub struct Compiler {
     /// f32 GEMMs forced onto the FP64 tensor cores (`true`) or the FFMA pipes (`false`)
     /// wherever a kernel offers the choice. `None`: [`f32_fp64_tensor_from_env`].
     f32_fp64_tensor: Option<bool>,
+    /// The block-sparse GEMMs' weight-streaming small-M entries. `None`:
+    /// [`sparse_gemv_from_env`].
+    sparse_gemv: Option<bool>,
+}
+
+/// Whether the block-sparse GEMMs get their small-M entries when the compiler is not told
+/// ([`Compiler::sparse_gemv`]): the environment variable `MLPC_SPARSE_GEMV` set to anything but
+/// empty or `0`.
+fn sparse_gemv_from_env() -> bool {
+    std::env::var("MLPC_SPARSE_GEMV").is_ok_and(|v| !matches!(v.trim(), "" | "0"))
 }
 
 impl Compiler {
@@ -165,6 +175,25 @@ impl Compiler {
         self
     }
 
+    /// Give the f16 / bf16 block-sparse GEMMs (plain and dual) weight-streaming entries for outputs of at
+    /// most 64 rows (decode-time token counts), which runs then launch instead of the tiled
+    /// kernel at those sizes. Off by default (also: `MLPC_SPARSE_GEMV=1`): these entries are
+    /// compiled and their address math tested on the CPU, but not yet checked against the
+    /// reference or timed on a GPU (docs/perf-notes.md, "Block-sparse at small M").
+    pub fn sparse_gemv(mut self, on: bool) -> Compiler {
+        self.sparse_gemv = Some(on);
+        self
+    }
+
+    /// The code generation options for `arch` and a model's TF32 permission.
+    pub(crate) fn codegen_options(&self, arch: Arch, allow_tf32: bool) -> CodegenOptions {
+        CodegenOptions {
+            arch,
+            allow_tf32,
+            sparse_gemv: self.sparse_gemv.unwrap_or_else(sparse_gemv_from_env),
+        }
+    }
+
     /// The f32 GEMM kernel forced, if any: `Some(true)` the FP64 tensor cores.
     fn forced_f32_kernel(&self) -> Option<bool> {
         self.f32_fp64_tensor.or_else(f32_fp64_tensor_from_env)
@@ -217,10 +246,7 @@ impl Compiler {
         let cuda = match self.cuda {
             CudaKernels::Skip => None,
             mode => {
-                let opts = CodegenOptions {
-                    arch: self.arch.unwrap_or(Arch::Sm90),
-                    allow_tf32: model.allow_tf32,
-                };
+                let opts = self.codegen_options(self.arch.unwrap_or(Arch::Sm90), model.allow_tf32);
                 let kernels = self.generate(&plan, &opts)?;
                 let jit = self.jit_options();
                 let compiled = match mode {
@@ -413,10 +439,7 @@ impl Compiled {
         }
         let kernels = mlpc_codegen::generate_tiled(
             &self.plan,
-            &CodegenOptions {
-                arch,
-                allow_tf32: self.model.allow_tf32,
-            },
+            &self.compiler.codegen_options(arch, self.model.allow_tf32),
             tiles,
         )?;
         let jit = JitOptions {
@@ -435,10 +458,7 @@ impl Compiled {
         arch: Arch,
         device: &str,
     ) -> Result<(TileOverrides, Vec<TileNote>), Error> {
-        let opts = CodegenOptions {
-            arch,
-            allow_tf32: self.model.allow_tf32,
-        };
+        let opts = self.compiler.codegen_options(arch, self.model.allow_tf32);
         let (mut tiles, mut notes) = self.chosen_tiles(&opts, device)?;
         // The option overrides the heuristic and the cache, not a candidate being measured.
         let forced = self.compiler.forced_f32_kernel();
@@ -541,10 +561,7 @@ impl Compiled {
         if arch == self.arch {
             return Ok(Some(std::borrow::Cow::Borrowed(own)));
         }
-        let opts = CodegenOptions {
-            arch,
-            allow_tf32: self.model.allow_tf32,
-        };
+        let opts = self.compiler.codegen_options(arch, self.model.allow_tf32);
         let kernels = self.compiler.generate(&self.plan, &opts)?;
         Ok(Some(std::borrow::Cow::Owned(kernels)))
     }

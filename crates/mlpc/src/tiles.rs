@@ -420,6 +420,7 @@ mod tests {
         let opts = CodegenOptions {
             arch: Arch::Sm90a,
             allow_tf32: false,
+            sparse_gemv: false,
         };
         let mut tunable = 0;
         for m in &models {
@@ -468,6 +469,7 @@ mod tests {
         let opts = CodegenOptions {
             arch: Arch::Sm90a,
             allow_tf32: false,
+            sparse_gemv: false,
         };
         let cands = mlpc_codegen::plan_tile_candidates(c.plan(), &opts).unwrap();
         assert_eq!(cands.len(), 2, "{cands:?}");

@@ -293,3 +293,42 @@ fn a_bundle_carries_the_rearrangements_its_kernels_read() {
     let b = mlpc::Bundle::load(&dir).unwrap();
     assert_eq!(b.plan(), c.plan());
 }
+
+/// The block-sparse GEMMs' weight-streaming entries are there only when asked for
+/// (`Compiler::sparse_gemv`), and the launch plan then takes them at small sizes.
+#[test]
+fn sparse_gemv_entries_only_when_asked() {
+    let src = r#"{
+      "mlpc": 1, "name": "bsr-gemv", "dtype": "bf16", "seed": 3,
+      "inputs": { "x": { "shape": ["T", 256] } },
+      "layers": [ { "op": "linear", "name": "fc", "in": 256, "out": 128, "bias": false } ],
+      "sparsity": { "fc.weight": { "block": [32, 32], "density": 0.5 } }
+    }"#;
+    let compile = |on: bool| {
+        let model = mlpc::frontend::parse_model(src, Path::new("."), "bsr.json").unwrap();
+        Compiler::new()
+            .arch(mlpc::Arch::Sm90a)
+            .sparse_gemv(on)
+            .compile_model(model)
+            .unwrap()
+    };
+    let off = compile(false);
+    assert!(off
+        .cuda_kernels()
+        .unwrap()
+        .iter()
+        .all(|k| k.small_m.is_none()));
+    let on = compile(true);
+    let k = &on.cuda_kernels().unwrap()[0];
+    let small = k.small_m.as_ref().expect("small-M entries");
+    assert!(small.variants[0].entry.ends_with("_gemv_m8"), "{small:?}");
+    // One CTA a block row: 4 at T = 8; the tiled entry from T = 65.
+    let plan = on.launch_plan(&[("T", 8)], 132).unwrap();
+    assert!(
+        plan.iter()
+            .any(|l| l.contains("_gemv_m8, tiles 32x1, grid 4x1x1")),
+        "{plan:?}"
+    );
+    let plan = on.launch_plan(&[("T", 65)], 132).unwrap();
+    assert!(plan.iter().all(|l| !l.contains("_gemv_")), "{plan:?}");
+}
