@@ -246,18 +246,61 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
         DType::F16 | DType::Bf16 => format!("mlpc::GemvMma<{elem}, "),
         DType::F32 => "mlpc::GemvSimt<".to_string(),
     };
-    src.push_str(
-        "\n// Small-M entries (gemv.cuh): same arguments, launched instead of the tiled entry when \
-         the\n// output has at most as many rows as the entry's suffix says.\n",
-    );
-    src.push_str("#include \"gemv.cuh\"\n\nnamespace {\n");
-    src.push_str(&format!("using SmallEpilogue = {};\n", parts.epilogue));
-    for c in &configs {
+    Some(emit(
+        src,
+        &Entries {
+            header: "gemv.cuh",
+            prelude: String::new(),
+            kernel: &|c| format!("{template}{}, SmallEpilogue>", c.template()),
+            epilogue: parts.epilogue,
+            entry: parts.entry,
+            signature: parts.signature,
+            fill: parts.fill,
+            m: parts.m,
+            n: parts.n,
+            // The templates wait for the kernel before (`wait_for_predecessors`) from sm_90
+            // on, after their first weight loads: only constant weights may go first.
+            early_launch: parts.arch != Arch::Sm80 && parts.const_b,
+        },
+        &configs,
+    ))
+}
+
+/// What the two kinds of small-M entries (`gemv.cuh`, `gemv_bsr.cuh`) put into a module the
+/// same way.
+struct Entries<'a> {
+    /// The template header the entries include.
+    header: &'a str,
+    /// Declarations the entries' kernel types need, inside the module's anonymous namespace.
+    prelude: String,
+    /// The kernel type of a configuration, e.g. `mlpc::GemvMma<mlpc::bf16, ...>`.
+    kernel: &'a dyn Fn(&GemvConfig) -> String,
+    epilogue: &'a str,
+    /// The tiled entry; the variants are named `<entry>_gemv_m<max_m>`.
+    entry: &'a str,
+    signature: &'a str,
+    fill: &'a [String],
+    /// The output's rows (`M`) and columns (`N`).
+    m: &'a Extent,
+    n: &'a Extent,
+    early_launch: bool,
+}
+
+/// Appends one entry per configuration to `src` (`SmallM<max_m>` aliases checked against the
+/// launch's block size, then the `extern "C"` entries filling the tiled entry's params) and
+/// describes them: a grid of `N / rows` CTAs (by `ks`, the CTAs of a cluster along y).
+fn emit(src: &mut String, e: &Entries<'_>, configs: &[GemvConfig]) -> SmallM {
+    src.push_str(&format!(
+        "\n// Small-M entries ({}): same arguments, launched instead of the tiled entry when the\n\
+         // output has at most as many rows as the entry's suffix says.\n",
+        e.header
+    ));
+    src.push_str(&format!("#include \"{}\"\n\nnamespace {{\n", e.header));
+    src.push_str(&e.prelude);
+    src.push_str(&format!("using SmallEpilogue = {};\n", e.epilogue));
+    for c in configs {
         let alias = format!("SmallM{}", c.max_m());
-        src.push_str(&format!(
-            "using {alias} = {template}{}, SmallEpilogue>;\n",
-            c.template()
-        ));
+        src.push_str(&format!("using {alias} = {};\n", (e.kernel)(c)));
         src.push_str(&format!(
             "static_assert({alias}::kThreads == {}, \"block size of the launch description\");\n",
             c.threads()
@@ -265,8 +308,8 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
     }
     src.push_str("}  // namespace\n");
     let mut variants = Vec::with_capacity(configs.len());
-    for c in &configs {
-        let entry = format!("{}_gemv_m{}", parts.entry, c.max_m());
+    for c in configs {
+        let entry = format!("{}_gemv_m{}", e.entry, c.max_m());
         let cluster = if c.ks > 1 {
             format!(" __cluster_dims__(1, {}, 1)", c.ks)
         } else {
@@ -276,9 +319,9 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
             "\nextern \"C\" __global__ void __launch_bounds__({}, {}){cluster} {entry}(\n{}) {{\n",
             c.threads(),
             c.min_blocks,
-            parts.signature
+            e.signature
         ));
-        for line in parts.fill {
+        for line in e.fill {
             src.push_str(line);
             src.push('\n');
         }
@@ -289,12 +332,10 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
             launch: Launch {
                 block: [c.threads(), 1, 1],
                 smem_bytes: 0,
-                // The templates wait for the kernel before (`wait_for_predecessors`) from sm_90
-                // on, after their first weight loads: only constant weights may go first.
-                early_launch: parts.arch != Arch::Sm80 && parts.const_b,
+                early_launch: e.early_launch,
                 // y: the CTAs of a cluster (the entry's `__cluster_dims__`).
                 grid: Grid::Tiles {
-                    m: parts.n.clone(),
+                    m: e.n.clone(),
                     n: Extent::constant(u64::from(c.ks)),
                     tile_m: c.rows(),
                     tile_n: 1,
@@ -302,10 +343,10 @@ pub(crate) fn append(src: &mut String, parts: &Parts<'_>) -> Option<SmallM> {
             },
         });
     }
-    Some(SmallM {
-        m: parts.m.clone(),
+    SmallM {
+        m: e.m.clone(),
         variants,
-    })
+    }
 }
 
 /// The block-sparse small-M variants (`gemv_bsr.cuh`) of an f16 / bf16 GEMM (`dual`: its gate
@@ -413,81 +454,50 @@ pub(crate) fn append_bsr(src: &mut String, parts: &BsrParts<'_>) -> Option<Small
         return None;
     }
     let elem = cpp::elem_type(parts.dtype);
-    src.push_str(
-        "\n// Small-M entries (gemv_bsr.cuh): same arguments, launched instead of the tiled entry \
-         when the\n// output has at most as many rows as the entry's suffix says.\n",
-    );
-    src.push_str("#include \"gemv_bsr.cuh\"\n\nnamespace {\n");
-    src.push_str(
+    let mut prelude = String::from(
         "// Kept blocks of block row r: gemv_col_idx[gemv_row_ptr[r] .. gemv_row_ptr[r + 1]].\n",
     );
-    src.push_str(&crate::bsr::int_array("gemv_row_ptr", parts.row_ptr));
-    src.push_str(&crate::bsr::int_array("gemv_col_idx", parts.col_idx));
+    prelude.push_str(&crate::bsr::int_array("gemv_row_ptr", parts.row_ptr));
+    prelude.push_str(&crate::bsr::int_array("gemv_col_idx", parts.col_idx));
     let chunk = match &parts.chunk_at {
         Some(at) => {
-            src.push_str(
+            prelude.push_str(
                 "// Where the rearranged weight holds 16-byte chunk q of a packed block.\n",
             );
-            src.push_str(&crate::bsr::int_array("gemv_chunk", at));
+            prelude.push_str(&crate::bsr::int_array("gemv_chunk", at));
             "gemv_chunk[q]"
         }
         None => "q",
     };
-    src.push_str(&format!(
+    prelude.push_str(&format!(
         "struct GemvBlocks {{\n    \
          __device__ __forceinline__ static int begin(int r) {{ return gemv_row_ptr[r]; }}\n    \
          __device__ __forceinline__ static int col(int i) {{ return gemv_col_idx[i]; }}\n    \
          __device__ __forceinline__ static int chunk(int q) {{ return {chunk}; }}\n}};\n"
     ));
-    src.push_str(&format!("using SmallEpilogue = {};\n", parts.epilogue));
-    for c in &configs {
-        let alias = format!("SmallM{}", c.max_m());
-        src.push_str(&format!(
-            "using {alias} = mlpc::GemvBsrMma<{elem}, {br}, {bc}, {}, SmallEpilogue, GemvBlocks>;\n",
-            c.template()
-        ));
-        src.push_str(&format!(
-            "static_assert({alias}::kThreads == {}, \"block size of the launch description\");\n",
-            c.threads()
-        ));
-    }
-    src.push_str("}  // namespace\n");
-    let mut variants = Vec::with_capacity(configs.len());
-    for c in &configs {
-        let entry = format!("{}_gemv_m{}", parts.entry, c.max_m());
-        src.push_str(&format!(
-            "\nextern \"C\" __global__ void __launch_bounds__({}, {}) {entry}(\n{}) {{\n",
-            c.threads(),
-            c.min_blocks,
-            parts.signature
-        ));
-        for line in parts.fill {
-            src.push_str(line);
-            src.push('\n');
-        }
-        src.push_str(&format!("    SmallM{}::run(p);\n}}\n", c.max_m()));
-        variants.push(SmallMVariant {
-            max_m: c.max_m(),
-            entry,
-            launch: Launch {
-                block: [c.threads(), 1, 1],
-                smem_bytes: 0,
-                // The weights are constant: the entries load them before they wait for the
-                // kernel before (from sm_90 on).
-                early_launch: parts.arch != Arch::Sm80,
-                grid: Grid::Tiles {
-                    m: Extent::constant(parts.n),
-                    n: Extent::constant(1),
-                    tile_m: br,
-                    tile_n: 1,
-                },
+    Some(emit(
+        src,
+        &Entries {
+            header: "gemv_bsr.cuh",
+            prelude,
+            kernel: &|c| {
+                format!(
+                    "mlpc::GemvBsrMma<{elem}, {br}, {bc}, {}, SmallEpilogue, GemvBlocks>",
+                    c.template()
+                )
             },
-        });
-    }
-    Some(SmallM {
-        m: parts.m.clone(),
-        variants,
-    })
+            epilogue: parts.epilogue,
+            entry: parts.entry,
+            signature: parts.signature,
+            fill: parts.fill,
+            m: parts.m,
+            n: &Extent::constant(parts.n),
+            // The weights are constant: the entries load them before they wait for the kernel
+            // before (from sm_90 on).
+            early_launch: parts.arch != Arch::Sm80,
+        },
+        &configs,
+    ))
 }
 
 #[cfg(test)]
