@@ -300,6 +300,42 @@ __device__ __forceinline__ float reduce_scatter8(float (&v)[8], int q) {
     return keep + __shfl_xor_sync(0xffffffffu, send, 1);
 }
 
+/// The mmas of one 32-wide step for one 16-row weight tile and one group of 8 tokens: `w[h]`
+/// the lane's words of weight rows g + 8 h, `act` its words of token g (the k permutation of the
+/// file's comment), into `acc`; a dual GEMM's up weight `wu` alike into `acc_up`, each of the
+/// two k halves for both weights before the next.
+template <class T, bool kDual>
+__device__ __forceinline__ void mma_tile(float (&acc)[4], float (&acc_up)[4], const u32 (&w)[2][4],
+                                         const u32 (&wu)[2][4], const u32 (&act)[4]) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        mma<T>(acc, w[0][2 * j], w[1][2 * j], w[0][2 * j + 1], w[1][2 * j + 1], act[2 * j],
+               act[2 * j + 1]);
+        if constexpr (kDual) {
+            mma<T>(acc_up, wu[0][2 * j], wu[1][2 * j], wu[0][2 * j + 1], wu[1][2 * j + 1],
+                   act[2 * j], act[2 * j + 1]);
+        }
+    }
+}
+
+/// A warp's accumulators of token group `mg` into its slice of the reduction buffers (and the
+/// up ones for a dual GEMM): fragment of tile rt: c0, c1 = row 16 rt + g, tokens 2t, 2t+1;
+/// c2, c3 = row + 8.
+template <class Cfg, bool kDual, class Acc, class AccUp>
+__device__ __forceinline__ void store_slice(float* red, float* red_up, const Acc& acc,
+                                            const AccUp& acc_up, int mg, int warp, int g, int t) {
+    float* r = red + warp * Cfg::kSlice;
+    float* ru = red_up + (kDual ? warp * Cfg::kSlice : 0);
+#pragma unroll
+    for (int rt = 0; rt < Cfg::RT; ++rt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int at = (2 * t + (e & 1)) * Cfg::kPitch + 16 * rt + g + 8 * (e >> 1);
+            r[at] = acc[rt][mg][e];
+            if constexpr (kDual) ru[at] = acc_up[rt][mg][e];
+        }
+}
+
 }  // namespace gemv_detail
 
 /// The weight-streaming GEMM on tensor cores (T = f16 or bf16). Launch with `kThreads` threads,
@@ -315,7 +351,6 @@ struct GemvMma {
     template <class P>
     __device__ __forceinline__ static void run(const P& p) {
         using gemv_detail::load16;
-        using gemv_detail::mma;
         __shared__ float red[WARPS * Cfg::kSlice];
         __shared__ float red_up[kDual ? WARPS * Cfg::kSlice : 1];
         __shared__ float part[KS > 1 ? Cfg::kRows * 8 : 1];
@@ -412,20 +447,11 @@ struct GemvMma {
                             load16<T, false>(act, p.a + m * p.lda, k, p.k, m < p.m, vec_a);
                         }
 #pragma unroll
-                        for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-                            for (int j = 0; j < 2; ++j) {
-                                const u32(&lo)[4] = w[u][rt][0];
-                                const u32(&hi)[4] = w[u][rt][1];
-                                mma<T>(acc[rt][mg], lo[2 * j], hi[2 * j], lo[2 * j + 1],
-                                       hi[2 * j + 1], act[2 * j], act[2 * j + 1]);
-                                if constexpr (kDual) {
-                                    const u32(&ulo)[4] = wu[u][rt][0];
-                                    const u32(&uhi)[4] = wu[u][rt][1];
-                                    mma<T>(acc_up[rt][mg], ulo[2 * j], uhi[2 * j], ulo[2 * j + 1],
-                                           uhi[2 * j + 1], act[2 * j], act[2 * j + 1]);
-                                }
-                            }
+                        for (int rt = 0; rt < RT; ++rt) {
+                            gemv_detail::mma_tile<T, kDual>(
+                                acc[rt][mg], acc_up[kDual ? rt : 0][kDual ? mg : 0], w[u][rt],
+                                wu[kDual ? u : 0][kDual ? rt : 0], act);
+                        }
                     }
                 }
             }
@@ -433,20 +459,10 @@ struct GemvMma {
             // A warp without chunks (K shorter than the warps' steps) still waits before the
             // stores; for the others this returns at once.
             wait_for_predecessors();
-            // Fragment of tile rt: c0, c1 = row 16 rt + g, tokens 2t, 2t+1; c2, c3 = row + 8.
 #pragma unroll
             for (int mg = 0; mg < MG; ++mg) {
                 if (m0 + 8 * mg >= p.m) break;
-                float* r = red + warp * Cfg::kSlice;
-                float* ru = red_up + (kDual ? warp * Cfg::kSlice : 0);
-#pragma unroll
-                for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int at = (2 * t + (e & 1)) * Cfg::kPitch + 16 * rt + g + 8 * (e >> 1);
-                        r[at] = acc[rt][mg][e];
-                        if constexpr (kDual) ru[at] = acc_up[rt][mg][e];
-                    }
+                gemv_detail::store_slice<Cfg, kDual>(red, red_up, acc, acc_up, mg, warp, g, t);
                 __syncthreads();
                 if constexpr (KS == 1) {
                     gemv_detail::finish<T, Cfg, Epi>(red, red_up, m0 + 8 * mg, n0, p, tid);

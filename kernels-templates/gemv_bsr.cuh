@@ -54,7 +54,6 @@ struct GemvBsrMma {
     template <class P>
     __device__ __forceinline__ static void run(const P& p) {
         using gemv_detail::load16;
-        using gemv_detail::mma;
         __shared__ float red[WARPS * Cfg::kSlice];
         __shared__ float red_up[kDual ? WARPS * Cfg::kSlice : 1];
 
@@ -156,20 +155,11 @@ struct GemvBsrMma {
                                              m < p.m && ka[u] >= 0, vec_a);
                         }
 #pragma unroll
-                        for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-                            for (int j = 0; j < 2; ++j) {
-                                const u32(&lo)[4] = w[u][rt][0];
-                                const u32(&hi)[4] = w[u][rt][1];
-                                mma<T>(acc[rt][mg], lo[2 * j], hi[2 * j], lo[2 * j + 1],
-                                       hi[2 * j + 1], act[2 * j], act[2 * j + 1]);
-                                if constexpr (kDual) {
-                                    const u32(&ulo)[4] = wu[u][rt][0];
-                                    const u32(&uhi)[4] = wu[u][rt][1];
-                                    mma<T>(acc_up[rt][mg], ulo[2 * j], uhi[2 * j], ulo[2 * j + 1],
-                                           uhi[2 * j + 1], act[2 * j], act[2 * j + 1]);
-                                }
-                            }
+                        for (int rt = 0; rt < RT; ++rt) {
+                            gemv_detail::mma_tile<T, kDual>(
+                                acc[rt][mg], acc_up[kDual ? rt : 0][kDual ? mg : 0], w[u][rt],
+                                wu[kDual ? u : 0][kDual ? rt : 0], act);
+                        }
                     }
                 }
             }
@@ -177,20 +167,10 @@ struct GemvBsrMma {
             // A warp without chunks (a block row with few or no kept blocks) still waits before
             // the stores; for the others this returns at once.
             wait_for_predecessors();
-            // Fragment of tile rt: c0, c1 = row 16 rt + g, tokens 2t, 2t+1; c2, c3 = row + 8.
 #pragma unroll
             for (int mg = 0; mg < MG; ++mg) {
                 if (m0 + 8 * mg >= p.m) break;
-                float* r = red + warp * Cfg::kSlice;
-                float* ru = red_up + (kDual ? warp * Cfg::kSlice : 0);
-#pragma unroll
-                for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int at = (2 * t + (e & 1)) * Cfg::kPitch + 16 * rt + g + 8 * (e >> 1);
-                        r[at] = acc[rt][mg][e];
-                        if constexpr (kDual) ru[at] = acc_up[rt][mg][e];
-                    }
+                gemv_detail::store_slice<Cfg, kDual>(red, red_up, acc, acc_up, mg, warp, g, t);
                 __syncthreads();
                 gemv_detail::finish<T, Cfg, Epi>(red, red_up, m0 + 8 * mg, n0, p, tid);
                 __syncthreads();

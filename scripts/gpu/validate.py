@@ -9,7 +9,9 @@ interpreter within the dtype's tolerance), so that every kernel a table times ha
 in the same call. Also the block-sparse kernels of `gemm_bsr.cuh` that `--target auto` does not
 reach on Hopper (rows `portable: ...`): the `mma.sync` kernel (`--target cuda:sm_90`) of the
 block-sparse cases, f32 copies of them on the FP64 tensor cores and on the FFMA pipes, and a
-linear whose row tiles fill more than one layer of its `Grid::RowTiles` launch. And f16 copies
+linear whose row tiles fill more than one layer of its `Grid::RowTiles` launch. The
+block-sparse models with the weight-streaming small-M entries (`--sparse-gemv`, off by default;
+rows `sparse gemv: ...`) at T = 1 to 64, on the Hopper kernel's module and the portable one. And f16 copies
 of the examples and of the sparse MLPs (rows `f16 copy: ...`), at sizes the f16 benchmark rows
 do not reach. Then the guard cases (`gpu_guards` on a small case and on an example of full
 size: inputs of the wrong dtype, shape, rank, strides or name are refused, a transposed view is
@@ -165,6 +167,24 @@ def portable_bsr(into):
     return jobs[-2:] + jobs[:-2]
 
 
+def sparse_gemv(into):
+    """The block-sparse cases, examples and benchmark models with the weight-streaming small-M
+    entries (`--sparse-gemv`, off by default, so `--target auto` alone does not reach them) at
+    decode sizes, on the Hopper kernel's module (its weight rearranged) and on the portable one:
+    (path, T, label, target, flags)."""
+    jobs = []
+    paths = sorted(glob.glob("tests/cases/*/model.json")) + sorted(glob.glob("examples/*/model.json"))
+    paths = [p for p in paths if "sparsity" in json.load(open(p))]
+    os.makedirs(into, exist_ok=True)
+    paths += [sparse_model(name, path, into) for name, path, _, _, _ in SPARSE]
+    for m in paths:
+        name = os.path.basename(os.path.dirname(m) if m.endswith("model.json") else os.path.splitext(m)[0])
+        for target in ("auto", "cuda:sm_90"):
+            for t in (1, 9, 16, 33, 64):
+                jobs.append((m, t, f"sparse gemv: {name} ({target})", target, ["--sparse-gemv"]))
+    return jobs
+
+
 def check(mlpc, model, t, cache, target, extra, label=None):
     """`mlpc check` of `model` at T = `t`: one row per output (`label` names the model in them)."""
     label = label or model
@@ -210,7 +230,8 @@ def main():
         # The benchmarks' own models at the T they are timed at, first: their references take
         # the longest (seconds to a minute each); the tall linear of the portable kernels too.
         jobs = ([(p, t, label, None, []) for p, t, label in bench_models(os.path.join(cache, "bench-models"))]
-                + portable_bsr(os.path.join(cache, "portable-models")) + jobs
+                + portable_bsr(os.path.join(cache, "portable-models"))
+                + sparse_gemv(os.path.join(cache, "sparse-gemv-models")) + jobs
                 + [(p, t, label, None, []) for p, t, label in f16_copies(os.path.join(cache, "f16-models"))])
     if a.only:
         keys = [k for k in a.only.split(",") if k]
@@ -220,7 +241,7 @@ def main():
         a.sanitize = ",".join(sorted(set(a.sanitize.split(","))))
     rows = []
     with cf.ThreadPoolExecutor(a.jobs) as ex:
-        for r in ex.map(lambda j: check(a.mlpc, j[0], j[1], cache + "/" + re.sub(r"\W", "_", j[0] + (j[3] or "")),
+        for r in ex.map(lambda j: check(a.mlpc, j[0], j[1], cache + "/" + re.sub(r"\W", "_", j[0] + (j[3] or "") + "".join(j[4])),
                                         j[3] or a.target, extra + j[4], j[2]), jobs):
             rows.extend(r)
             for x in r:

@@ -193,6 +193,11 @@ struct CompileArgs {
     /// MLPC_F32_FP64_TENSOR_CORES=0).
     #[arg(long)]
     f32_ffma: bool,
+    /// Give the f16 / bf16 block-sparse GEMMs weight-streaming entries for outputs of at most
+    /// 64 rows, which runs then launch at those sizes (also: MLPC_SPARSE_GEMV=1). Experimental:
+    /// not yet checked against the reference or timed on a GPU.
+    #[arg(long)]
+    sparse_gemv: bool,
 }
 
 impl CompileArgs {
@@ -202,6 +207,9 @@ impl CompileArgs {
             .autotune_cache(!self.no_autotune_cache);
         if self.f32_fp64_tensor_cores || self.f32_ffma {
             c = c.f32_on_fp64_tensor_cores(self.f32_fp64_tensor_cores);
+        }
+        if self.sparse_gemv {
+            c = c.sparse_gemv(true);
         }
         if let Some(p) = &self.passes {
             c = c.passes(p.clone());
@@ -661,6 +669,10 @@ mod tests {
             assert!(opts.f32_ffma && !opts.f32_fp64_tensor_cores);
             args.push("--f32-fp64-tensor-cores");
             assert!(parse(&args).is_err(), "{cmd}: both f32 kernels forced");
+            args.pop();
+            assert!(!compile_opts(&args).sparse_gemv);
+            args.push("--sparse-gemv");
+            assert!(compile_opts(&args).sparse_gemv, "{cmd}");
         }
         for cmd in ["bench", "check", "run"] {
             let mut args = vec!["mlpc", cmd, "m.json", "--no-autotune-cache"];

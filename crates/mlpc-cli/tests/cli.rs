@@ -730,7 +730,7 @@ fn explain_lists_the_entries_each_size_launches() {
 }
 
 #[test]
-fn sparse_gemv_entries_are_asked_for_in_the_environment() {
+fn sparse_gemv_entries_are_asked_for_by_option_or_environment() {
     let dir = scratch(&[]);
     std::fs::write(
         dir.path().join("bsr.json"),
@@ -749,9 +749,10 @@ fn sparse_gemv_entries_are_asked_for_in_the_environment() {
         "--bind",
         "T=16",
     ];
-    let launch = |env: &[(&str, &str)]| {
+    let launch = |env: &[(&str, &str)], extra: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_mlpc"))
             .args(args)
+            .args(extra)
             .current_dir(dir.path())
             .env("NO_COLOR", "1")
             .env_remove("MLPC_SPARSE_GEMV")
@@ -763,9 +764,13 @@ fn sparse_gemv_entries_are_asked_for_in_the_environment() {
         let at = stdout.find("launches at T=16").expect("launches");
         stdout[at..].lines().nth(1).unwrap().to_string()
     };
-    assert!(!launch(&[]).contains("_gemv_"));
-    assert!(!launch(&[("MLPC_SPARSE_GEMV", "0")]).contains("_gemv_"));
+    assert!(!launch(&[], &[]).contains("_gemv_"));
+    assert!(!launch(&[("MLPC_SPARSE_GEMV", "0")], &[]).contains("_gemv_"));
     // One CTA a block row.
-    let l = launch(&[("MLPC_SPARSE_GEMV", "1")]);
-    assert!(l.ends_with("_gemv_m16, tiles 32x1, grid 8x1x1"), "{l}");
+    for l in [
+        launch(&[("MLPC_SPARSE_GEMV", "1")], &[]),
+        launch(&[], &["--sparse-gemv"]),
+    ] {
+        assert!(l.ends_with("_gemv_m16, tiles 32x1, grid 8x1x1"), "{l}");
+    }
 }

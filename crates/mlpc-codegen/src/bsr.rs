@@ -25,6 +25,12 @@
 //! step's A slice is loaded once for all of them. See the template's comment for the shared
 //! layout (swizzled K-major atoms of 64, 32 or 16 elements) and the pipeline; the tests below
 //! check its address math against the PTX ISA's canonical layouts on the CPU.
+//!
+//! # Small M
+//! Where [`crate::CodegenOptions::sparse_gemv`] asks for them, f16 / bf16 kernels with A
+//! k-contiguous also get weight-streaming entries for few output rows (`gemv_bsr.cuh`, one CTA a
+//! block row; `gemv::append_bsr`), which read the weight through the inverse of the
+//! module's [`Relayout`] where it has one.
 
 use crate::cpp::{self, Symbols};
 use crate::gemm::{
