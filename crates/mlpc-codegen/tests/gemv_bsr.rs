@@ -255,8 +255,8 @@ fn replay(
                         let s = u % steps_per_block;
                         assert_eq!(s, q % steps_per_block);
                         let col = p.kept[blk].1 as usize;
-                        // Lane (g, t): weight rows 16 rt + 8 h + g, A tokens 8 mg + g, k 8t..8t+7 of
-                        // the step; the mma pairs equal t and word positions.
+                        // Lane (g, t): weight rows 16 rt + 8 h + g, A tokens 8 mg + g, k 8t..8t+7
+                        // of the step; the mma pairs equal t and word positions.
                         for lane in 0..32 {
                             let (g, t) = (lane / 4, lane % 4);
                             for tile in 0..rt {

@@ -175,11 +175,11 @@ impl Compiler {
         self
     }
 
-    /// Give the f16 / bf16 block-sparse GEMMs (plain and dual) weight-streaming entries for outputs of at
-    /// most 64 rows (decode-time token counts), which runs then launch instead of the tiled
-    /// kernel at those sizes. Off by default (also: `MLPC_SPARSE_GEMV=1`): these entries are
-    /// compiled and their address math tested on the CPU, but not yet checked against the
-    /// reference or timed on a GPU (docs/perf-notes.md, "Block-sparse at small M").
+    /// Give the f16 / bf16 block-sparse GEMMs (plain and dual) weight-streaming entries for
+    /// outputs of at most 64 rows (decode-time token counts), which runs then launch instead of
+    /// the tiled kernel at those sizes. Off by default (also: `MLPC_SPARSE_GEMV=1`): these
+    /// entries are compiled and their address math tested on the CPU, but not yet checked
+    /// against the reference or timed on a GPU (docs/perf-notes.md, "Block-sparse at small M").
     pub fn sparse_gemv(mut self, on: bool) -> Compiler {
         self.sparse_gemv = Some(on);
         self
