@@ -300,6 +300,20 @@ __device__ __forceinline__ float reduce_scatter8(float (&v)[8], int q) {
     return keep + __shfl_xor_sync(0xffffffffu, send, 1);
 }
 
+/// Zeroes a warp's accumulators of one pass (and the up ones for a dual GEMM).
+template <class Cfg, bool kDual, class Acc, class AccUp>
+__device__ __forceinline__ void zero_acc(Acc& acc, AccUp& acc_up) {
+#pragma unroll
+    for (int rt = 0; rt < Cfg::RT; ++rt)
+#pragma unroll
+        for (int mg = 0; mg < Cfg::MG; ++mg)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[rt][mg][e] = 0.0f;
+                if constexpr (kDual) acc_up[rt][mg][e] = 0.0f;
+            }
+}
+
 /// The mmas of one 32-wide step for one 16-row weight tile and one group of 8 tokens: `w[h]`
 /// the lane's words of weight rows g + 8 h, `act` its words of token g (the k permutation of the
 /// file's comment), into `acc`; a dual GEMM's up weight `wu` alike into `acc_up`, each of the
@@ -382,15 +396,7 @@ struct GemvMma {
         for (i64 m0 = 0; m0 < p.m; m0 += Cfg::kMaxM) {
             float acc[RT][MG][4];
             float acc_up[kDual ? RT : 1][kDual ? MG : 1][4];
-#pragma unroll
-            for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-                for (int mg = 0; mg < MG; ++mg)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        acc[rt][mg][e] = 0.0f;
-                        if constexpr (kDual) acc_up[rt][mg][e] = 0.0f;
-                    }
+            gemv_detail::zero_acc<Cfg, kDual>(acc, acc_up);
 
             for (i64 c = first; c < chunks; c += stride) {
                 // Weight words: step u, tile rt, half h (row 16 rt + 8 h + g).

@@ -86,15 +86,7 @@ struct GemvBsrMma {
         for (i64 m0 = 0; m0 < p.m; m0 += Cfg::kMaxM) {
             float acc[RT][MG][4];
             float acc_up[kDual ? RT : 1][kDual ? MG : 1][4];
-#pragma unroll
-            for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-                for (int mg = 0; mg < MG; ++mg)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        acc[rt][mg][e] = 0.0f;
-                        if constexpr (kDual) acc_up[rt][mg][e] = 0.0f;
-                    }
+            gemv_detail::zero_acc<Cfg, kDual>(acc, acc_up);
 
             for (int c = warp; c < chunks; c += WARPS) {
                 // Weight words: step u, tile rt, half h (row 16 rt + 8 h + g of the block).
