@@ -609,7 +609,7 @@ impl Compiled {
     /// symbolic dimension runs from 1 to `max`, on a device of `sms` multiprocessors
     /// ([`Compiled::launch_plan`]'s rule),
     /// as ranges: one line per kernel, e.g. `gemm_bias_bf16_nt (ENTRY): T 1-8 gemv_m8; ...;
-    /// 5505- own`, each entry by what its name adds to the kernel's own (`own` for that one).
+    /// 5505- own`, each entry by what its name adds to the kernel's own ([`entry_tag`]).
     /// `None` when the plan has no CUDA kernels or not exactly one symbolic dimension.
     pub fn entry_map(&self, sms: u32, max: u64) -> Result<Option<Vec<String>>, Error> {
         let Some(kernels) = self.launch_kernels()? else {
@@ -649,15 +649,7 @@ impl Compiled {
                         (f, &l) if l == max => format!("{f}-"),
                         (f, l) => format!("{f}-{l}"),
                     };
-                    // The entry's name past the kernel's own name parts: its tile and kind.
-                    let tag = e.strip_prefix(&k.entry).map_or(e.as_str(), |rest| {
-                        if rest.is_empty() {
-                            "own"
-                        } else {
-                            rest.trim_start_matches('_')
-                        }
-                    });
-                    format!("{span} {tag}")
+                    format!("{span} {}", entry_tag(&k.entry, e))
                 })
                 .collect();
             lines.push(format!(
@@ -1081,6 +1073,28 @@ pub struct Summary {
     pub cuda: CudaStatus,
 }
 
+/// How [`Compiled::entry_map`] names entry `e` of a kernel whose own entry is `own`: `own` for
+/// that one, what its name adds to `own` for the entries that extend it (`gemv_m16`, `short`),
+/// and its name past the two names' common `_`-separated parts otherwise (`128x256x64` for a
+/// short grid's entry on another tile).
+fn entry_tag<'e>(own: &str, e: &'e str) -> &'e str {
+    if e == own {
+        return "own";
+    }
+    if let Some(rest) = e.strip_prefix(own) {
+        return rest.trim_start_matches('_');
+    }
+    let common = own
+        .bytes()
+        .zip(e.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    match e[..common].rfind('_') {
+        Some(cut) => &e[cut + 1..],
+        None => e,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1094,6 +1108,22 @@ mod tests {
         c.cuda_kernels(CudaKernels::Skip)
             .compile_model(model)
             .unwrap()
+    }
+
+    #[test]
+    fn entries_are_named_by_what_they_add_to_the_kernels_own() {
+        let own = "mlpc_bsr_gemm_bf16_nt_b32x32_wgmma_128x352x64";
+        assert_eq!(entry_tag(own, own), "own");
+        assert_eq!(entry_tag(own, &format!("{own}_gemv_m16")), "gemv_m16");
+        assert_eq!(
+            entry_tag(own, "mlpc_bsr_gemm_bf16_nt_b32x32_wgmma_128x256x64"),
+            "128x256x64"
+        );
+        assert_eq!(
+            entry_tag(own, "mlpc_bsr_gemm_bf16_nt_b32x32_wgmma_128x256x64_gemv_m8"),
+            "128x256x64_gemv_m8"
+        );
+        assert_eq!(entry_tag("gemm_a", "other"), "other");
     }
 
     #[test]
