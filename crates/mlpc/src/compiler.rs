@@ -609,7 +609,7 @@ impl Compiled {
     /// symbolic dimension runs from 1 to `max`, on a device of `sms` multiprocessors
     /// ([`Compiled::launch_plan`]'s rule),
     /// as ranges: one line per kernel, e.g. `gemm_bias_bf16_nt (ENTRY): T 1-8 gemv_m8; ...;
-    /// 5505- own`, each entry by what its name adds to the kernel's own ([`entry_tag`]).
+    /// 5505- own`, each entry by what its name adds to the kernel's own (see `entry_tag`).
     /// `None` when the plan has no CUDA kernels or not exactly one symbolic dimension.
     pub fn entry_map(&self, sms: u32, max: u64) -> Result<Option<Vec<String>>, Error> {
         let Some(kernels) = self.launch_kernels()? else {
