@@ -10,8 +10,10 @@ in the same call. Also the block-sparse kernels of `gemm_bsr.cuh` that `--target
 reach on Hopper (rows `portable: ...`): the `mma.sync` kernel (`--target cuda:sm_90`) of the
 block-sparse cases, f32 copies of them on the FP64 tensor cores and on the FFMA pipes, and a
 linear whose row tiles fill more than one layer of its `Grid::RowTiles` launch. The
-block-sparse models with the weight-streaming small-M entries (`--sparse-gemv`, off by default;
-rows `sparse gemv: ...`) at T = 1 to 64, on the Hopper kernel's module and the portable one. And f16 copies
+block-sparse models at decode sizes, where they run the weight-streaming small-M entries (rows
+`sparse gemv: ...`, T = 1 to 64, on the Hopper kernel's module and the portable one), and the
+tiled kernels those entries replace there (`--no-sparse-gemv`, rows `sparse tiled: ...`, T = 16
+on the Hopper module). And f16 copies
 of the examples and of the sparse MLPs (rows `f16 copy: ...`), at sizes the f16 benchmark rows
 do not reach. Then the guard cases (`gpu_guards` on a small case and on an example of full
 size: inputs of the wrong dtype, shape, rank, strides or name are refused, a transposed view is
@@ -168,10 +170,10 @@ def portable_bsr(into):
 
 
 def sparse_gemv(into):
-    """The block-sparse cases, examples and benchmark models with the weight-streaming small-M
-    entries (`--sparse-gemv`, off by default, so `--target auto` alone does not reach them) at
-    decode sizes, on the Hopper kernel's module (its weight rearranged) and on the portable one:
-    (path, T, label, target, flags)."""
+    """The block-sparse cases, examples and benchmark models at decode sizes: the weight-streaming
+    small-M entries, on the Hopper kernel's module (its weight rearranged) and on the portable
+    one, and the tiled kernels they replace there (`--no-sparse-gemv`), which the other rows reach
+    only from T = 65: (path, T, label, target, flags)."""
     jobs = []
     paths = sorted(glob.glob("tests/cases/*/model.json")) + sorted(glob.glob("examples/*/model.json"))
     paths = [p for p in paths if "sparsity" in json.load(open(p))]
@@ -181,7 +183,8 @@ def sparse_gemv(into):
         name = os.path.basename(os.path.dirname(m) if m.endswith("model.json") else os.path.splitext(m)[0])
         for target in ("auto", "cuda:sm_90"):
             for t in (1, 9, 16, 33, 64):
-                jobs.append((m, t, f"sparse gemv: {name} ({target})", target, ["--sparse-gemv"]))
+                jobs.append((m, t, f"sparse gemv: {name} ({target})", target, []))
+        jobs.append((m, 16, f"sparse tiled: {name} (auto)", "auto", ["--no-sparse-gemv"]))
     return jobs
 
 

@@ -133,7 +133,7 @@ fn generate(c: &Compiled) -> Result<Vec<CudaKernel>, String> {
     let opts = CodegenOptions {
         arch: Arch::Sm90,
         allow_tf32: c.model.allow_tf32,
-        sparse_gemv: false,
+        sparse_gemv: true,
     };
     mlpc_codegen::generate(&c.plan, &opts).map_err(|e| format!("codegen: {e}"))
 }

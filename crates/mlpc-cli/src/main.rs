@@ -193,11 +193,10 @@ struct CompileArgs {
     /// MLPC_F32_FP64_TENSOR_CORES=0).
     #[arg(long)]
     f32_ffma: bool,
-    /// Give the f16 / bf16 block-sparse GEMMs weight-streaming entries for outputs of at most
-    /// 64 rows, which runs then launch at those sizes (also: MLPC_SPARSE_GEMV=1). Experimental:
-    /// not yet checked against the reference or timed on a GPU.
+    /// Leave out the weight-streaming entries the f16 / bf16 block-sparse GEMMs get for outputs
+    /// of at most 64 rows: the tiled kernel runs at every size (also: MLPC_SPARSE_GEMV=0).
     #[arg(long)]
-    sparse_gemv: bool,
+    no_sparse_gemv: bool,
 }
 
 impl CompileArgs {
@@ -208,8 +207,8 @@ impl CompileArgs {
         if self.f32_fp64_tensor_cores || self.f32_ffma {
             c = c.f32_on_fp64_tensor_cores(self.f32_fp64_tensor_cores);
         }
-        if self.sparse_gemv {
-            c = c.sparse_gemv(true);
+        if self.no_sparse_gemv {
+            c = c.sparse_gemv(false);
         }
         if let Some(p) = &self.passes {
             c = c.passes(p.clone());
@@ -670,9 +669,9 @@ mod tests {
             args.push("--f32-fp64-tensor-cores");
             assert!(parse(&args).is_err(), "{cmd}: both f32 kernels forced");
             args.pop();
-            assert!(!compile_opts(&args).sparse_gemv);
-            args.push("--sparse-gemv");
-            assert!(compile_opts(&args).sparse_gemv, "{cmd}");
+            assert!(!compile_opts(&args).no_sparse_gemv);
+            args.push("--no-sparse-gemv");
+            assert!(compile_opts(&args).no_sparse_gemv, "{cmd}");
         }
         for cmd in ["bench", "check", "run"] {
             let mut args = vec!["mlpc", cmd, "m.json", "--no-autotune-cache"];

@@ -1093,8 +1093,8 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         push_entry(&mut src, s.threads(), name, body);
     }
 
-    // Weight-streaming entries for few output rows, where asked for (not measured yet:
-    // `CodegenOptions::sparse_gemv`): f16 / bf16 GEMMs with A k-contiguous.
+    // Weight-streaming entries for few output rows, where asked for
+    // (`CodegenOptions::sparse_gemv`, on by default): f16 / bf16 GEMMs with A k-contiguous.
     let relayout = hopper.is_some_and(|h| h.wide);
     let small_m = match ctx.opts.sparse_gemv && la == MatLayout::N {
         true => {

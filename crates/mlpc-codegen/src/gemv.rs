@@ -357,8 +357,8 @@ fn emit(src: &mut String, e: &Entries<'_>, configs: &[GemvConfig]) -> SmallM {
 /// (`configs`, plain or dual) up to 64 rows, less those whose accumulators would take more than
 /// 64 registers a lane; each bucket's warps and register budget follow the dense rules (16 warps
 /// where the block rows are fewer than the SMs, one CTA an SM from 32 accumulators or 64 weight
-/// words a lane). Not measured yet: the codegen emits them only where
-/// [`crate::CodegenOptions::sparse_gemv`] asks for them.
+/// words a lane). The codegen emits them where [`crate::CodegenOptions::sparse_gemv`] asks for
+/// them (by default).
 pub(crate) fn bsr_configs(
     dtype: DType,
     dual: bool,

@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &CodegenOptions {
                 arch,
                 allow_tf32: false,
-                sparse_gemv: false,
+                sparse_gemv: true,
             },
         )?;
         let compiled = compile_all(&kernels, &opts)?;

@@ -73,10 +73,9 @@ pub struct Compiler {
 }
 
 /// Whether the block-sparse GEMMs get their small-M entries when the compiler is not told
-/// ([`Compiler::sparse_gemv`]): the environment variable `MLPC_SPARSE_GEMV` set to anything but
-/// empty or `0`.
+/// ([`Compiler::sparse_gemv`]): yes, unless the environment variable `MLPC_SPARSE_GEMV` is `0`.
 fn sparse_gemv_from_env() -> bool {
-    std::env::var("MLPC_SPARSE_GEMV").is_ok_and(|v| !matches!(v.trim(), "" | "0"))
+    std::env::var("MLPC_SPARSE_GEMV").map_or(true, |v| v.trim() != "0")
 }
 
 impl Compiler {
@@ -177,9 +176,9 @@ impl Compiler {
 
     /// Give the f16 / bf16 block-sparse GEMMs (plain and dual) weight-streaming entries for
     /// outputs of at most 64 rows (decode-time token counts), which runs then launch instead of
-    /// the tiled kernel at those sizes. Off by default (also: `MLPC_SPARSE_GEMV=1`): these
-    /// entries are compiled and their address math tested on the CPU, but not yet checked
-    /// against the reference or timed on a GPU (docs/perf-notes.md, "Block-sparse at small M").
+    /// the tiled kernel at those sizes. On by default; `false` (or `MLPC_SPARSE_GEMV=0` where
+    /// this is not called) keeps the tiled kernel at every size (docs/perf-notes.md,
+    /// "Block-sparse at small M", has the timings of both).
     pub fn sparse_gemv(mut self, on: bool) -> Compiler {
         self.sparse_gemv = Some(on);
         self

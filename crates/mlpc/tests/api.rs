@@ -294,31 +294,36 @@ fn a_bundle_carries_the_rearrangements_its_kernels_read() {
     assert_eq!(b.plan(), c.plan());
 }
 
-/// The block-sparse GEMMs' weight-streaming entries are there only when asked for
-/// (`Compiler::sparse_gemv`), and the launch plan then takes them at small sizes.
+/// The block-sparse GEMMs' weight-streaming entries are there by default and gone when asked
+/// (`Compiler::sparse_gemv(false)`), and the launch plan takes them at small sizes.
 #[test]
-fn sparse_gemv_entries_only_when_asked() {
+fn sparse_gemv_entries_by_default_and_off_when_asked() {
     let src = r#"{
       "mlpc": 1, "name": "bsr-gemv", "dtype": "bf16", "seed": 3,
       "inputs": { "x": { "shape": ["T", 256] } },
       "layers": [ { "op": "linear", "name": "fc", "in": 256, "out": 128, "bias": false } ],
       "sparsity": { "fc.weight": { "block": [32, 32], "density": 0.5 } }
     }"#;
-    let compile = |on: bool| {
+    let compile = |on: Option<bool>| {
         let model = mlpc::frontend::parse_model(src, Path::new("."), "bsr.json").unwrap();
-        Compiler::new()
-            .arch(mlpc::Arch::Sm90a)
-            .sparse_gemv(on)
-            .compile_model(model)
-            .unwrap()
+        let c = Compiler::new().arch(mlpc::Arch::Sm90a);
+        match on {
+            Some(on) => c.sparse_gemv(on),
+            None => c,
+        }
+        .compile_model(model)
+        .unwrap()
     };
-    let off = compile(false);
+    let off = compile(Some(false));
     assert!(off
         .cuda_kernels()
         .unwrap()
         .iter()
         .all(|k| k.small_m.is_none()));
-    let on = compile(true);
+    let on = compile(Some(true));
+    if std::env::var("MLPC_SPARSE_GEMV").map_or(true, |v| v.trim() != "0") {
+        assert_eq!(compile(None).cuda_kernels(), on.cuda_kernels());
+    }
     let k = &on.cuda_kernels().unwrap()[0];
     let small = k.small_m.as_ref().expect("small-M entries");
     assert!(small.variants[0].entry.ends_with("_gemv_m8"), "{small:?}");
