@@ -328,63 +328,128 @@ fn device_weight(k: &CudaKernel, packed: &[u16]) -> Vec<f64> {
         .collect()
 }
 
+/// Replays every small-M entry of `k` (a kernel of pattern `p`; `half`: `Some(dual)` for f16 /
+/// bf16) at `ms(max_m)` tokens on small random integers and checks the outputs against the
+/// block-sparse product and that every kept (n, k) is multiplied exactly once. Returns how many
+/// entries it replayed (none where `k` has no small-M entries).
+fn check_replay(
+    k: &CudaKernel,
+    p: &BlockPattern,
+    half: Option<bool>,
+    rng: &mut Lcg,
+    ms: impl Fn(usize) -> Vec<usize>,
+) -> usize {
+    let Some(small) = &k.small_m else { return 0 };
+    let [br, bc] = [p.block[0] as usize, p.block[1] as usize];
+    let (n, kk) = (p.out as usize, p.inp as usize);
+    // The gate (or only) weight and, for a dual GEMM, the up weight: the template reads both at
+    // the same offsets.
+    let weights: Vec<Vec<u16>> = (0..if half == Some(true) { 2 } else { 1 })
+        .map(|_| {
+            (0..p.kept.len() * br * bc)
+                .map(|_| rng.below(7) as u16)
+                .collect()
+        })
+        .collect();
+    let chunk_at = chunk_map(&k.source, br * bc / 8);
+    let mut kept = vec![0u32; n * kk];
+    for &(r, c) in &p.kept {
+        let (r, c) = (r as usize, c as usize);
+        for row in r * br..(r + 1) * br {
+            for e in c * bc..(c + 1) * bc {
+                kept[row * kk + e] = 1;
+            }
+        }
+    }
+    for v in &small.variants {
+        let cfg = config_of(&k.source, v.max_m);
+        for m in ms(v.max_m as usize) {
+            for packed in &weights {
+                let dev = device_weight(k, packed);
+                let a: Vec<f64> = (0..m * kk).map(|_| rng.below(5) as f64).collect();
+                let (out, hits) = replay(p, &dev, &a, m, cfg, &chunk_at);
+                // The block-sparse product from the packed blocks.
+                let mut want = vec![0.0f64; m * n];
+                for (i, &(r, c)) in p.kept.iter().enumerate() {
+                    let (r, c) = (r as usize, c as usize);
+                    for row in 0..br {
+                        for e in 0..bc {
+                            let w = f64::from(packed[(i * br + row) * bc + e]);
+                            for mm in 0..m {
+                                want[mm * n + r * br + row] += w * a[mm * kk + c * bc + e];
+                            }
+                        }
+                    }
+                }
+                assert_eq!(out, want, "{} m = {m}", v.entry);
+                assert_eq!(hits, kept, "{}: a kept product missed or repeated", v.entry);
+            }
+        }
+    }
+    small.variants.len()
+}
+
 #[test]
 fn the_block_sparse_decomposition_covers_every_kept_product_once() {
     let mut rng = Lcg(7);
     let mut replayed = 0;
     for arch in [Arch::Sm90a, Arch::Sm90] {
         for (k, p, half) in sparse_kernels(arch, true) {
-            let Some(small) = &k.small_m else { continue };
-            let [br, bc] = [p.block[0] as usize, p.block[1] as usize];
-            let (n, kk) = (p.out as usize, p.inp as usize);
-            // The gate (or only) weight and, for a dual GEMM, the up weight: the template reads
-            // both at the same offsets.
-            let weights: Vec<Vec<u16>> = (0..if half == Some(true) { 2 } else { 1 })
-                .map(|_| {
-                    (0..p.kept.len() * br * bc)
-                        .map(|_| rng.below(7) as u16)
-                        .collect()
-                })
-                .collect();
-            let chunk_at = chunk_map(&k.source, br * bc / 8);
-            for v in &small.variants {
-                let cfg = config_of(&k.source, v.max_m);
-                // One token, a full pass, and two passes with a partial one.
-                for (m, packed) in [1, v.max_m as usize, v.max_m as usize + 3]
-                    .into_iter()
-                    .flat_map(|m| weights.iter().map(move |w| (m, w)))
-                {
-                    let dev = device_weight(&k, packed);
-                    let a: Vec<f64> = (0..m * kk).map(|_| rng.below(5) as f64).collect();
-                    let (out, hits) = replay(&p, &dev, &a, m, cfg, &chunk_at);
-                    // The block-sparse product from the packed blocks.
-                    let mut want = vec![0.0f64; m * n];
-                    for (i, &(r, c)) in p.kept.iter().enumerate() {
-                        let (r, c) = (r as usize, c as usize);
-                        for row in 0..br {
-                            for e in 0..bc {
-                                let w = f64::from(packed[(i * br + row) * bc + e]);
-                                for mm in 0..m {
-                                    want[mm * n + r * br + row] += w * a[mm * kk + c * bc + e];
-                                }
-                            }
-                        }
-                    }
-                    assert_eq!(out, want, "{} m = {m}", v.entry);
-                    let mut kept = vec![0u32; n * kk];
-                    for &(r, c) in &p.kept {
-                        let (r, c) = (r as usize, c as usize);
-                        for row in r * br..(r + 1) * br {
-                            for e in c * bc..(c + 1) * bc {
-                                kept[row * kk + e] = 1;
-                            }
-                        }
-                    }
-                    assert_eq!(hits, kept, "{}: a kept product missed or repeated", v.entry);
-                }
-                replayed += 1;
-            }
+            // One token, a full pass, and two passes with a partial one.
+            replayed += check_replay(&k, &p, half, &mut rng, |max| vec![1, max, max + 3]);
         }
     }
     assert!(replayed >= 20, "only {replayed} entries replayed");
+}
+
+/// Random masks: blocks of 16 to 64 rows and 16 to 64 columns (16-wide ones get no entries),
+/// 1-5 block rows and columns, from a single kept block to all of them, empty block rows among
+/// them; plain and dual, f16 and bf16, on the Hopper module (weight rearranged where its blocks
+/// are 32 wide) and the portable one.
+mod random_masks {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn the_replay_equals_the_block_sparse_product(
+            block in prop::sample::select(vec![
+                [16u32, 32u32], [32, 32], [32, 64], [64, 32], [64, 64], [32, 16],
+            ]),
+            rows in 1u32..=5,
+            cols in 1u32..=5,
+            bits in any::<u32>(),
+            mode in 0u8..3,
+            dual in any::<bool>(),
+            f16 in any::<bool>(),
+            hopper in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            // Each (r, c) by a bit of `bits`, a single block, or every block.
+            let single = (seed % u64::from(rows)) as u32;
+            let mut keep = |r: u32, c: u32| match mode {
+                0 => bits >> ((r * cols + c) % 32) & 1 == 1,
+                1 => r == single && c == (seed as u32 >> 8) % cols,
+                _ => true,
+            };
+            prop_assume!((0..rows).any(|r| (0..cols).any(|c| keep(r, c))));
+            let pat = bsr_plans::pattern(
+                block,
+                u64::from(rows * block[0]),
+                u64::from(cols * block[1]),
+                &mut keep,
+            );
+            let dtype = if f16 { mlpc_ir::DType::F16 } else { mlpc_ir::DType::Bf16 };
+            let plan = bsr_plans::plan("random_mask", dtype, pat.clone(), dual, true, false);
+            let arch = if hopper { Arch::Sm90a } else { Arch::Sm90 };
+            let k = generate(&plan, &opts(arch, true)).unwrap().remove(0);
+            // Whole 16-row tiles, 32-wide k steps, at most 64 weight registers a lane.
+            let words = block[0] / 16 * (block[1] / 32) * if dual { 2 } else { 1 };
+            let eligible = block[1] % 32 == 0 && words <= 8;
+            prop_assert_eq!(k.small_m.is_some(), eligible, "{:?}", block);
+            let mut rng = Lcg(seed);
+            check_replay(&k, &pat, Some(dual), &mut rng, |max| vec![1, max + 3]);
+        }
+    }
 }
