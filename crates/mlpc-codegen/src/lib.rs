@@ -146,9 +146,8 @@ pub struct CodegenOptions {
     /// Give the f16 / bf16 block-sparse GEMMs (plain and dual) weight-streaming small-M entries
     /// (`gemv_bsr.cuh`: one CTA a block row, its kept blocks streamed once), which the runtime
     /// then launches for outputs of at most 64 rows. On by default: on the H200 they run the
-    /// 4096^2 layer at T <= 64 faster than the tiled kernel at every density measured, 1.7-2.3x
-    /// the dense GEMV of the unpruned weight at T = 1 and 16 (docs/perf-notes.md, "Block-sparse
-    /// at small M").
+    /// 4096^2 layer faster than the tiled kernel at every T <= 64 and density measured, 2.6-3.8x
+    /// at T <= 16 (docs/perf-notes.md, "Block-sparse at small M").
     pub sparse_gemv: bool,
 }
 
