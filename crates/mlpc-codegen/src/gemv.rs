@@ -193,11 +193,7 @@ pub(crate) fn configs(
             pre,
         }
     });
-    match m.as_constant() {
-        None => all.collect(),
-        Some(0) => Vec::new(),
-        Some(m) => all.filter(|c| c.max_m() >= m).take(1).collect(),
-    }
+    for_m(all, m)
 }
 
 /// What the small-M entries share with the tiled entry of the same module.
@@ -410,6 +406,12 @@ pub(crate) fn bsr_configs(
                 pre: 0,
             }
         });
+    for_m(all, m)
+}
+
+/// The variants of `all` (in increasing `max_m`) an output of `m` rows needs: every one where
+/// `m` is symbolic, the first that holds a constant `m`, none for `m = 0` or beyond the last.
+fn for_m(all: impl Iterator<Item = GemvConfig>, m: &Extent) -> Vec<GemvConfig> {
     match m.as_constant() {
         None => all.collect(),
         Some(0) => Vec::new(),
