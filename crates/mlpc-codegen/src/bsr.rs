@@ -1215,7 +1215,7 @@ fn hopper_lists(p: &BlockPattern, h: &WgmmaBsr, sfx: &str) -> String {
     }
     src.push_str(&int_array(&format!("grp_ptr{sfx}"), &steps.grp_ptr));
     src.push_str(
-        "// The groups in the order the CTAs take them in each row tile: most steps first.\n",
+        "// The groups in the order the CTAs take them in each row tile: costliest first.\n",
     );
     src.push_str(&int_array(&format!("grp_order{sfx}"), &steps.order()));
     src.push_str(&int_array(&format!("step_info{sfx}"), &steps.step_info));
@@ -1427,7 +1427,8 @@ mod tests {
     }
 
     /// Every tile is taken by exactly one CTA of a persistent grid, whatever its size; and the
-    /// order puts the groups with the most steps first.
+    /// order puts the costliest groups first by the model (steps and kept blocks), ties in
+    /// group order.
     #[test]
     fn the_persistent_walk_takes_every_tile_once() {
         for tiles in [1u32, 2, 5, 64, 131, 132, 133, 512, 1000] {
@@ -1447,7 +1448,7 @@ mod tests {
                 );
             }
         }
-        let steps = GroupSteps {
+        let mut steps = GroupSteps {
             grp_ptr: vec![0, 2, 7, 7, 12],
             step_info: vec![0; 12],
             step_col1: Vec::new(),
@@ -1456,6 +1457,9 @@ mod tests {
             mask_bits: 16,
         };
         assert_eq!(steps.order(), vec![1, 3, 0, 2]);
+        // Group 3's steps keep eight blocks each: as many steps as group 1, costlier.
+        steps.step_info[7..].fill(0xff);
+        assert_eq!(steps.order(), vec![3, 1, 0, 2]);
     }
 
     /// `bsr_wgmma::kstep_offset<ROWS, BK, SW>(j)`.

@@ -702,28 +702,31 @@ impl GroupSteps {
         }
     }
 
-    /// The costliest group's modelled cycles ([`STEP_CYCLES`] a step, [`BLOCK_CYCLES`] a kept
-    /// block): what sets the busiest persistent CTA's time where each takes a few tiles.
+    /// Group `j`'s modelled cycles ([`STEP_CYCLES`] a step, [`BLOCK_CYCLES`] a kept block).
+    fn cost(&self, j: usize) -> u64 {
+        let (a, b) = (self.grp_ptr[j], self.grp_ptr[j + 1]);
+        let kept: u64 = (a as usize..b as usize)
+            .map(|s| u64::from(self.mask(s).count_ones()))
+            .sum();
+        STEP_CYCLES * u64::from(b - a) + BLOCK_CYCLES * kept
+    }
+
+    /// The costliest group's modelled cycles ([`GroupSteps::cost`]): what sets the busiest
+    /// persistent CTA's time where each takes a few tiles.
     pub fn costliest(&self) -> u64 {
-        self.grp_ptr
-            .windows(2)
-            .map(|w| {
-                let steps = u64::from(w[1] - w[0]);
-                let kept: u64 = (w[0] as usize..w[1] as usize)
-                    .map(|s| u64::from(self.mask(s).count_ones()))
-                    .sum();
-                STEP_CYCLES * steps + BLOCK_CYCLES * kept
-            })
+        (0..self.grp_ptr.len().saturating_sub(1))
+            .map(|j| self.cost(j))
             .max()
             .unwrap_or(0)
     }
 
     /// The groups in the order the persistent CTAs take them within each row tile
-    /// (`grp_order`): most steps first, ties in group order.
+    /// (`grp_order`): costliest first by the model ([`GroupSteps::cost`]), ties in group order,
+    /// so that the walk's snake pairs costly groups with cheap ones by what they cost rather
+    /// than by their steps alone (docs/perf-notes.md, block-sparse variant 45).
     pub fn order(&self) -> Vec<u32> {
-        let steps = |j: u32| self.grp_ptr[j as usize + 1] - self.grp_ptr[j as usize];
         let mut order: Vec<u32> = (0..self.grp_ptr.len() as u32 - 1).collect();
-        order.sort_by_key(|&j| (std::cmp::Reverse(steps(j)), j));
+        order.sort_by_key(|&j| (std::cmp::Reverse(self.cost(j as usize)), j));
         order
     }
 }
