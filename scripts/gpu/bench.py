@@ -62,6 +62,9 @@ MODELS = [
     ("bsr 4096^2 b32 d=0.25 T=1", None, 1, [4096, 4096], None, False, False, "bf16"),
     ("bsr 4096^2 b32 d=0.25 T=16", None, 16, [4096, 4096], None, False, False, "bf16"),
     ("bsr 4096^2 b32 d=0.1 T=16", None, 16, [4096, 4096], None, False, False, "bf16"),
+    # Mid sizes: the narrow groups' short grids (a few row tiles on the whole device).
+    ("bsr 4096^2 b32 d=0.25 T=256", None, 256, [4096, 4096], None, False, False, "bf16"),
+    ("bsr 4096^2 b32 d=0.25 T=512", None, 512, [4096, 4096], None, False, False, "bf16"),
     ("gpt2-mlp f32", "examples/gpt2-mlp/model.json", 8192, [768, 3072, 768], "gelu_tanh", False, True, "f32"),
     ("bert-large-ffn f32", "examples/bert-large-ffn/model.json", 8192, [1024, 4096, 1024], "gelu", False, True, "f32"),
     ("seed-geglu f32", "examples/seed-geglu/model.json", 8192, [768, 3072, 768], "gelu_tanh", True, False, "f32"),

@@ -13,7 +13,8 @@ linear whose row tiles fill more than one layer of its `Grid::RowTiles` launch. 
 block-sparse models at decode sizes, where they run the weight-streaming small-M entries (rows
 `sparse gemv: ...`, T = 1 to 64, on the Hopper kernel's module and the portable one), and the
 tiled kernels those entries replace there (`--no-sparse-gemv`, rows `sparse tiled: ...`, T = 16
-on the Hopper module). And f16 copies
+on the Hopper module), and the same models at a few row tiles (rows `sparse short: ...`, T =
+130, 300 and 520), where the Hopper module's short grids of narrower groups run. And f16 copies
 of the examples and of the sparse MLPs (rows `f16 copy: ...`), at sizes the f16 benchmark rows
 do not reach. Then the guard cases (`gpu_guards` on a small case and on an example of full
 size: inputs of the wrong dtype, shape, rank, strides or name are refused, a transposed view is
@@ -173,7 +174,8 @@ def sparse_gemv(into):
     """The block-sparse cases, examples and benchmark models at decode sizes: the weight-streaming
     small-M entries, on the Hopper kernel's module (its weight rearranged) and on the portable
     one, and the tiled kernels they replace there (`--no-sparse-gemv`), which the other rows reach
-    only from T = 65: (path, T, label, target, flags)."""
+    only from T = 65; then at a few row tiles, the short grids of narrower groups: (path, T, label,
+    target, flags)."""
     jobs = []
     paths = sorted(glob.glob("tests/cases/*/model.json")) + sorted(glob.glob("examples/*/model.json"))
     paths = [p for p in paths if "sparsity" in json.load(open(p))]
@@ -185,6 +187,8 @@ def sparse_gemv(into):
             for t in (1, 9, 16, 33, 64):
                 jobs.append((m, t, f"sparse gemv: {name} ({target})", target, []))
         jobs.append((m, 16, f"sparse tiled: {name} (auto)", "auto", ["--no-sparse-gemv"]))
+        for t in (130, 300, 520):
+            jobs.append((m, t, f"sparse short: {name} (auto)", "auto", []))
     return jobs
 
 

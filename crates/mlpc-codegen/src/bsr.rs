@@ -419,20 +419,44 @@ fn wide_group_cols(dual: bool, p: &BlockPattern) -> u32 {
     }
 }
 
-/// The configuration of the short-grid entry beside a kernel of more than eight 32-row blocks a
-/// group: groups of eight (256 accumulator columns), launched where its waves of groups end
-/// sooner ([`crate::CudaKernel::runs_short_grid`]); `None` where the kernel's own entry already
-/// has eight rows or fewer.
+/// The configurations of the short-grid entries beside the kernel's own, widest first: groups
+/// of at most 256, 128 and 64 accumulator columns (eight, four and two 32-row blocks), each
+/// kept where it has fewer block rows a group than the one before. The runtime launches one
+/// where its waves of groups end sooner ([`crate::CudaKernel::short_grid_for`]): the eight-row
+/// groups beside eleven-row ones where the latter's waves come out uneven, the narrower ones at
+/// a few row tiles (T = 128-512 on the 4096^2 weight), where the wide groups leave most SMs
+/// idle (docs/perf-notes.md, block-sparse variant 46).
 pub(crate) fn select_wgmma_short(
     arch: Arch,
     dtype: DType,
     dual: bool,
     la: (MatLayout, &Extent),
     p: &BlockPattern,
-) -> Option<WgmmaBsr> {
-    let own = select_wgmma(arch, dtype, dual, la, p)?;
-    select_wgmma_cols(arch, dtype, dual, la, p, 256).filter(|s| s.g < own.g)
+) -> Vec<WgmmaBsr> {
+    let Some(own) = select_wgmma(arch, dtype, dual, la, p) else {
+        return Vec::new();
+    };
+    let mut shorts: Vec<WgmmaBsr> = Vec::new();
+    for cols in SHORT_GRID_COLS {
+        if let Some(s) = select_wgmma_cols(arch, dtype, dual, la, p, cols) {
+            // The same block copies as the kernel's (one tensor map of the kept blocks).
+            if s.g < shorts.last().map_or(own.g, |w| w.g) && s.wide == own.wide {
+                shorts.push(s);
+            }
+        }
+    }
+    shorts
 }
+
+/// The accumulator columns of the short-grid entries' groups ([`select_wgmma_short`]).
+const SHORT_GRID_COLS: [u32; 3] = [256, 128, 64];
+
+/// What a tile of the grouped kernel costs beyond its area, in output columns
+/// ([`crate::CudaKernel::tile_fixed_cols`]): each tile copies its rows' A pieces whatever its
+/// width. Measured (H200, 2026-12-05, the 4096^2 weight at d = 0.25, T = 128: one tile a CTA):
+/// groups of 2 / 4 / 8 rows took 0.0150 / 0.0205 / 0.0299 ms, about 0.0095 ms plus 0.0026 a
+/// 32-row block, so the fixed part is about four blocks' columns.
+const TILE_FIXED_COLS: u32 = 128;
 
 /// [`select_wgmma`] for groups of at most `cols` accumulator columns.
 fn select_wgmma_cols(
@@ -833,17 +857,17 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     let storable = is_one(&c.col_stride) && c.row_stride.as_constant().is_some_and(|s| s % 8 == 0);
     let hopper = select_wgmma(ctx.opts.arch, dtype, dual, (la, &lda), p)
         .map(|h| h.stored(p, dual, storable));
-    // Beside groups of more than eight rows, an entry of eight-row groups for the grids whose
-    // waves of groups it ends sooner (the kernel's short grid).
-    let short = hopper
-        .and(select_wgmma_short(
-            ctx.opts.arch,
-            dtype,
-            dual,
-            (la, &lda),
-            p,
-        ))
-        .map(|h| h.stored(p, dual, storable));
+    // Beside the kernel's groups, entries of narrower ones for the grids whose waves of groups
+    // they end sooner (the kernel's short grids).
+    let shorts: Vec<WgmmaBsr> = match hopper {
+        Some(_) => select_wgmma_short(ctx.opts.arch, dtype, dual, (la, &lda), p)
+            .into_iter()
+            .map(|h| h.stored(p, dual, storable))
+            .collect(),
+        None => Vec::new(),
+    };
+    // The suffix of a short grid's lists and kernel type: its rows a group.
+    let short_sfx = |s: &WgmmaBsr| format!("_g{}", s.g);
     let cfg = choose(dtype, dual, p.block);
     // f32 where it has a key, unless `ctx.tiles` asks for the FFMA kernel: `GemmBsrDmma`, with
     // `GemmBsrSimt`'s launch and the larger of the two kernels' shared memory.
@@ -912,8 +936,8 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     // The Hopper kernel reads A and the kept blocks through tensor maps, passed after the
     // symbols: A as [M, K] in boxes of BM rows, the packed blocks as a [kept * BR, BC] matrix in
     // boxes of one block's BR rows; both one swizzle atom column (`atom` elements) wide. The
-    // short-grid entry reads the same blocks (the same block shape gives the same block boxes).
-    let mut maps: Vec<(&str, Param)> = Vec::new();
+    // short-grid entries read the same blocks (the same block shape gives the same block boxes).
+    let mut maps: Vec<(String, Param)> = Vec::new();
     // The body of a Hopper entry: its groups and step lists (names ending in `sfx`), then the
     // call of kernel `Kernel{sfx}`.
     let hopper_body = |h: &WgmmaBsr, sfx: &str, ta: &str, tc: &str| {
@@ -937,7 +961,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         lines.push(format!("    Kernel{sfx}::run(p, {ta}, tm_b, {bu}, {tc});"));
         lines
     };
-    let (main_body, short_body) = match hopper {
+    let (main_body, short_bodies) = match hopper {
         Some(h) => {
             // Wide: the rearranged blocks as a [kept * wide_rows, 64] matrix of 128-byte rows.
             let (rows, cols, box_rows, box_cols) = if h.wide {
@@ -962,16 +986,24 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
                 box_rows: h.bm,
                 box_cols: h.atom(),
             };
-            maps.push(("tm_a", a_map(&h)));
-            // The short-grid entry's A boxes where they differ (windows in one, pairs or single
-            // columns in the other).
-            let short_a = short.filter(|s| s.atom() != h.atom());
-            if let Some(s) = short_a {
-                maps.push(("tm_as", a_map(&s)));
+            maps.push(("tm_a".into(), a_map(&h)));
+            // The short-grid entries' A boxes where they differ (windows in one, pairs or
+            // single columns in another): a map for each other width, named by it.
+            let a_name = |e: &WgmmaBsr| match e.atom() == h.atom() {
+                true => "tm_a".to_string(),
+                false => format!("tm_a{}", e.atom()),
+            };
+            let mut a_names: Vec<String> = vec!["tm_a".into()];
+            for s in &shorts {
+                let name = a_name(s);
+                if !a_names.contains(&name) {
+                    maps.push((name.clone(), a_map(s)));
+                    a_names.push(name);
+                }
             }
-            maps.push(("tm_b", blocks(1)));
+            maps.push(("tm_b".into(), blocks(1)));
             if dual {
-                maps.push(("tm_bu", blocks(2)));
+                maps.push(("tm_bu".into(), blocks(2)));
             }
             // The output's boxes: 64 columns for consecutive groups, one block row's 32 for
             // listed ones (a map each where the two entries differ). Unused maps are passed as
@@ -984,31 +1016,30 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
                 })
             };
             let mut stores: Vec<&str> = Vec::new();
-            for (name, cols) in std::iter::once(h)
-                .chain(short)
-                .filter_map(|e| store_box(&e))
-            {
+            for (name, cols) in std::iter::once(&h).chain(&shorts).filter_map(&store_box) {
                 if !stores.contains(&name) {
                     let mut map = output_store_map(ctx, &c, m, n);
                     if let Param::TensorMap { box_cols, .. } = &mut map {
                         *box_cols = cols;
                     }
-                    maps.push((name, map));
+                    maps.push((name.into(), map));
                     stores.push(name);
                 }
             }
             let unused = stores.first().copied().unwrap_or("tm_a");
             let tc_of = |e: &WgmmaBsr| store_box(e).map_or(unused, |(name, _)| name);
-            let ta = if short_a.is_some() { "tm_as" } else { "tm_a" };
-            let short_body = short.map(|s| hopper_body(&s, "_short", ta, tc_of(&s)));
-            (hopper_body(&h, "", "tm_a", tc_of(&h)), short_body)
+            let short_bodies: Vec<Vec<String>> = shorts
+                .iter()
+                .map(|s| hopper_body(s, &short_sfx(s), &a_name(s), tc_of(s)))
+                .collect();
+            (hopper_body(&h, "", "tm_a", tc_of(&h)), short_bodies)
         }
         None => {
             let mut lines = body.clone();
             lines.extend(["row_ptr", "col_idx"].map(|l| format!("    p.{l} = {l};")));
             lines.extend(epi_lines.iter().cloned());
             lines.push("    Kernel::run(p);".to_string());
-            (lines, None)
+            (lines, Vec::new())
         }
     };
 
@@ -1034,14 +1065,14 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         Some(h) => {
             src.push_str(&hopper_lists(p, &h, ""));
             src.push_str(&hopper_kernel(elem, br, bc, &h, "", dual, &epilogue));
-            if let Some(s) = short {
+            for s in &shorts {
                 src.push_str(&format!(
-                    "// The short-grid entry's groups of {} block rows (launched instead of the \
+                    "// A short-grid entry's groups of {} block rows (launched instead of the \
                      entry of {}\n// where its waves of groups end sooner).\n",
                     s.g, h.g
                 ));
-                src.push_str(&hopper_lists(p, &s, "_short"));
-                src.push_str(&hopper_kernel(elem, br, bc, &s, "_short", dual, ""));
+                src.push_str(&hopper_lists(p, s, &short_sfx(s)));
+                src.push_str(&hopper_kernel(elem, br, bc, s, &short_sfx(s), dual, ""));
             }
         }
         None => {
@@ -1077,7 +1108,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         }
     }
     src.push_str("}  // namespace\n\n");
-    let map_names: Vec<&str> = maps.iter().map(|(name, _)| *name).collect();
+    let map_names: Vec<&str> = maps.iter().map(|(name, _)| name.as_str()).collect();
     let sig = signature(elem, &arg_names, ctx.args.len(), &symbols, &map_names);
     let push_entry = |src: &mut String, threads: u32, entry: &str, body: &[String]| {
         src.push_str(&format!(
@@ -1087,10 +1118,9 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
         src.push_str("\n}\n");
     };
     push_entry(&mut src, threads, &entry, &main_body);
-    let short_entry = short.map(|s| hopper_entry(&s));
-    if let (Some(s), Some(name), Some(body)) = (short, &short_entry, &short_body) {
+    for (s, body) in shorts.iter().zip(&short_bodies) {
         src.push('\n');
-        push_entry(&mut src, s.threads(), name, body);
+        push_entry(&mut src, s.threads(), &hopper_entry(s), body);
     }
 
     // Weight-streaming entries for few output rows, where asked for
@@ -1173,15 +1203,22 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             }
             _ => Vec::new(),
         },
-        short_grid: short.zip(short_entry).map(|(s, entry)| ShortGrid {
-            entry,
-            launch: Launch {
-                block: [s.threads(), 1, 1],
-                smem_bytes: s.smem_bytes(br, dual),
-                early_launch: false,
-                grid: persistent(&s),
-            },
-        }),
+        short_grids: shorts
+            .iter()
+            .map(|s| ShortGrid {
+                entry: hopper_entry(s),
+                launch: Launch {
+                    block: [s.threads(), 1, 1],
+                    smem_bytes: s.smem_bytes(br, dual),
+                    early_launch: false,
+                    grid: persistent(s),
+                },
+            })
+            .collect(),
+        tile_fixed_cols: match shorts.is_empty() {
+            true => 0,
+            false => TILE_FIXED_COLS,
+        },
     })
 }
 
@@ -2003,8 +2040,10 @@ mod tests {
             dual,
             m,
         );
-        if let Some(short) = select_wgmma_short(Arch::Sm90a, DType::Bf16, dual, la, pattern) {
-            assert!(short.g == 8 && cfg.g > 8, "{:?}", pattern.block);
+        let mut g = cfg.g;
+        for short in select_wgmma_short(Arch::Sm90a, DType::Bf16, dual, la, pattern) {
+            assert!(short.g < g && short.wide == cfg.wide, "{:?}", pattern.block);
+            g = short.g;
             check_cfg(pattern, short, dual, m);
         }
     }
@@ -2190,11 +2229,11 @@ mod tests {
             );
             let wide = select_wgmma_cols(Arch::Sm90a, DType::Bf16, false, la, &p, 352).unwrap();
             assert_eq!(wide.stages < 4, g == 8, "density {density}: {wide:?}");
-            // Groups of eight are already the short grid's.
+            // Groups of eight are already the first short grid's.
             let short = select_wgmma_short(Arch::Sm90a, DType::Bf16, false, la, &p);
             assert_eq!(
-                short.map(|s| s.g),
-                (g == 11).then_some(8),
+                short.iter().map(|s| s.g).collect::<Vec<_>>(),
+                if g == 11 { vec![8, 4, 2] } else { vec![4, 2] },
                 "density {density}"
             );
         }
@@ -2598,24 +2637,39 @@ mod tests {
         // The epilogue's TMA stores: 32 KB of staging would leave 13 slots 4 stages, so they
         // keep the register stores; with 11 slots (the 4096^2 weight at density 0.25) the 5
         // stages stay, and the staging with them.
-        // (Of eight block rows a group: the short-grid entry's, which only patterns of 32-row
-        // blocks whose own groups are wider have.)
-        let short = select_wgmma_short(Arch::Sm90a, DType::Bf16, false, n4096, &wide).unwrap();
-        assert_eq!((short.g, short.wb, short.slots), (8, 2, 15));
+        // (Of eight block rows a group: the first short-grid entry's, which only patterns of
+        // 32-row blocks whose own groups are wider have; then four and two rows.)
+        let short = select_wgmma_short(Arch::Sm90a, DType::Bf16, false, n4096, &wide);
+        assert_eq!((short[0].g, short[0].wb, short[0].slots), (8, 2, 15));
+        let gs = |s: Vec<WgmmaBsr>| s.iter().map(|s| s.g).collect::<Vec<_>>();
+        assert_eq!(gs(short), [8, 4, 2]);
+        // Dual GEMMs (groups of four) and shorter K (groups of eight): the narrower ones only.
         assert_eq!(
-            select_wgmma_short(Arch::Sm90a, DType::Bf16, true, n4096, &wide),
-            None
+            gs(select_wgmma_short(
+                Arch::Sm90a,
+                DType::Bf16,
+                true,
+                n4096,
+                &wide
+            )),
+            [2]
         );
-        // Shorter K: groups of eight, no short grid.
         let own = pick(Arch::Sm90a, DType::Bf16, false, n, &b32).unwrap();
         assert_eq!((own.g, own.wb), (8, 2));
         assert_eq!(
-            select_wgmma_short(Arch::Sm90a, DType::Bf16, false, n, &b32),
-            None
+            gs(select_wgmma_short(Arch::Sm90a, DType::Bf16, false, n, &b32)),
+            [4, 2]
         );
+        // 64-row blocks: groups of four, then two and one.
         assert_eq!(
-            select_wgmma_short(Arch::Sm90a, DType::Bf16, false, n, &p([64, 64])),
-            None
+            gs(select_wgmma_short(
+                Arch::Sm90a,
+                DType::Bf16,
+                false,
+                n,
+                &p([64, 64])
+            )),
+            [2, 1]
         );
         let h = WgmmaBsr {
             g: 8,

@@ -228,6 +228,7 @@ pub fn generate(ctx: &Ctx<'_>) -> Result<CudaKernel, CodegenError> {
         params,
         small_m: None,
         relayouts: Vec::new(),
-        short_grid: None,
+        short_grids: Vec::new(),
+        tile_fixed_cols: 0,
     })
 }

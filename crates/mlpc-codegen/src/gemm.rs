@@ -852,7 +852,8 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
         params,
         small_m,
         relayouts: Vec::new(),
-        short_grid,
+        short_grids: short_grid.into_iter().collect(),
+        tile_fixed_cols: 0,
     })
 }
 

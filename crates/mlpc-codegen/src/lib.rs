@@ -60,14 +60,14 @@
 //!   without variants. A variant's own [`Launch`] holds its dynamic shared memory (the rule above
 //!   applies to each entry) and its grid; a grid with `y > 1` belongs to an entry compiled with
 //!   that many CTAs per cluster along y (`__cluster_dims__`), which ordinary launches honour.
-//! - Short grids ([`CudaKernel::short_grid`], deep dense GEMMs on wide tiles, sm_90a): a further
-//!   entry of the same module on smaller tiles, taking the same arguments (the module's tensor
-//!   maps include the ones its tiles read, which the other entries ignore), with its own
-//!   [`Launch`]. The runtime launches it instead of the kernel's entry when
-//!   [`CudaKernel::runs_short_grid`] says so (the kernel's own grid would split K, or its
-//!   waves of wide tiles would take longer than the short grid's); its launch may
-//!   in turn name its own split entry ([`Launch::alternate_entry`]). JSON without `short_grid` is
-//!   a kernel without one.
+//! - Short grids ([`CudaKernel::short_grids`], deep dense GEMMs on wide tiles and sm_90a
+//!   block-sparse GEMMs, widest first): further entries of the same module on smaller tiles,
+//!   taking the same arguments (the module's tensor maps include the ones their tiles read,
+//!   which the other entries ignore), each with its own [`Launch`]. The runtime launches one
+//!   instead of the kernel's entry when [`CudaKernel::short_grid_for`] names it (the kernel's own
+//!   grid would split K, or its waves of wide tiles would take longer than a short grid's); its
+//!   launch may in turn name its own split entry ([`Launch::alternate_entry`]). JSON without
+//!   `short_grids` is a kernel without any; `short_grid`, one object, is read as a list of one.
 //! - Relayouts ([`CudaKernel::relayouts`], sm_90a block-sparse kernels): a weight the kernel reads
 //!   with its bytes permuted within fixed periods ([`Relayout`]). The runtime uploads the permuted
 //!   copy once, when it loads the kernel, and passes its address (and describes it in tensor
@@ -179,10 +179,39 @@ pub struct CudaKernel {
     /// Weights this kernel reads in a byte order of its own (see the crate's ABI notes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub relayouts: Vec<Relayout>,
-    /// A persistent GEMM's entry on smaller tiles, for grids that split K (see the crate's ABI
-    /// notes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub short_grid: Option<ShortGrid>,
+    /// A persistent GEMM's entries on smaller tiles, widest first, for grids that split K or
+    /// fill the device poorly (see the crate's ABI notes).
+    #[serde(
+        default,
+        alias = "short_grid",
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub short_grids: Vec<ShortGrid>,
+    /// What one of the kernel's persistent tiles costs beyond its area, in output columns at
+    /// its rows, for the choice among its own grid and its short grids
+    /// ([`CudaKernel::short_grid_for`]): 0 where a tile costs its area (the dense GEMMs), more
+    /// where each tile pays a fixed part whatever its width (the block-sparse tiles' A pieces).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tile_fixed_cols: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+/// `short_grids` as a list, or as the one object of `short_grid` in older descriptions.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ShortGrid>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(ShortGrid),
+        Many(Vec<ShortGrid>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 /// Which entry of a kernel a run launches ([`CudaKernel::choose_entry`]).
@@ -198,19 +227,19 @@ pub struct ChosenEntry<'a> {
     pub workspace_bytes: u64,
 }
 
-/// The launch a chosen entry runs on: the kernel's own, a small-M variant's (by index), or the
-/// short grid's. The split-K and one-tile entries run on the launch of the main or short-grid
+/// The launch a chosen entry runs on: the kernel's own, a small-M variant's or a short grid's
+/// (by index). The split-K and one-tile entries run on the launch of the main or short-grid
 /// entry they stand in for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryBase {
     Main,
     SmallM(usize),
-    Short,
+    Short(usize),
 }
 
 /// The entry of a persistent GEMM on smaller tiles than its own, in the same module with the
 /// same arguments, launched instead of the kernel's entry when that entry's grid would split K
-/// or leave much of its last wave idle ([`CudaKernel::runs_short_grid`]): smaller tiles then
+/// or leave much of its last wave idle ([`CudaKernel::short_grid_for`]): smaller tiles then
 /// fill the device with fewer splits (less of the split exchange) or none, or in fuller waves.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShortGrid {
@@ -293,12 +322,20 @@ impl CudaKernel {
                 serde_json::to_string(s).unwrap_or_default()
             )
         });
-        let short = self.short_grid.as_ref().map_or_else(String::new, |s| {
-            format!(
-                "short_grid: {}\n",
-                serde_json::to_string(s).unwrap_or_default()
-            )
-        });
+        let short: String = self
+            .short_grids
+            .iter()
+            .map(|s| {
+                format!(
+                    "short_grid: {}\n",
+                    serde_json::to_string(s).unwrap_or_default()
+                )
+            })
+            .collect();
+        let fixed = match self.tile_fixed_cols {
+            0 => String::new(),
+            n => format!("tile_fixed_cols: {n}\n"),
+        };
         let relayouts: String = self
             .relayouts
             .iter()
@@ -310,17 +347,17 @@ impl CudaKernel {
             })
             .collect();
         format!(
-            "entry: {}\nlaunch: {launch}\nparams: {params}\n{small}{short}{relayouts}\n{}",
+            "entry: {}\nlaunch: {launch}\nparams: {params}\n{small}{short}{fixed}{relayouts}\n{}",
             self.entry, self.source
         )
     }
 
     /// Every entry of the module beyond the kernel's own and its small-M variants: the
-    /// alternates of its launch ([`Launch::alternate_entries`]), its short-grid entry and that
-    /// entry's alternates.
+    /// alternates of its launch ([`Launch::alternate_entries`]), its short-grid entries and
+    /// their alternates.
     pub fn other_entries(&self) -> Vec<&str> {
         let mut names = self.launch.alternate_entries();
-        if let Some(s) = &self.short_grid {
+        for s in &self.short_grids {
             names.push(&s.entry);
             names.extend(s.launch.alternate_entries());
         }
@@ -331,7 +368,7 @@ impl CudaKernel {
     /// holds `resident_ctas` CTAs of the kernel's own launch at once where that is not `sms`
     /// (clusters: `cuOccupancyMaxActiveClusters` x the cluster size), with its launch and grid:
     /// a small-M variant where one fits `M` ([`CudaKernel::small_m_variant`]), else the
-    /// short-grid entry where [`CudaKernel::runs_short_grid`] says so, else the kernel's own;
+    /// short-grid entry [`CudaKernel::short_grid_for`] names, else the kernel's own;
     /// then, for the latter two, the alternate their launch names ([`Launch::alternate_entry`]).
     /// The one place the runtime's choice is made; the same answer on the host explains it.
     pub fn choose_entry(
@@ -344,12 +381,16 @@ impl CudaKernel {
             let v = self.small_m.as_ref()?.variants.get(i)?;
             Some((EntryBase::SmallM(i), v.entry.as_str(), &v.launch))
         });
-        let (from, entry, launch) = match (small, &self.short_grid) {
+        let short = match small {
+            Some(_) => None,
+            None => self
+                .short_grid_for(bindings, sms)?
+                .and_then(|i| Some((EntryBase::Short(i), self.short_grids.get(i)?))),
+        };
+        let (from, entry, launch) = match (small, short) {
             (Some(small), _) => small,
-            (None, Some(s)) if self.runs_short_grid(bindings, sms)? => {
-                (EntryBase::Short, s.entry.as_str(), &s.launch)
-            }
-            (None, _) => (EntryBase::Main, self.entry.as_str(), &self.launch),
+            (None, Some((from, s))) => (from, s.entry.as_str(), &s.launch),
+            (None, None) => (EntryBase::Main, self.entry.as_str(), &self.launch),
         };
         let slots = match from {
             EntryBase::Main => resident_ctas.unwrap_or(sms),
@@ -368,36 +409,53 @@ impl CudaKernel {
         })
     }
 
-    /// Whether a run under `bindings` on `sms` multiprocessors launches the
-    /// [`CudaKernel::short_grid`] entry: the kernel has one, and either its own launch would
-    /// split K, or the short grid's tiles finish at least a tenth sooner by the outputs the
-    /// busiest block computes (its waves of tiles times the tile's area: gpt2's down projection
-    /// at T = 5000 runs 160 tiles of 128 x 192 on 132 blocks, two waves, against 240 tiles of
-    /// 128 x 128, two waves too). Ties keep the kernel's own, wider tiles.
-    pub fn runs_short_grid(&self, bindings: &Bindings, sms: u32) -> Result<bool, LaunchError> {
-        let Some(short) = &self.short_grid else {
-            return Ok(false);
-        };
+    /// The [`CudaKernel::short_grids`] entry (by index) a run under `bindings` on `sms`
+    /// multiprocessors launches, or `None` for the kernel's own: the first where the kernel's
+    /// own launch would split K; else, of the short grids whose tiles finish at least a tenth
+    /// sooner than the kernel's own by the outputs the busiest block computes (its waves of
+    /// tiles times the tile's area, the tile's columns counted with
+    /// [`CudaKernel::tile_fixed_cols`]: gpt2's down projection at T = 5000 runs 160 tiles of
+    /// 128 x 192 on 132 blocks, two waves, against 240 tiles of 128 x 128, two waves too), the
+    /// one whose busiest block computes fewest, the widest of those that tie. Ties with the
+    /// kernel's own keep its wider tiles. (The 4096^2 block-sparse weight at T = 512, 128
+    /// fixed columns: 48 tiles of 128 x 352 in one wave, 128 of 128 x 128 in one, 256 of 128 x
+    /// 64 in two: the 128-column tiles, 256 columns a wave against 480 and 2 x 192.)
+    pub fn short_grid_for(
+        &self,
+        bindings: &Bindings,
+        sms: u32,
+    ) -> Result<Option<usize>, LaunchError> {
+        if self.short_grids.is_empty() {
+            return Ok(None);
+        }
         let own = self.launch.shape(bindings, sms)?;
         if own.splits > 1 {
-            return Ok(true);
+            return Ok(Some(0));
         }
-        // The outputs the busiest block computes: its waves of tiles times the tile's area.
+        // The outputs the busiest block computes: its waves of tiles times the tile's area (with
+        // the tile's fixed cost as further columns).
+        let fixed = u128::from(self.tile_fixed_cols);
         let span = |launch: &Launch, shape: Shape| match (&launch.grid, shape.tiles) {
             (Grid::Persistent { tile_m, tile_n, .. }, Some(tiles)) if shape.grid[0] > 0 => Some(
                 u128::from(tiles.div_ceil(u64::from(shape.grid[0])))
                     * u128::from(*tile_m)
-                    * u128::from(*tile_n),
+                    * (u128::from(*tile_n) + fixed),
             ),
             _ => None,
         };
-        let short_shape = short.launch.shape(bindings, sms)?;
-        Ok(
-            match (span(&self.launch, own), span(&short.launch, short_shape)) {
-                (Some(own), Some(short)) => short * 10 <= own * 9,
-                _ => false,
-            },
-        )
+        let Some(own) = span(&self.launch, own) else {
+            return Ok(None);
+        };
+        let mut best: Option<(usize, u128)> = None;
+        for (i, s) in self.short_grids.iter().enumerate() {
+            let Some(area) = span(&s.launch, s.launch.shape(bindings, sms)?) else {
+                continue;
+            };
+            if area * 10 <= own * 9 && best.is_none_or(|(_, b)| area < b) {
+                best = Some((i, area));
+            }
+        }
+        Ok(best.map(|(i, _)| i))
     }
 
     /// The small-M variant to launch for `bindings`: the index in `small_m.variants` of the first
@@ -1082,6 +1140,88 @@ mod tests {
                 one_tile: None,
             },
         }
+    }
+
+    /// A kernel of N = 4096 on 128 x `own` tiles with short grids of the given widths.
+    fn kernel_with_shorts(own: u32, shorts: &[u32], tile_fixed_cols: u32) -> CudaKernel {
+        let launch = |tile_n: u32| Launch {
+            block: [384, 1, 1],
+            smem_bytes: 0,
+            early_launch: false,
+            grid: Grid::Persistent {
+                m: Extent::of_dim(&Dim::sym("T")),
+                n: Extent::constant(4096),
+                tile_m: 128,
+                tile_n,
+                per_sm: 1,
+                cluster: 1,
+                cluster_rows: false,
+                split_k: None,
+                one_tile: None,
+            },
+        };
+        CudaKernel {
+            name: "k".into(),
+            entry: "k".into(),
+            source: String::new(),
+            launch: launch(own),
+            params: Vec::new(),
+            small_m: None,
+            relayouts: Vec::new(),
+            short_grids: shorts
+                .iter()
+                .map(|&n| ShortGrid {
+                    entry: format!("k_{n}"),
+                    launch: launch(n),
+                })
+                .collect(),
+            tile_fixed_cols,
+        }
+    }
+
+    #[test]
+    fn the_short_grid_is_the_one_whose_busiest_block_computes_least() {
+        let k = kernel_with_shorts(352, &[256, 128, 64], 128);
+        let at = |k: &CudaKernel, t: u64| {
+            let mut b = Bindings::new();
+            b.bind(&"T".into(), t).unwrap();
+            let c = k.choose_entry(&b, 132, None).unwrap();
+            (k.short_grid_for(&b, 132).unwrap(), c.entry.to_string())
+        };
+        // One row tile: 12 / 16 / 32 / 64 tiles, one wave each; the narrowest.
+        assert_eq!(at(&k, 128), (Some(2), "k_64".to_string()));
+        // Four: 48 / 64 / 128 tiles in one wave, 256 in two (2 x 192 columns against 256).
+        assert_eq!(at(&k, 512).0, Some(1));
+        // Eight: 96 / 128 tiles in one wave, 256 / 512 in two / four: the eight-row groups.
+        assert_eq!(at(&k, 1024).0, Some(0));
+        // 32 row tiles: 384 tiles in three waves (3 x 480) against 512 in four (4 x 384).
+        assert_eq!(at(&k, 4096), (None, "k".to_string()));
+        // Six row tiles: 72 / 96 tiles in one wave (480 / 384), 192 in two (2 x 256), 384 in
+        // three (3 x 192): the eight-row groups. Counted by their area alone, the 64-column
+        // tiles would win there (3 x 64 against 128 and 256), and tie with the 128-column ones
+        // at four row tiles (2 x 64 against 128: the wider).
+        assert_eq!(at(&k, 768).0, Some(0));
+        let area = kernel_with_shorts(352, &[256, 128, 64], 0);
+        assert_eq!(at(&area, 768).0, Some(2));
+        assert_eq!(at(&area, 512).0, Some(1));
+    }
+
+    #[test]
+    fn a_description_with_one_short_grid_object_reads_as_a_list_of_one() {
+        let k = kernel_with_shorts(192, &[128], 0);
+        let json = serde_json::to_string(&k).unwrap();
+        assert!(json.contains("\"short_grids\":[{"), "{json}");
+        assert!(!json.contains("tile_fixed_cols"), "{json}");
+        assert_eq!(serde_json::from_str::<CudaKernel>(&json).unwrap(), k);
+        let old = json
+            .replace("\"short_grids\":[{", "\"short_grid\":{")
+            .replace("}}]}", "}}}");
+        assert!(old.contains("\"short_grid\":{"), "{old}");
+        assert_eq!(serde_json::from_str::<CudaKernel>(&old).unwrap(), k);
+        let none = kernel_with_shorts(192, &[], 0);
+        let json = serde_json::to_string(&none).unwrap();
+        assert!(!json.contains("short_grid"), "{json}");
+        assert_eq!(serde_json::from_str::<CudaKernel>(&json).unwrap(), none);
     }
 
     #[test]

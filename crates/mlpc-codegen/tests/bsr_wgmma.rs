@@ -90,24 +90,27 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
                 .and_then(|s| s.split('>').next())
                 .unwrap_or_else(|| panic!("{}: no config", k.name));
             let field = |i: usize| config.split(", ").nth(i);
-            // The short-grid entry's configuration, where there is one.
-            let short = k
+            // The short-grid entries' groups and configurations (`Config_g<rows>`), in order.
+            let shorts: Vec<(u64, &str)> = k
                 .source
-                .split("using Config_short = mlpc::BsrWgmmaConfig<")
-                .nth(1);
-            let short_field =
-                |i: usize| short.and_then(|s| s.split('>').next()?.split(", ").nth(i));
-            assert_eq!(
-                short.is_some(),
-                sg.pattern.block == [32, 32]
-                    && !dual
-                    && g > 8
-                    && sg.pattern.inp >= 4096
-                    && sg.pattern.block_cols() < 256,
-                "{}",
-                k.name
-            );
-            assert_eq!(short.is_some(), k.short_grid.is_some(), "{}", k.name);
+                .split("using Config_g")
+                .skip(1)
+                .map(|s| {
+                    let (g, rest) = s.split_once(" = mlpc::BsrWgmmaConfig<").unwrap();
+                    (g.parse().unwrap(), rest.split('>').next().unwrap())
+                })
+                .collect();
+            assert_eq!(shorts.len(), k.short_grids.len(), "{}", k.name);
+            // Narrower groups each (at most 256, 128, 64 columns), below the entry's own; the
+            // first of eight rows beside groups of eleven.
+            let mut last = g;
+            for &(sg_g, _) in &shorts {
+                assert!(sg_g < last && sg_g * u64::from(br) <= 256, "{}", k.name);
+                last = sg_g;
+            }
+            if g > 8 {
+                assert_eq!(shorts.first().map(|s| s.0), Some(8), "{}", k.name);
+            }
             let windows = field(5) == Some("2");
             let wide = field(6) == Some("true");
             let pairs = field(9) == Some("true");
@@ -139,23 +142,37 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
             if dual {
                 expect.push(block_box);
             }
-            // The short-grid entry's A boxes where they differ from the entry's own.
-            let sw_a_short = match (short_field(5) == Some("2"), short_field(9) == Some("true")) {
-                (true, false) => 64,
-                (true, true) => 32,
-                _ => sw,
-            };
-            if short.is_some() && sw_a_short != sw_a {
-                expect.insert(1, (128, sw_a_short));
+            // The short-grid entries' A boxes where they differ from the entry's own, a map for
+            // each other width.
+            let short_field = |c: &str, i: usize| c.split(", ").nth(i).map(str::to_string);
+            let mut a_boxes = vec![sw_a];
+            for &(_, c) in &shorts {
+                let sw_a_short = match (
+                    short_field(c, 5).as_deref() == Some("2"),
+                    short_field(c, 9).as_deref() == Some("true"),
+                ) {
+                    (true, false) => 64,
+                    (true, true) => 32,
+                    _ => sw,
+                };
+                if !a_boxes.contains(&sw_a_short) {
+                    expect.insert(a_boxes.len(), (128, sw_a_short));
+                    a_boxes.push(sw_a_short);
+                }
             }
-            // The epilogue's TMA stores (of either entry), after the operands: the output in
+            // The epilogue's TMA stores (of any entry), after the operands: the output in
             // 64 x 64 boxes for consecutive groups, in boxes of a block row's 32 columns for
             // groups of listed block rows (a map each, in the entries' order).
-            let listed = [
-                k.source.contains("Epilogue, GroupRows>"),
-                k.source.contains("Epilogue, GroupRows_short>"),
-            ];
-            let stored = [field(8) == Some("true"), short_field(8) == Some("true")];
+            let listed = std::iter::once(k.source.contains("Epilogue, GroupRows>")).chain(
+                shorts
+                    .iter()
+                    .map(|(sg_g, _)| k.source.contains(&format!("Epilogue, GroupRows_g{sg_g}>"))),
+            );
+            let stored = std::iter::once(field(8) == Some("true")).chain(
+                shorts
+                    .iter()
+                    .map(|&(_, c)| short_field(c, 8).as_deref() == Some("true")),
+            );
             let mut boxes = Vec::new();
             for (st, l) in stored.into_iter().zip(listed) {
                 let b = if l { (64, br) } else { (64, 64) };
@@ -230,14 +247,15 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
                 );
             };
             grid_of(&k.launch, g);
-            if let Some(s) = &k.short_grid {
-                grid_of(&s.launch, 8);
+            for (s, &(sg_g, _)) in k.short_grids.iter().zip(&shorts) {
+                grid_of(&s.launch, sg_g);
                 assert!(
                     k.source.contains(&format!(" {}(\n", s.entry)),
                     "{}",
                     s.entry
                 );
-                assert!(s.entry.contains("_wgmma_128x256x"), "{}", s.entry);
+                let tile = format!("_wgmma_128x{}x", sg_g * u64::from(br));
+                assert!(s.entry.contains(&tile), "{}", s.entry);
             }
             for list in [
                 "grp_ptr",

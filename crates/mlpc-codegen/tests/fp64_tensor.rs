@@ -749,7 +749,8 @@ fn the_dmma_microbenchmark_compiles_with_the_template() {
         source: include_str!("../../../scripts/gpu/dmma_issue.cu").to_string(),
         small_m: None,
         relayouts: Vec::new(),
-        short_grid: None,
+        short_grids: Vec::new(),
+        tile_fixed_cols: 0,
         ..template
     };
     let jit = JitOptions {

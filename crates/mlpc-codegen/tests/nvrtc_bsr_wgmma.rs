@@ -109,7 +109,7 @@ fn bsr_wgmma_kernels_compile_for_sm_90a_without_local_memory_or_serialised_wgmma
         assert!(c.resources.barriers >= 1, "{}: {:?}", k.name, c.resources);
     }
     assert!(
-        kernels.iter().any(|k| k.short_grid.is_some()),
+        kernels.iter().any(|k| !k.short_grids.is_empty()),
         "no kernel with a short-grid entry"
     );
 }
@@ -140,14 +140,17 @@ fn the_benchmark_shape_compiles_without_local_memory() {
     {
         // The grouped kernel at every density (ahead of the one-block-row kernel at all three),
         // over K windows of two block columns at 0.5, pairs of kept columns at 0.25 and 0.1.
-        // Groups of eleven 32-row block rows (352 columns), and the short-grid entry's of
-        // eight.
+        // Groups of eleven 32-row block rows (352 columns), and the short-grid entries' of
+        // eight, four and two.
         assert!(k.entry.ends_with("_b32x32_wgmma_128x352x64"), "{}", k.entry);
-        let short = k.short_grid.as_ref().map(|s| s.entry.as_str());
-        assert!(
-            short.is_some_and(|e| e.ends_with("_b32x32_wgmma_128x256x64")),
-            "{short:?}"
-        );
+        let short: Vec<&str> = k.short_grids.iter().map(|s| s.entry.as_str()).collect();
+        assert_eq!(short.len(), 3, "{short:?}");
+        for (e, cols) in short.iter().zip([256, 128, 64]) {
+            assert!(
+                e.contains(&format!("_b32x32_wgmma_128x{cols}x")),
+                "{short:?}"
+            );
+        }
         assert_eq!(
             k.source.contains("step_col1["),
             k.name != "bench_d50",
@@ -173,7 +176,8 @@ fn script_compiles_clean(source: &str, prefix: &str, entry: &str, entries: usize
         source: source.to_string(),
         small_m: None,
         relayouts: Vec::new(),
-        short_grid: None,
+        short_grids: Vec::new(),
+        tile_fixed_cols: 0,
         ..template
     };
     let opts = JitOptions {

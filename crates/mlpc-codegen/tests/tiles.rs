@@ -348,7 +348,8 @@ fn deep_wide_gemms_take_a_short_grid_entry_where_their_grid_would_split() {
     let o = opts(Arch::Sm90a);
     let base = generate(&p, &o).unwrap();
     let k = &base[0];
-    let s = k.short_grid.as_ref().expect("a short-grid entry");
+    assert_eq!(k.short_grids.len(), 1);
+    let s = &k.short_grids[0];
     assert_eq!(s.entry, format!("{}_short", k.entry));
     let Grid::Persistent {
         tile_m,
@@ -374,7 +375,7 @@ fn deep_wide_gemms_take_a_short_grid_entry_where_their_grid_would_split() {
     let runs = |t: u64| {
         let mut b = mlpc_ir::Bindings::new();
         b.bind(&"T".into(), t).unwrap();
-        k.runs_short_grid(&b, 132).unwrap()
+        k.short_grid_for(&b, 132).unwrap() == Some(0)
     };
     assert!(runs(1000));
     assert!(runs(2048));
@@ -397,11 +398,11 @@ fn deep_wide_gemms_take_a_short_grid_entry_where_their_grid_would_split() {
     // 8 x 6 tiles of 128 x 128 on 132 SMs: two splits each.
     let (entry, from, grid, ws) = choose(k, 1000, None);
     assert_eq!(entry, format!("{}_short_splitk", k.entry));
-    assert_eq!((from, grid), (EntryBase::Short, [96, 1, 1]));
+    assert_eq!((from, grid), (EntryBase::Short(0), [96, 1, 1]));
     assert_eq!(ws, 16 * 1024 + 96 * 128 * 128 * 4);
     let (entry, from, grid, ws) = choose(k, 5000, None);
     assert_eq!(entry, s.entry);
-    assert_eq!((from, grid, ws), (EntryBase::Short, [132, 1, 1], 0));
+    assert_eq!((from, grid, ws), (EntryBase::Short(0), [132, 1, 1], 0));
     let (entry, from, grid, ws) = choose(k, 8192, None);
     assert_eq!(entry, k.entry);
     assert_eq!((from, grid, ws), (EntryBase::Main, [132, 1, 1], 0));
@@ -414,16 +415,16 @@ fn deep_wide_gemms_take_a_short_grid_entry_where_their_grid_would_split() {
     assert_eq!((from, grid), (EntryBase::Main, [120, 1, 1]));
     // Dual GEMMs (ping-pong) and shallow ones have none; neither has a forced tile other than
     // the heuristic's, while the heuristic's own, forced, keeps it.
-    assert!(base[1].short_grid.is_none());
+    assert!(base[1].short_grids.is_empty());
     assert!(generate(&plan("768", "3072"), &o).unwrap()[0]
-        .short_grid
-        .is_none());
+        .short_grids
+        .is_empty());
     let key = tile_candidates(&p, &p.kernels[0], &o).unwrap().unwrap().key;
     let mut tiles = TileOverrides::new();
     tiles.insert(key, c(256, 1));
     assert!(generate_tiled(&p, &o, &tiles).unwrap()[0]
-        .short_grid
-        .is_none());
+        .short_grids
+        .is_empty());
     tiles.insert(key, c(192, 1));
     assert_eq!(generate_tiled(&p, &o, &tiles).unwrap(), base);
 }

@@ -114,7 +114,8 @@ fn nt_half_gemms_take_wgmma_and_the_rest_keep_their_family() {
                     want.push((pk.args[2], tile_n, 64));
                 }
                 // A short-grid entry's B map (its narrower tiles).
-                if let Some(s) = &k.short_grid {
+                assert!(k.short_grids.len() <= 1, "{}", k.name);
+                if let Some(s) = k.short_grids.first() {
                     let Grid::Persistent {
                         tile_n: short_n, ..
                     } = s.launch.grid
@@ -145,7 +146,7 @@ fn nt_half_gemms_take_wgmma_and_the_rest_keep_their_family() {
                     _ => 0,
                 };
                 // The short-grid entry and its split entry.
-                let short_entries = k.short_grid.as_ref().map_or(0, |s| {
+                let short_entries = k.short_grids.first().map_or(0, |s| {
                     assert!(k.source.contains(&format!(" {}(", s.entry)), "{}", k.name);
                     let Grid::Persistent {
                         split_k: Some(split),

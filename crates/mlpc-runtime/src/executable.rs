@@ -63,12 +63,12 @@ struct Loaded {
     function: CudaFunction,
     /// The entries of `kernel.small_m`'s variants, in order.
     small_m: Vec<CudaFunction>,
-    /// The entry of `kernel.short_grid`.
-    short: Option<CudaFunction>,
+    /// The entries of `kernel.short_grids`, in order.
+    short: Vec<CudaFunction>,
     /// The other entries of a persistent GEMM (`Grid::Persistent::split_k` and `one_tile` of its
-    /// launch and of its short-grid entry's), by name, each with whether it belongs to the
-    /// short-grid entry's launch.
-    alternates: Vec<(String, CudaFunction, bool)>,
+    /// launch and of its short-grid entries'), by name, each with the short grid whose launch
+    /// it belongs to (`None`: the kernel's own).
+    alternates: Vec<(String, CudaFunction, Option<usize>)>,
     /// For a persistent grid of clusters: the CTAs of the clusters the device holds at once
     /// (`cuOccupancyMaxActiveClusters` x cluster size), which sizes the grid instead of the SM
     /// count (a GPC with an odd number of free SMs leaves one out).
@@ -80,7 +80,7 @@ impl Loaded {
         match entry {
             Entry::Tiled => Some(&self.function),
             Entry::SmallM(i) => self.small_m.get(i),
-            Entry::Short => self.short.as_ref(),
+            Entry::Short(i) => self.short.get(i),
             Entry::Alternate(i) => self.alternates.get(i).map(|(_, f, _)| f),
         }
     }
@@ -94,7 +94,7 @@ impl Loaded {
                 .as_ref()
                 .and_then(|s| s.variants.get(i))
                 .map_or("", |v| &v.entry),
-            Entry::Short => self.kernel.short_grid.as_ref().map_or("", |s| &s.entry),
+            Entry::Short(i) => self.kernel.short_grids.get(i).map_or("", |s| &s.entry),
             Entry::Alternate(i) => self.alternates.get(i).map_or("", |(name, _, _)| name),
         }
     }
@@ -392,11 +392,11 @@ impl Executable {
                 }
                 _ => None,
             };
-            // The alternates of the kernel's launch, then those of its short-grid entry's.
-            let short_launch = img.kernel.short_grid.as_ref().map(|s| &s.launch);
+            // The alternates of the kernel's launch, then those of its short-grid entries'.
+            let short_launches = img.kernel.short_grids.iter().enumerate();
             let mut alternates = Vec::new();
-            for (launch, short) in
-                std::iter::once((&img.kernel.launch, false)).chain(short_launch.map(|l| (l, true)))
+            for (launch, short) in std::iter::once((&img.kernel.launch, None))
+                .chain(short_launches.map(|(i, s)| (&s.launch, Some(i))))
             {
                 for name in launch.alternate_entries() {
                     alternates.push((name.to_string(), entry(name, launch)?, short));
@@ -404,10 +404,10 @@ impl Executable {
             }
             let short = img
                 .kernel
-                .short_grid
-                .as_ref()
+                .short_grids
+                .iter()
                 .map(|s| entry(&s.entry, &s.launch))
-                .transpose()?;
+                .collect::<Result<Vec<_>, _>>()?;
             let small_m = img
                 .kernel
                 .small_m
@@ -549,15 +549,17 @@ impl Executable {
             let entry = match chosen.from {
                 EntryBase::SmallM(i) => Entry::SmallM(i),
                 from => {
-                    let short = from == EntryBase::Short;
+                    let short = match from {
+                        EntryBase::Short(i) => Some(i),
+                        _ => None,
+                    };
                     match loaded
                         .alternates
                         .iter()
                         .position(|(n, _, s)| n == chosen.entry && *s == short)
                     {
                         Some(i) => Entry::Alternate(i),
-                        None if short => Entry::Short,
-                        None => Entry::Tiled,
+                        None => short.map_or(Entry::Tiled, Entry::Short),
                     }
                 }
             };
@@ -1087,7 +1089,8 @@ mod tests {
             params,
             small_m: None,
             relayouts,
-            short_grid: None,
+            short_grids: Vec::new(),
+            tile_fixed_cols: 0,
         }
     }
 

@@ -122,8 +122,9 @@ pub enum Entry {
     Tiled,
     /// Index into the kernel's `small_m.variants`.
     SmallM(usize),
-    /// A persistent GEMM's entry on smaller tiles, on its own launch (`CudaKernel::short_grid`).
-    Short,
+    /// A persistent GEMM's entry on smaller tiles, on its own launch: index into
+    /// `CudaKernel::short_grids`.
+    Short(usize),
     /// Another entry of a persistent GEMM on the launch of the tiled or the short-grid entry
     /// (`Launch::alternate_entry`: the split-K one, or the one-tile one), by index into the
     /// loaded kernel's alternates.
