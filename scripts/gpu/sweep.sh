@@ -18,8 +18,8 @@
 #         three bsr rows and the three sparse models
 #
 # Checks: when a block-sparse row is timed, the block-sparse cases (tests/cases at T = 1, 77,
-# 129, 1000, bert-sparse-ffn at 67 and 2048, the generated weights at a few hundred rows and
-# the 4096^2 ones at 4200, at density 0.16 both); for a
+# 129, 1000, bert-sparse-ffn at 67 and 2048, the generated weights at a few hundred rows, the
+# 4096^2 ones at 300, 1000 and 4200, at density 0.16 too); for a
 # MODEL.json:T or ROW@T row, the model at T = 200 and at T, and at every T of CHECK_T ("1 9 16",
 # say) too.
 # CHECKS=0 skips them all (timing-only probes whose results are wrong by design).
@@ -122,13 +122,17 @@ checks() {
             done
             check "$i" examples/bert-sparse-ffn/model.json --bind T=67
             check "$i" examples/bert-sparse-ffn/model.json --bind T=2048
-            for d in 0.5 0.25 0.1; do check "$i" "$models/bsr-$d.json" --bind T=300; done
-            # Enough rows for the groups of eleven block rows (the short-grid entry of eight
-            # runs at T = 300), with a partial last row tile.
+            # The short grids' groups of four block rows (T = 300) and of eight (T = 1000); the
+            # ones of two run at T = 77 and 129 above and at the rows' T = 128 or 256.
+            for t in 300 1000; do
+                for d in 0.5 0.25 0.1; do check "$i" "$models/bsr-$d.json" --bind T=$t; done
+            done
+            # Enough rows for the kernel's own groups of eleven block rows, with a partial last
+            # row tile.
             for d in 0.5 0.25 0.1; do check "$i" "$models/bsr-$d.json" --bind T=4200; done
-            # Groups of eleven on windows, the short grid's of eight on pairs (its A through a
-            # tensor map of its own): both entries.
-            for t in 300 4200; do check "$i" "$models/bsr-0.16.json" --bind T=$t; done
+            # Groups of eleven on windows, the short grids' on pairs (their A through a tensor
+            # map of its own): every entry.
+            for t in 300 1000 4200; do check "$i" "$models/bsr-0.16.json" --bind T=$t; done
             check "$i" "$models/bsr64-0.5.json" --bind T=300
             check "$i" "$models/geglu-sparse.json" --bind T=100
             check "$i" "$models/mlp3-sparse.json" --bind T=700
