@@ -406,7 +406,7 @@ pub(crate) fn select_wgmma(
 /// GEMMs, two accumulator sets). Eleven rows share each A piece among more kept blocks: 3-5 %
 /// faster on the 4096^2 weight at density 0.5 / 0.25 (level at 0.1) where the waves of groups
 /// come out even; where they do not, the short-grid entry of eight rows runs instead
-/// ([`select_wgmma_short`]). Not for shorter K: at K = 1024 (the sparse bert-large FFN's up
+/// ([`select_wgmma_short_grids`]). Not for shorter K: at K = 1024 (the sparse bert-large FFN's up
 /// projection) eleven rows measured 7 % slower on the model with the epilogue's register
 /// stores (variant 23), and still 5 % slower with both sides storing by the copy engine
 /// (docs/perf-notes.md, block-sparse variant 26). [`select_wgmma`] takes 256 after all where the
@@ -426,7 +426,7 @@ fn wide_group_cols(dual: bool, p: &BlockPattern) -> u32 {
 /// groups beside eleven-row ones where the latter's waves come out uneven, the narrower ones at
 /// a few row tiles (T = 128-512 on the 4096^2 weight), where the wide groups leave most SMs
 /// idle (docs/perf-notes.md, block-sparse variant 46).
-pub(crate) fn select_wgmma_short(
+pub(crate) fn select_wgmma_short_grids(
     arch: Arch,
     dtype: DType,
     dual: bool,
@@ -448,7 +448,7 @@ pub(crate) fn select_wgmma_short(
     shorts
 }
 
-/// The accumulator columns of the short-grid entries' groups ([`select_wgmma_short`]).
+/// The accumulator columns of the short-grid entries' groups ([`select_wgmma_short_grids`]).
 const SHORT_GRID_COLS: [u32; 3] = [256, 128, 64];
 
 /// What a tile of the grouped kernel costs beyond its area, in output columns
@@ -860,7 +860,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     // Beside the kernel's groups, entries of narrower ones for the grids whose waves of groups
     // they end sooner (the kernel's short grids).
     let shorts: Vec<WgmmaBsr> = match hopper {
-        Some(_) => select_wgmma_short(ctx.opts.arch, dtype, dual, (la, &lda), p)
+        Some(_) => select_wgmma_short_grids(ctx.opts.arch, dtype, dual, (la, &lda), p)
             .into_iter()
             .map(|h| h.stored(p, dual, storable))
             .collect(),
@@ -2041,7 +2041,7 @@ mod tests {
             m,
         );
         let mut g = cfg.g;
-        for short in select_wgmma_short(Arch::Sm90a, DType::Bf16, dual, la, pattern) {
+        for short in select_wgmma_short_grids(Arch::Sm90a, DType::Bf16, dual, la, pattern) {
             assert!(short.g < g && short.wide == cfg.wide, "{:?}", pattern.block);
             g = short.g;
             check_cfg(pattern, short, dual, m);
@@ -2230,7 +2230,7 @@ mod tests {
             let wide = select_wgmma_cols(Arch::Sm90a, DType::Bf16, false, la, &p, 352).unwrap();
             assert_eq!(wide.stages < 4, g == 8, "density {density}: {wide:?}");
             // Groups of eight are already the first short grid's.
-            let short = select_wgmma_short(Arch::Sm90a, DType::Bf16, false, la, &p);
+            let short = select_wgmma_short_grids(Arch::Sm90a, DType::Bf16, false, la, &p);
             assert_eq!(
                 short.iter().map(|s| s.g).collect::<Vec<_>>(),
                 if g == 11 { vec![8, 4, 2] } else { vec![4, 2] },
@@ -2639,13 +2639,13 @@ mod tests {
         // stages stay, and the staging with them.
         // (Of eight block rows a group: the first short-grid entry's, which only patterns of
         // 32-row blocks whose own groups are wider have; then four and two rows.)
-        let short = select_wgmma_short(Arch::Sm90a, DType::Bf16, false, n4096, &wide);
+        let short = select_wgmma_short_grids(Arch::Sm90a, DType::Bf16, false, n4096, &wide);
         assert_eq!((short[0].g, short[0].wb, short[0].slots), (8, 2, 15));
         let gs = |s: Vec<WgmmaBsr>| s.iter().map(|s| s.g).collect::<Vec<_>>();
         assert_eq!(gs(short), [8, 4, 2]);
         // Dual GEMMs (groups of four) and shorter K (groups of eight): the narrower ones only.
         assert_eq!(
-            gs(select_wgmma_short(
+            gs(select_wgmma_short_grids(
                 Arch::Sm90a,
                 DType::Bf16,
                 true,
@@ -2657,12 +2657,18 @@ mod tests {
         let own = pick(Arch::Sm90a, DType::Bf16, false, n, &b32).unwrap();
         assert_eq!((own.g, own.wb), (8, 2));
         assert_eq!(
-            gs(select_wgmma_short(Arch::Sm90a, DType::Bf16, false, n, &b32)),
+            gs(select_wgmma_short_grids(
+                Arch::Sm90a,
+                DType::Bf16,
+                false,
+                n,
+                &b32
+            )),
             [4, 2]
         );
         // 64-row blocks: groups of four, then two and one.
         assert_eq!(
-            gs(select_wgmma_short(
+            gs(select_wgmma_short_grids(
                 Arch::Sm90a,
                 DType::Bf16,
                 false,
