@@ -1124,15 +1124,20 @@ mod tests {
 
     /// A persistent launch over `[T, 768]` in 128 x 192 tiles, without clusters.
     fn persistent_768(per_sm: u32, split_k: Option<SplitK>) -> Launch {
+        persistent(768, 192, per_sm, split_k)
+    }
+
+    /// A persistent launch over `T` x `n` outputs in tiles of 128 x `tile_n`.
+    fn persistent(n: u64, tile_n: u32, per_sm: u32, split_k: Option<SplitK>) -> Launch {
         Launch {
             block: [384, 1, 1],
             smem_bytes: 0,
             early_launch: false,
             grid: Grid::Persistent {
                 m: Extent::of_dim(&Dim::sym("T")),
-                n: Extent::constant(768),
+                n: Extent::constant(n),
                 tile_m: 128,
-                tile_n: 192,
+                tile_n,
                 per_sm,
                 cluster: 1,
                 cluster_rows: false,
@@ -1144,22 +1149,7 @@ mod tests {
 
     /// A kernel of N = 4096 on 128 x `own` tiles with short grids of the given widths.
     fn kernel_with_shorts(own: u32, shorts: &[u32], tile_fixed_cols: u32) -> CudaKernel {
-        let launch = |tile_n: u32| Launch {
-            block: [384, 1, 1],
-            smem_bytes: 0,
-            early_launch: false,
-            grid: Grid::Persistent {
-                m: Extent::of_dim(&Dim::sym("T")),
-                n: Extent::constant(4096),
-                tile_m: 128,
-                tile_n,
-                per_sm: 1,
-                cluster: 1,
-                cluster_rows: false,
-                split_k: None,
-                one_tile: None,
-            },
-        };
+        let launch = |tile_n: u32| persistent(4096, tile_n, 1, None);
         CudaKernel {
             name: "k".into(),
             entry: "k".into(),
