@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every check of the project: formatting, clippy with warnings as errors, every test of the
-# workspace, and that the benchmark tables are what their measurements files render. Installs what is missing first (see scripts/setup.sh). `.ci/run` calls this.
+# workspace, the API documentation without warnings (broken intra-doc links), and that the benchmark tables are what their measurements files render. Installs what is missing first (see scripts/setup.sh). `.ci/run` calls this.
 set -euo pipefail
 . "$(dirname "$0")/setup.sh"
 mlpc_setup
@@ -16,6 +16,8 @@ echo "== cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test --workspace"
 cargo test --workspace
+echo "== cargo doc --workspace --no-deps (warnings as errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 # The GPU tables are written by the harness: rendering them again from their measurements files
 # must give the committed text (no hand edits inside the generated sections).
 echo "== docs/benchmarks.md against its measurements files"

@@ -2,7 +2,7 @@
 //!
 //! A model is a [`Graph`]: a petgraph of [`Node`]s, each an [`Op`] from a closed enum with a
 //! [`TensorType`] (dtype, shape of fixed or symbolic dims, strides). The crate holds everything
-//! that defines what a graph *means*: type inference, the [`verify`]er, the text form and the
+//! that defines what a graph *means*: type inference, the [verifier](verify()), the text form and the
 //! reference [`interpret`]er that every backend is checked against.
 //!
 //! **Architecture invariant:** this crate knows nothing of CUDA, LLVM, files or passes. It depends

@@ -9,7 +9,7 @@
 //! 4. **Leaves**: an `input` has no operands; a `weight` has no operands and the weights table holds
 //!    data of its name, with the node's dtype and shape, stored row-major.
 //! 5. **Types**: every non-leaf node's type (dtype, shape, strides) equals the type inferred from its
-//!    operands ([`crate::infer`]); in particular all operands share one dtype.
+//!    operands ([`crate::infer()`]); in particular all operands share one dtype.
 //! 6. **Dims**: every fixed dim is > 0; every symbolic dim is a valid identifier.
 //! 7. **Gemm**: epilogue operand indices lie after the matrix operands and each such operand is
 //!    referenced by exactly one epilogue step (checked by inference and arity together).

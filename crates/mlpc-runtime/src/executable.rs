@@ -2,8 +2,8 @@
 //!
 //! One run: the guards check the inputs and bind the symbolic dims; what depends on those
 //! bindings alone (intermediates, the entry and grid of every kernel, the graph) is made once per
-//! bindings and kept in a [`Scratch`] until they change; outputs are allocated; the arguments of
-//! every kernel are filled in ([`crate::launch::kernel_args`]); poisoning memsets, when asked,
+//! bindings and kept in a `Scratch` until they change; outputs are allocated; the arguments of
+//! every kernel are filled in (`launch::kernel_args`); poisoning memsets, when asked,
 //! go on the stream; then the kernels are launched one by one or, from the second run of the
 //! same bindings on, as one CUDA graph ([`crate::graph`]).
 

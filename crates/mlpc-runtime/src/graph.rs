@@ -5,10 +5,10 @@
 //! each depending on the one before: the plan's launch order), not captured from a stream, so
 //! that every node's handle is at hand. A run changes the arguments of some kernels only (fresh
 //! output allocations, the caller's input pointers), so each node keeps the launch it was last
-//! set to and [`stale_nodes`] names the nodes whose launch differs;
+//! set to and `stale_nodes` names the nodes whose launch differs;
 //! `cuGraphExecKernelNodeSetParams` updates those alone, then the graph is launched.
 //!
-//! The policy ([`Replay::step`]): the first run under given bindings launches kernel by kernel
+//! The policy (`Replay::step`): the first run under given bindings launches kernel by kernel
 //! (a one-off run should not pay for instantiating a graph); the second builds the graph and
 //! launches it; later ones update and replay it. A graph belongs to one bindings: it lives beside
 //! the intermediates allocated for them and is dropped (destroyed) with them when the bindings

@@ -1,7 +1,7 @@
 //! Kernel arguments and launches: what one kernel of a run needs, whether it is launched on its
 //! own (`cuLaunchKernel`) or as a node of the plan's CUDA graph (see [`crate::graph`]).
 //!
-//! The argument list of an entry is built by one function, [`kernel_args`], from the kernel's
+//! The argument list of an entry is built by one function, `kernel_args`, from the kernel's
 //! [`Param`]s; both launch paths turn the same `&[KernelArg]` into the driver's array of argument
 //! pointers ([`KernelArg::as_param`]). A new argument kind of the kernel ABI is a new variant of
 //! [`KernelArg`] and an arm in those two places, nothing else.
