@@ -142,6 +142,18 @@ struct BsrWgmmaConfig {
     static_assert(!PAIRS || WB == 2, "pairs are steps of two block columns");
 };
 
+#ifdef MLPC_BSR_WALK_CAP
+/// The persistent walk's work-item table (`Param::Walk`, `mlpc_codegen::walk_table`), passed by
+/// value: item[r * gridDim.x + b] is CTA b's item in round r (0xffff: none), for `rounds`
+/// rounds; zero rounds, or a table that does not cover the grid's items, leaves the kernel's
+/// own snake (`bsr_wgmma::work_item`). Generated only where `CodegenOptions::bsr_walk` asks.
+struct BsrWalk {
+    int rounds;
+    unsigned short item[MLPC_BSR_WALK_CAP];
+};
+static_assert(sizeof(BsrWalk) == 4 + 2 * MLPC_BSR_WALK_CAP, "the layout of `Param::Walk`");
+#endif
+
 /// Run-time description of a grouped BSR GEMM: the dense GEMM parameters (`b` and `b_up` point at
 /// the packed blocks; `ldb` is unused) and the step lists of the groups.
 template <class T, int NEPI>
@@ -161,6 +173,10 @@ struct BsrWgmmaParams : GemmParams<T, NEPI> {
     const int* step_first;
     /// Packed index of each kept block, step by step, in increasing g within a step.
     const int* step_blk;
+#ifdef MLPC_BSR_WALK_CAP
+    /// The launch's work-item table (the entry's by-value argument).
+    const BsrWalk* walk;
+#endif
 };
 
 namespace bsr_wgmma {
@@ -750,16 +766,17 @@ struct GemmBsrWgmma {
         }
     }
 
-    /// Calls `body(t)` for each tile of CTA `cta` of `ctas` in turn (`tile_at(w)` is work item
-    /// w, for w < `tiles`), the next tile's place read before the body runs, so that its list
-    /// loads wait behind the current tile rather than before the next.
-    template <class TileAt, class F>
-    __device__ __forceinline__ static void for_each_tile(int cta, int ctas, int tiles,
+    /// Calls `body(t)` for each tile of the CTA in turn (`item_at(r)` is its work item in round
+    /// r, at least `tiles` once it has none; `tile_at(w)` is work item w, for w < `tiles`), the
+    /// next tile's place read before the body runs, so that its list loads wait behind the
+    /// current tile rather than before the next.
+    template <class ItemAt, class TileAt, class F>
+    __device__ __forceinline__ static void for_each_tile(ItemAt&& item_at, int tiles,
                                                          TileAt&& tile_at, F&& body) {
-        int w = bsr_wgmma::work_item(0, cta, ctas);
+        int w = item_at(0);
         auto t = tile_at(w);
         for (int r = 0; w < tiles; ++r) {
-            w = bsr_wgmma::work_item(r + 1, cta, ctas);
+            w = item_at(r + 1);
             const auto next = tile_at(w);
             body(t);
             t = next;
@@ -795,6 +812,18 @@ struct GemmBsrWgmma {
             return t;
         };
         auto tile_or_none = [&](int w) { return w < tiles ? tile_at(w) : Tile{0, 0, 0, 0}; };
+        // The CTA's work item in round r: the snake, or the launch's table where it has one
+        // that covers the grid's items.
+        auto item_at = [&](int r) {
+#ifdef MLPC_BSR_WALK_CAP
+            const int rounds = p.walk->rounds;
+            if (rounds > 0 && rounds * ctas <= MLPC_BSR_WALK_CAP && rounds * ctas >= tiles) {
+                const int w = r < rounds ? (int)p.walk->item[r * ctas + cta] : 0xffff;
+                return w == 0xffff ? tiles : w;
+            }
+#endif
+            return bsr_wgmma::work_item(r, cta, ctas);
+        };
 
         if (tid == kConsumerThreads) {
 #pragma unroll
@@ -828,7 +857,7 @@ struct GemmBsrWgmma {
             }
             // Slices of the CTA's earlier tiles.
             int before = 0;
-            for_each_tile(cta, ctas, tiles, tile_or_none, [&](const Tile& t) {
+            for_each_tile(item_at, tiles, tile_or_none, [&](const Tile& t) {
                 const int s0 = t.s0, m0 = t.m0;
                 const int slices = t.steps * kKSub;
                 auto info_at = [&](int sl) {
@@ -916,7 +945,7 @@ struct GemmBsrWgmma {
         int stage = 0;
         u32 phase = 0;
         u32 chunk = 0;
-        for_each_tile(cta, ctas, tiles, tile_or_none, [&](const Tile& t) {
+        for_each_tile(item_at, tiles, tile_or_none, [&](const Tile& t) {
             // n0: the columns of a group of consecutive block rows (computed at each use, as a
             // value kept across the k loop moved ptxas's allocation of it).
             init_acc(p, t.group, (i64)t.group * (G * BR), tid, acc, acc_up);

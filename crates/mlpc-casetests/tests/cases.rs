@@ -134,6 +134,7 @@ fn generate(c: &Compiled) -> Result<Vec<CudaKernel>, String> {
         arch: Arch::Sm90,
         allow_tf32: c.model.allow_tf32,
         sparse_gemv: true,
+        bsr_walk: false,
     };
     mlpc_codegen::generate(&c.plan, &opts).map_err(|e| format!("codegen: {e}"))
 }

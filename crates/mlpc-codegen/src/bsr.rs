@@ -40,7 +40,7 @@ use crate::gemm::{
 use crate::view::{is_one, matrix_view};
 use crate::{
     dim_params, signature, Arch, CodegenError, Ctx, CudaKernel, Grid, Launch, Param, Relayout,
-    ShortGrid, TileChoice, TileKey,
+    ShortGrid, TileChoice, TileKey, WALK_CAP,
 };
 use mlpc_ir::{BlockPattern, DType, Extent, MatLayout, SparseGemm};
 use std::fmt::Write;
@@ -866,6 +866,8 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             .collect(),
         None => Vec::new(),
     };
+    // The work-item tables of the persistent walk, where asked for (`CodegenOptions::bsr_walk`).
+    let walk = ctx.opts.bsr_walk && hopper.is_some();
     // The suffix of a short grid's lists and kernel type: its rows a group.
     let short_sfx = |s: &WgmmaBsr| format!("_g{}", s.g);
     let cfg = choose(dtype, dual, p.block);
@@ -956,6 +958,9 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             true => format!("    p.step_col1 = step_col1{sfx};"),
             false => "    p.step_col1 = nullptr;".to_string(),
         });
+        if walk {
+            lines.push("    p.walk = &walk;".to_string());
+        }
         lines.extend(epi_lines.iter().cloned());
         let bu = if dual { "tm_bu" } else { "tm_b" };
         lines.push(format!("    Kernel{sfx}::run(p, {ta}, tm_b, {bu}, {tc});"));
@@ -1058,12 +1063,19 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     } else {
         "gemm_bsr.cuh"
     };
+    if walk {
+        src.push_str(&format!("#define MLPC_BSR_WALK_CAP {WALK_CAP}\n"));
+    }
     src.push_str(&format!("#include \"{include}\"\n\n"));
     src.push_str("namespace {\n");
+    // Each Hopper entry's work-item costs (`Launch::walk_costs`), the own entry's first.
+    let mut walk_costs: Vec<Vec<u32>> = Vec::new();
     let epilogue = format!("using Epilogue = {};\n", epi.ty);
     match hopper {
         Some(h) => {
-            src.push_str(&hopper_lists(p, &h, ""));
+            let (lists, costs) = hopper_lists(p, &h, "");
+            src.push_str(&lists);
+            walk_costs.push(costs);
             src.push_str(&hopper_kernel(elem, br, bc, &h, "", dual, &epilogue));
             for s in &shorts {
                 src.push_str(&format!(
@@ -1071,7 +1083,9 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
                      entry of {}\n// where its waves of groups end sooner).\n",
                     s.g, h.g
                 ));
-                src.push_str(&hopper_lists(p, s, &short_sfx(s)));
+                let (lists, costs) = hopper_lists(p, s, &short_sfx(s));
+                src.push_str(&lists);
+                walk_costs.push(costs);
                 src.push_str(&hopper_kernel(elem, br, bc, s, &short_sfx(s), dual, ""));
             }
         }
@@ -1109,7 +1123,10 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     }
     src.push_str("}  // namespace\n\n");
     let map_names: Vec<&str> = maps.iter().map(|(name, _)| name.as_str()).collect();
-    let sig = signature(elem, &arg_names, ctx.args.len(), &symbols, &map_names);
+    let mut sig = signature(elem, &arg_names, ctx.args.len(), &symbols, &map_names);
+    if walk {
+        sig.push_str(",\n    const __grid_constant__ mlpc::BsrWalk walk");
+    }
     let push_entry = |src: &mut String, threads: u32, entry: &str, body: &[String]| {
         src.push_str(&format!(
             "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks}) {entry}(\n{sig}) {{\n"
@@ -1156,6 +1173,13 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     let mut params = ctx.buffer_params();
     params.extend(dim_params(&symbols));
     params.extend(maps.into_iter().map(|(_, p)| p));
+    if walk {
+        params.push(Param::Walk);
+    }
+    let mut walk_costs = walk_costs.into_iter().map(|c| match walk {
+        true => c,
+        false => Vec::new(),
+    });
     // Hopper: a persistent grid over the (BM rows, group) tiles, one CTA per SM at most.
     let persistent = |h: &WgmmaBsr| Grid::Persistent {
         m: m.clone(),
@@ -1176,6 +1200,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             block: [threads, 1, 1],
             smem_bytes: smem,
             early_launch: false,
+            walk_costs: walk_costs.next().unwrap_or_default(),
             // Otherwise one CTA per BM rows and BN-column share of a block row, a row tile's
             // column tiles consecutive (`bsr_row_tile` in `gemm_bsr.cuh`).
             grid: match hopper {
@@ -1211,6 +1236,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
                     block: [s.threads(), 1, 1],
                     smem_bytes: s.smem_bytes(br, dual),
                     early_launch: false,
+                    walk_costs: walk_costs.next().unwrap_or_default(),
                     grid: persistent(s),
                 },
             })
@@ -1223,7 +1249,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
 }
 
 /// The step lists of a Hopper entry's groups, as arrays whose names end in `sfx`.
-fn hopper_lists(p: &BlockPattern, h: &WgmmaBsr, sfx: &str) -> String {
+fn hopper_lists(p: &BlockPattern, h: &WgmmaBsr, sfx: &str) -> (String, Vec<u32>) {
     let steps = GroupSteps::of(p, h);
     let columns = if h.pairs {
         "block columns c0 = step_info{sfx}[s] >> {b} and c1 = step_col1{sfx}[s]; bit w * {g} + i of\n\
@@ -1261,7 +1287,7 @@ fn hopper_lists(p: &BlockPattern, h: &WgmmaBsr, sfx: &str) -> String {
     }
     src.push_str(&int_array(&format!("step_first{sfx}"), &steps.step_first));
     src.push_str(&int_array(&format!("step_blk{sfx}"), &steps.step_blk));
-    src
+    (src, steps.walk_costs())
 }
 
 /// The list `{name}_cols` of each group's slots' first output columns (N for an empty slot) and
@@ -1361,6 +1387,7 @@ mod tests {
             block: [128, 1, 1],
             smem_bytes: 0,
             early_launch: false,
+            walk_costs: Vec::new(),
             grid: Grid::RowTiles {
                 m: Extent::of_dim(&Dim::sym("T")),
                 n: Extent::constant(u64::from(cols)),
@@ -1482,6 +1509,40 @@ mod tests {
                 assert!(
                     taken.iter().all(|&n| n == 1),
                     "{tiles} tiles on {ctas} CTAs"
+                );
+            }
+        }
+        // With a work-item table (`Param::Walk`), the kernel's `item_at`: the table's item of
+        // round r where the table covers the grid's items, none (`tiles`) past its rounds or at
+        // 0xffff.
+        let table_item = |table: &[u16], r: u32, b: u32, ctas: u32, tiles: u32| {
+            let rounds = table.len() as u32 / ctas;
+            assert!(rounds * ctas >= tiles && rounds * ctas <= crate::WALK_CAP as u32);
+            match r < rounds {
+                true => match table[(r * ctas + b) as usize] {
+                    0xffff => tiles,
+                    w => u32::from(w),
+                },
+                false => tiles,
+            }
+        };
+        for (groups, row_tiles) in [(12u32, 32u32), (12, 48), (16, 7), (5, 1), (64, 4)] {
+            let costs: Vec<u32> = (0..groups).map(|j| 1000 + (j * 7919) % 503).collect();
+            let tiles = groups * row_tiles;
+            for ctas in [1u32, 7, 132].into_iter().filter(|&c| c <= tiles) {
+                let table = crate::walk_table(&costs, row_tiles, ctas).unwrap();
+                let mut taken = vec![0u32; tiles as usize];
+                for b in 0..ctas {
+                    for w in (0..)
+                        .map(|r| table_item(&table, r, b, ctas, tiles))
+                        .take_while(|&w| w < tiles)
+                    {
+                        taken[w as usize] += 1;
+                    }
+                }
+                assert!(
+                    taken.iter().all(|&n| n == 1),
+                    "{tiles} tiles on {ctas} CTAs by a table"
                 );
             }
         }

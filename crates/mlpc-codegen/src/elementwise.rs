@@ -220,6 +220,7 @@ pub fn generate(ctx: &Ctx<'_>) -> Result<CudaKernel, CodegenError> {
             block: [THREADS, 1, 1],
             smem_bytes: 0,
             early_launch: false,
+            walk_costs: Vec::new(),
             grid: Grid::Elements {
                 numel,
                 per_block: THREADS * vec,

@@ -805,6 +805,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             block: [s.threads(), 1, 1],
             smem_bytes: s.smem_bytes(dual),
             early_launch: false,
+            walk_costs: Vec::new(),
             grid: Grid::Persistent {
                 m: m.clone(),
                 n: n.clone(),
@@ -847,6 +848,7 @@ pub fn generate(ctx: &Ctx<'_>, g: &Gemm) -> Result<CudaKernel, CodegenError> {
             block: [threads, 1, 1],
             smem_bytes: smem,
             early_launch: false,
+            walk_costs: Vec::new(),
             grid,
         },
         params,

@@ -329,6 +329,7 @@ fn emit(src: &mut String, e: &Entries<'_>, configs: &[GemvConfig]) -> SmallM {
                 block: [c.threads(), 1, 1],
                 smem_bytes: 0,
                 early_launch: e.early_launch,
+                walk_costs: Vec::new(),
                 // y: the CTAs of a cluster (the entry's `__cluster_dims__`).
                 grid: Grid::Tiles {
                     m: e.n.clone(),

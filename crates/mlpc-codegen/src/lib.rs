@@ -149,6 +149,12 @@ pub struct CodegenOptions {
     /// 4096^2 layer faster than the tiled kernel at every T <= 64 and density measured, 2.6-3.8x
     /// at T <= 16 (docs/perf-notes.md, "Block-sparse at small M").
     pub sparse_gemv: bool,
+    /// Give the Hopper block-sparse GEMMs' persistent entries a work-item table the runtime
+    /// computes for each grid ([`Param::Walk`], [`walk_table`]): each round of tiles handed to
+    /// the CTAs least loaded so far by the groups' modelled costs, instead of the fixed snake.
+    /// Off by default until it has been checked and timed on a GPU (docs/perf-notes.md,
+    /// block-sparse variant 47); off, the generated sources are what they were without it.
+    pub bsr_walk: bool,
 }
 
 impl Default for CodegenOptions {
@@ -157,6 +163,7 @@ impl Default for CodegenOptions {
             arch: Arch::default(),
             allow_tf32: false,
             sparse_gemv: true,
+            bsr_walk: false,
         }
     }
 }
@@ -205,11 +212,11 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ShortGrid>,
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum OneOrMany {
-        One(ShortGrid),
+        One(Box<ShortGrid>),
         Many(Vec<ShortGrid>),
     }
     Ok(match OneOrMany::deserialize(d)? {
-        OneOrMany::One(s) => vec![s],
+        OneOrMany::One(s) => vec![*s],
         OneOrMany::Many(v) => v,
     })
 }
@@ -507,6 +514,68 @@ pub enum Param {
     /// first allocated, shared by the kernels of a run (they run one after the other), each of
     /// which leaves it fit for the next (a split-K GEMM's counters back at zero).
     Workspace,
+    /// A persistent walk's work-item table ([`WALK_ARG_BYTES`] bytes, `mlpc::BsrWalk` in
+    /// `gemm_bsr_wgmma.cuh`, passed by value as a `const __grid_constant__` parameter): the
+    /// runtime fills it for the launch it chooses from that launch's [`Launch::walk_costs`]
+    /// ([`walk_table`]), or with zero rounds (the kernel's own snake) where the launch has no
+    /// costs or its grid more items than the table holds.
+    Walk,
+}
+
+/// Items a [`Param::Walk`] table holds: `rounds x grid` at most (nine rounds of 132 CTAs).
+pub const WALK_CAP: usize = 1188;
+
+/// Bytes of a [`Param::Walk`] argument: a 32-bit round count, then [`WALK_CAP`] 16-bit items.
+pub const WALK_ARG_BYTES: usize = 4 + 2 * WALK_CAP;
+
+/// The [`Param::Walk`] argument of a persistent grid of `ctas` CTAs over `row_tiles` row tiles
+/// of `costs.len()` groups, item `w` being row tile `w / groups` and the group at position `w %
+/// groups` of the kernel's `grp_order`, which costs `costs[w % groups]`. The items come in
+/// rounds of `ctas` as the kernel's snake takes them (round `r`: items `r ctas ..`), so that the
+/// CTAs running at once share their row tiles' A pieces in L2 as before; each round's items,
+/// costliest first, go to the CTAs least loaded by the rounds before (ties to the lower CTA).
+/// Entry `r ctas + b` is CTA `b`'s item of round `r`, `0xffff` for none (only in the last
+/// round, whose items are fewer than the CTAs). `None` when the table would exceed
+/// [`WALK_CAP`] items or an item index 16 bits: the kernel then walks its snake.
+pub fn walk_table(costs: &[u32], row_tiles: u32, ctas: u32) -> Option<Vec<u16>> {
+    let items = u64::from(row_tiles) * costs.len() as u64;
+    let ctas = u64::from(ctas);
+    if items == 0 || ctas == 0 || items >= 0xffff {
+        return None;
+    }
+    let rounds = items.div_ceil(ctas);
+    if rounds * ctas > WALK_CAP as u64 {
+        return None;
+    }
+    let (items, ctas) = (items as usize, ctas as usize);
+    let cost = |w: usize| u64::from(costs[w % costs.len()]);
+    let mut table = vec![0xffffu16; rounds as usize * ctas];
+    let mut load = vec![0u64; ctas];
+    let mut by_load: Vec<usize> = (0..ctas).collect();
+    for (r, first) in (0..items).step_by(ctas).enumerate() {
+        let mut round: Vec<usize> = (first..items.min(first + ctas)).collect();
+        round.sort_by_key(|&w| (std::cmp::Reverse(cost(w)), w));
+        by_load.sort_by_key(|&b| (load[b], b));
+        for (&w, &b) in round.iter().zip(&by_load) {
+            table[r * ctas + b] = w as u16;
+            load[b] += cost(w);
+        }
+    }
+    Some(table)
+}
+
+/// The bytes of a [`Param::Walk`] argument holding `table` ([`walk_table`]) for a grid of `ctas`
+/// CTAs, or zero rounds for `None`.
+pub fn walk_arg_bytes(table: Option<&[u16]>, ctas: u32) -> Vec<u8> {
+    let mut bytes = vec![0u8; WALK_ARG_BYTES];
+    if let Some(t) = table.filter(|t| t.len() <= WALK_CAP && ctas > 0) {
+        let rounds = (t.len() / ctas as usize) as u32;
+        bytes[..4].copy_from_slice(&rounds.to_le_bytes());
+        for (i, v) in t.iter().enumerate() {
+            bytes[4 + 2 * i..6 + 2 * i].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    bytes
 }
 
 /// How to launch a kernel.
@@ -524,6 +593,11 @@ pub struct Launch {
     /// overlap the tail of the kernel before.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub early_launch: bool,
+    /// A persistent block-sparse entry's modelled cycles a work item, by the item's position in
+    /// its row tile (the kernel's `grp_order`): what [`walk_table`] assigns the items by, for
+    /// the kernel's [`Param::Walk`] argument. Empty where the entry takes no such argument.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub walk_costs: Vec<u32>,
 }
 
 /// How the grid follows from the problem size, which may depend on symbols.
@@ -657,6 +731,21 @@ impl Launch {
     /// at once instead). A zero dimension means an empty problem: the launch must be skipped.
     pub fn grid(&self, bindings: &Bindings, sms: u32) -> Result<[u32; 3], LaunchError> {
         Ok(self.shape(bindings, sms)?.grid)
+    }
+
+    /// The [`Param::Walk`] argument of this launch under `bindings` on a grid of `ctas` CTAs
+    /// ([`Launch::grid`]'s first axis): the [`walk_table`] of its [`Launch::walk_costs`] over
+    /// its row tiles, or zero rounds (the kernel's snake) where it has no costs, its grid is not
+    /// persistent or the table would not fit.
+    pub fn walk_arg(&self, bindings: &Bindings, ctas: u32) -> Vec<u8> {
+        let table = match &self.grid {
+            Grid::Persistent { m, tile_m, .. } if !self.walk_costs.is_empty() => m
+                .resolve(bindings)
+                .and_then(|rows| u32::try_from(rows.div_ceil(u64::from((*tile_m).max(1)))).ok())
+                .and_then(|row_tiles| walk_table(&self.walk_costs, row_tiles, ctas)),
+            _ => None,
+        };
+        walk_arg_bytes(table.as_deref(), ctas)
     }
 
     /// The entries [`Launch::alternate_entry`] may name: a persistent grid's split and one-tile
@@ -1068,6 +1157,7 @@ mod tests {
             block: [256, 1, 1],
             smem_bytes: 0,
             early_launch: false,
+            walk_costs: Vec::new(),
             grid: Grid::Tiles {
                 m: Extent::of_dim(&Dim::sym("T")),
                 n: Extent::constant(3072),
@@ -1095,6 +1185,7 @@ mod tests {
             block: [128, 1, 1],
             smem_bytes: 0,
             early_launch: false,
+            walk_costs: Vec::new(),
             grid: Grid::RowTiles {
                 m: Extent::of_dim(&Dim::sym("T")),
                 n: Extent::constant(4096),
@@ -1133,6 +1224,7 @@ mod tests {
             block: [384, 1, 1],
             smem_bytes: 0,
             early_launch: false,
+            walk_costs: Vec::new(),
             grid: Grid::Persistent {
                 m: Extent::of_dim(&Dim::sym("T")),
                 n: Extent::constant(n),
@@ -1360,5 +1452,123 @@ mod tests {
         assert_eq!(Arch::parse("cuda:sm_90a"), Some(Arch::Sm90a));
         assert_eq!(Arch::parse("sm_75"), None);
         assert_eq!(serde_json::to_string(&Arch::Sm90a).unwrap(), "\"sm_90a\"");
+    }
+
+    /// Each CTA's modelled load under `table` (`walk_table`) and under the kernel's snake.
+    fn loads(costs: &[u32], row_tiles: u32, ctas: u32, table: &[u16]) -> (u64, u64) {
+        let items = (row_tiles as usize) * costs.len();
+        let cost = |w: usize| u64::from(costs[w % costs.len()]);
+        let (mut walk, mut snake) = (vec![0u64; ctas as usize], vec![0u64; ctas as usize]);
+        for (i, &w) in table.iter().enumerate() {
+            if w != 0xffff {
+                walk[i % ctas as usize] += cost(w as usize);
+            }
+        }
+        for w in 0..items {
+            let (r, b) = (w / ctas as usize, w % ctas as usize);
+            let b = if r % 2 == 1 { ctas as usize - 1 - b } else { b };
+            snake[b] += cost(w);
+        }
+        (
+            walk.into_iter().max().unwrap_or(0),
+            snake.into_iter().max().unwrap_or(0),
+        )
+    }
+
+    #[test]
+    fn walk_tables_hand_each_round_its_own_items_least_loaded_first() {
+        // The modelled costs of the 4096^2 weight's twelve groups at d = 0.25 (costliest
+        // first, the last group of seven block rows), at T = 4096 / 6144 / 8192 on 132 CTAs,
+        // and grids that are not a multiple of the groups.
+        let costs: Vec<u32> = vec![
+            57320, 56420, 55160, 54980, 54200, 53960, 53900, 53780, 53420, 51920, 51440, 37940,
+        ];
+        for (row_tiles, ctas) in [(32, 132), (48, 132), (64, 132), (7, 10), (1, 132)] {
+            let table = walk_table(&costs, row_tiles, ctas).unwrap();
+            let items = row_tiles as usize * costs.len();
+            let ctas_n = ctas as usize;
+            assert_eq!(table.len(), items.div_ceil(ctas_n) * ctas_n);
+            for (r, round) in table.chunks(ctas_n).enumerate() {
+                // Round r holds exactly the snake's items of round r, each once.
+                let mut got: Vec<usize> = round
+                    .iter()
+                    .filter(|&&w| w != 0xffff)
+                    .map(|&w| w as usize)
+                    .collect();
+                got.sort_unstable();
+                let want: Vec<usize> = (r * ctas_n..items.min((r + 1) * ctas_n)).collect();
+                assert_eq!(got, want, "round {r} of {row_tiles} x 12 on {ctas}");
+            }
+            let (walk, snake) = loads(&costs, row_tiles, ctas, &table);
+            assert!(
+                walk <= snake,
+                "{row_tiles} x 12 on {ctas}: {walk} > {snake}"
+            );
+        }
+        // At T = 6144 (576 items on 132 CTAs, 4.4 rounds) the snake's busiest CTA takes five
+        // items, costly ones among them; the least-loaded rounds give the fifth items to the
+        // CTAs whose four cost least (the model's 3.9 %: docs/perf-notes.md, variant 47).
+        let table = walk_table(&costs, 48, 132).unwrap();
+        let (walk, snake) = loads(&costs, 48, 132, &table);
+        assert!(walk < snake, "{walk} against {snake}");
+    }
+
+    #[test]
+    fn walk_tables_too_large_for_the_argument_leave_the_snake() {
+        let costs = vec![1u32; 12];
+        // 9 rounds of 132 fit; 10 do not.
+        assert!(walk_table(&costs, 99, 132).is_some());
+        assert_eq!(walk_table(&costs, 100, 132), None);
+        assert_eq!(walk_table(&[], 10, 132), None);
+        assert_eq!(walk_table(&costs, 0, 132), None);
+        let zero = walk_arg_bytes(None, 132);
+        assert_eq!(zero.len(), WALK_ARG_BYTES);
+        assert!(
+            zero.iter().all(|&b| b == 0),
+            "zero rounds: the kernel's snake"
+        );
+    }
+
+    #[test]
+    fn walk_arguments_are_the_round_count_then_the_items() {
+        let table = walk_table(&[5, 3, 1], 2, 4).unwrap();
+        // Six items on four CTAs: round 0 is items 0-3 (costs 5, 3, 1, 5), costliest first to
+        // CTAs 0-3 (items 0, 3, 1, 2); round 1 is items 4 and 5 (3, 1), the costlier to CTA 3
+        // (load 1), the other to CTA 2 (load 3).
+        assert_eq!(table, [0, 3, 1, 2, 0xffff, 0xffff, 5, 4]);
+        let bytes = walk_arg_bytes(Some(&table), 4);
+        assert_eq!(bytes.len(), WALK_ARG_BYTES);
+        assert_eq!(&bytes[..4], &2u32.to_le_bytes());
+        let items: Vec<u16> = bytes[4..4 + 2 * table.len()]
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        assert_eq!(items, table);
+        assert!(bytes[4 + 2 * table.len()..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_launch_gives_its_walk_table_for_the_bound_rows() {
+        let mut launch = persistent(4096, 352, 1, None);
+        let t = |v: u64| {
+            let mut b = Bindings::new();
+            b.bind(&mlpc_ir::Symbol::from("T"), v).unwrap();
+            b
+        };
+        // No costs: zero rounds.
+        assert_eq!(launch.walk_arg(&t(4096), 132), walk_arg_bytes(None, 132));
+        launch.walk_costs = (0..12).map(|j| 100 - j).collect();
+        // T = 4000: 32 row tiles of 128 rows, 384 items in three rounds.
+        let table = walk_table(&launch.walk_costs, 32, 132).unwrap();
+        assert_eq!(
+            launch.walk_arg(&t(4000), 132),
+            walk_arg_bytes(Some(&table), 132)
+        );
+        assert_eq!(&launch.walk_arg(&t(4000), 132)[..4], &3u32.to_le_bytes());
+        // Unbound rows: zero rounds rather than a table of the wrong size.
+        assert_eq!(
+            launch.walk_arg(&Bindings::new(), 132),
+            walk_arg_bytes(None, 132)
+        );
     }
 }

@@ -12,6 +12,7 @@ fn opts(arch: Arch) -> CodegenOptions {
         arch,
         allow_tf32: false,
         sparse_gemv: false,
+        bsr_walk: false,
     }
 }
 
@@ -296,4 +297,79 @@ fn sm_90a_bsr_kernels() {
             }
         }
     }
+}
+
+/// `CodegenOptions::bsr_walk`: every Hopper entry takes a work-item table as its last argument
+/// and its launch carries a modelled cost for each of its groups (the own entry's and each short
+/// grid's, as many as the entry's `grp_order` lists), the source defines the table's size
+/// before the template, and nothing else of the kernel changes. Off, no kernel has any of it.
+#[test]
+fn work_item_tables_where_asked_for() {
+    let walk = CodegenOptions {
+        bsr_walk: true,
+        ..opts(Arch::Sm90a)
+    };
+    let mut n = 0;
+    for plan in plans() {
+        let without = generate(&plan, &opts(Arch::Sm90a)).unwrap();
+        let with = generate(&plan, &walk).unwrap();
+        for (a, b) in without.iter().zip(&with) {
+            assert!(!a.params.contains(&Param::Walk), "{}", a.name);
+            assert!(a.launch.walk_costs.is_empty(), "{}", a.name);
+            assert!(!a.source.contains("MLPC_BSR_WALK"), "{}", a.name);
+            if !is_hopper(a) {
+                assert_eq!(a, b, "{}: not a Hopper kernel, unchanged", a.name);
+                continue;
+            }
+            n += 1;
+            assert_eq!(b.params.last(), Some(&Param::Walk), "{}", b.name);
+            assert_eq!(b.params[..b.params.len() - 1], a.params[..], "{}", b.name);
+            assert!(b
+                .source
+                .starts_with(&a.source[..a.source.find("#include").unwrap()]));
+            assert!(
+                b.source
+                    .contains("#define MLPC_BSR_WALK_CAP 1188\n#include \"gemm_bsr_wgmma.cuh\""),
+                "{}",
+                b.name
+            );
+            assert!(b
+                .source
+                .contains("const __grid_constant__ mlpc::BsrWalk walk"));
+            let entries = 1 + b.short_grids.len();
+            assert_eq!(
+                b.source.matches("    p.walk = &walk;").count(),
+                entries,
+                "{}",
+                b.name
+            );
+            // Less the table's size, argument and use, the source is the same.
+            let stripped = b
+                .source
+                .replace("#define MLPC_BSR_WALK_CAP 1188\n", "")
+                .replace(",\n    const __grid_constant__ mlpc::BsrWalk walk", "")
+                .replace("    p.walk = &walk;\n", "");
+            assert_eq!(stripped, a.source, "{}", b.name);
+            // As many costs as the entry's `grp_order` lists groups, costliest first as the
+            // kernel takes them; a short grid's narrower groups are more.
+            let groups = |sfx: &str| -> usize {
+                let at = b.source.find(&format!("grp_order{sfx}[")).unwrap();
+                b.source[at..]
+                    .split(['[', ']'])
+                    .nth(1)
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            };
+            let sorted = |c: &[u32]| c.windows(2).all(|w| w[0] >= w[1]);
+            assert_eq!(b.launch.walk_costs.len(), groups(""), "{}", b.name);
+            assert!(sorted(&b.launch.walk_costs), "{}", b.name);
+            for s in &b.short_grids {
+                let costs = &s.launch.walk_costs;
+                assert!(costs.len() > b.launch.walk_costs.len(), "{}", s.entry);
+                assert!(sorted(costs), "{}", s.entry);
+            }
+        }
+    }
+    assert!(n >= 3, "{n} Hopper kernels");
 }

@@ -16,6 +16,7 @@ fn opts(arch: Arch) -> CodegenOptions {
         arch,
         allow_tf32: false,
         sparse_gemv: false,
+        bsr_walk: false,
     }
 }
 

@@ -94,6 +94,7 @@ fn only_dense_gemms_with_k_contiguous_operands_get_small_m_entries() {
     // The block-sparse GEMMs' own entries (on by default) are `gemv_bsr.rs`'s.
     let opts = CodegenOptions {
         sparse_gemv: false,
+        bsr_walk: false,
         ..CodegenOptions::default()
     };
     for plan in plans().iter().chain(&samples::sparse()) {

@@ -28,6 +28,7 @@ fn opts(arch: Arch, sparse_gemv: bool) -> CodegenOptions {
         arch,
         allow_tf32: false,
         sparse_gemv,
+        bsr_walk: false,
     }
 }
 

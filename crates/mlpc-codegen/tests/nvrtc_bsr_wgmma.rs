@@ -17,6 +17,7 @@ fn sm_90a() -> CodegenOptions {
         arch: Arch::Sm90a,
         allow_tf32: false,
         sparse_gemv: false,
+        bsr_walk: false,
     }
 }
 

@@ -79,6 +79,7 @@ fn f16_and_bf16_use_tensor_cores_and_f32_stays_exact() {
     let opts = CodegenOptions {
         allow_tf32: false,
         sparse_gemv: false,
+        bsr_walk: false,
         ..Default::default()
     };
     for plan in samples::all() {

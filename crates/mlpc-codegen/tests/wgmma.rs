@@ -16,6 +16,7 @@ fn sm_90a() -> CodegenOptions {
         arch: Arch::Sm90a,
         allow_tf32: false,
         sparse_gemv: false,
+        bsr_walk: false,
     }
 }
 
@@ -198,6 +199,7 @@ fn other_targets_never_see_wgmma() {
             arch,
             allow_tf32: false,
             sparse_gemv: false,
+            bsr_walk: false,
         };
         for plan in samples::all() {
             for k in generate(&plan, &opts).unwrap() {

@@ -27,6 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 arch,
                 allow_tf32: false,
                 sparse_gemv: true,
+                bsr_walk: false,
             },
         )?;
         let compiled = compile_all(&kernels, &opts)?;

@@ -219,10 +219,23 @@ fn artifacts_are_written_beside_the_plan() {
 
 #[test]
 fn block_sparse_kernels_compile_for_sm_90a_with_unserialised_wgmma() {
+    block_sparse_sm_90a(false);
+}
+
+/// The same with the persistent walk's work-item tables (`CodegenOptions::bsr_walk`): the
+/// table is a by-value argument the kernel indexes at run time, which must not pull it into
+/// local memory.
+#[test]
+fn block_sparse_kernels_with_work_item_tables_compile_for_sm_90a() {
+    block_sparse_sm_90a(true);
+}
+
+fn block_sparse_sm_90a(bsr_walk: bool) {
     let opts = CodegenOptions {
         arch: Arch::Sm90a,
         allow_tf32: false,
         sparse_gemv: false,
+        bsr_walk,
     };
     let kernels: Vec<CudaKernel> = samples::sparse()
         .iter()
@@ -236,6 +249,12 @@ fn block_sparse_kernels_compile_for_sm_90a_with_unserialised_wgmma() {
             continue;
         }
         hopper += 1;
+        assert_eq!(
+            k.params.contains(&mlpc_codegen::Param::Walk),
+            bsr_walk,
+            "{}",
+            k.name
+        );
         assert!(
             c.ptx.contains("wgmma.mma_async.sync.aligned.m64n"),
             "{}",

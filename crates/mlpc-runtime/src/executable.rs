@@ -221,6 +221,10 @@ fn mismatch_arg(plan: &Plan, relaid_from: &[usize], kernel: &str, e: ArgError) -
         ArgError::NoBuffer(b) => {
             RuntimeError::Mismatch(format!("kernel `{kernel}` names buffer {b}"))
         }
+        ArgError::Walk(bytes) => RuntimeError::Mismatch(format!(
+            "kernel `{kernel}` takes a work-item table of {} bytes, but its launch has {bytes}",
+            mlpc_codegen::WALK_ARG_BYTES
+        )),
         ArgError::Launch(source) => RuntimeError::Launch {
             kernel: kernel.to_string(),
             source,
@@ -266,7 +270,7 @@ fn named<'a>(mut kernels: impl Iterator<Item = &'a CudaKernel>, id: usize) -> bo
     kernels.any(|k| {
         k.params.iter().any(|p| match p {
             Param::Buffer { buffer } | Param::TensorMap { buffer, .. } => *buffer == id,
-            Param::Dim { .. } | Param::Workspace => false,
+            Param::Dim { .. } | Param::Workspace | Param::Walk => false,
         })
     })
 }
@@ -574,6 +578,11 @@ impl Executable {
                 continue;
             }
             workspace = workspace.max(chosen.workspace_bytes);
+            // The work-item table of a kernel that takes one, for the chosen launch and grid.
+            let walk: Arc<[u8]> = match loaded.kernel.params.contains(&Param::Walk) {
+                true => launch.walk_arg(bindings, grid[0]).into(),
+                false => Arc::from(Vec::new()),
+            };
             launches.push(NodeLaunch {
                 kernel: i,
                 entry,
@@ -581,6 +590,7 @@ impl Executable {
                 block: launch.block,
                 smem_bytes: launch.smem_bytes,
                 early_launch: launch.early_launch,
+                walk,
                 args: Vec::with_capacity(loaded.kernel.params.len()),
             });
         }
@@ -743,6 +753,7 @@ impl Executable {
                 &self.kernels[l.kernel].kernel.params,
                 &s.addresses,
                 workspace,
+                &l.walk,
                 &self.dtypes,
                 bindings,
                 &mut l.args,
@@ -1085,6 +1096,7 @@ mod tests {
                     per_block: 1,
                 },
                 early_launch: false,
+                walk_costs: Vec::new(),
             },
             params,
             small_m: None,

@@ -299,6 +299,7 @@ mod tests {
             block: [256, 1, 1],
             smem_bytes: 0,
             early_launch: false,
+            walk: std::sync::Arc::from(Vec::new()),
             args: args.iter().map(|&a| KernelArg::U64(a)).collect(),
         }
     }

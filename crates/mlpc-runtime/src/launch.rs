@@ -13,15 +13,19 @@ use mlpc_codegen::{LaunchError, Param};
 use mlpc_ir::{Bindings, DType, Extent};
 use smallvec::SmallVec;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 /// One argument of a kernel entry, by value, as the driver copies it at launch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KernelArg {
     /// A device pointer or a symbol's value (`long long`): 8 bytes.
     U64(u64),
     /// A tensor map (128 bytes) and what it was encoded from, so that an unchanged request
     /// reuses it instead of encoding it again.
     Map(TensorMapArg, MapRequest),
+    /// A persistent walk's work-item table (`Param::Walk`: `mlpc_codegen::WALK_ARG_BYTES`
+    /// bytes), shared with the launch it was computed for.
+    Walk(Arc<[u8]>),
 }
 
 impl KernelArg {
@@ -31,6 +35,7 @@ impl KernelArg {
         match self {
             KernelArg::U64(v) => v as *const u64 as *mut c_void,
             KernelArg::Map(m, _) => &m.0 as *const sys::CUtensorMap as *mut c_void,
+            KernelArg::Walk(bytes) => bytes.as_ptr() as *mut c_void,
         }
     }
 }
@@ -49,17 +54,21 @@ pub(crate) enum ArgError {
     Launch(LaunchError),
     /// The buffer (by id) cannot be described by a tensor map.
     TensorMap(usize, TensorMapError),
+    /// The launch's work-item table has this many bytes, not `WALK_ARG_BYTES`.
+    Walk(usize),
 }
 
 /// Fills `out` with the arguments of an entry taking `params`, given the device address and
 /// element type of every plan buffer (`addresses[id]`, `dtypes[id]`), the address of the run's
-/// workspace (`Param::Workspace`; 0 when the run needs none) and the run's `bindings`.
+/// workspace (`Param::Workspace`; 0 when the run needs none), the launch's work-item table
+/// (`Param::Walk`, [`NodeLaunch::walk`]) and the run's `bindings`.
 /// `out` keeps its capacity, so that a run reusing it allocates nothing, and a tensor map whose
 /// request equals the one already in its slot is kept rather than encoded again.
 pub(crate) fn kernel_args(
     params: &[Param],
     addresses: &[u64],
     workspace: u64,
+    walk: &Arc<[u8]>,
     dtypes: &[DType],
     bindings: &Bindings,
     out: &mut Vec<KernelArg>,
@@ -76,6 +85,10 @@ pub(crate) fn kernel_args(
         let arg = match p {
             Param::Buffer { buffer } => KernelArg::U64(address(*buffer)?),
             Param::Workspace => KernelArg::U64(workspace),
+            Param::Walk if walk.len() == mlpc_codegen::WALK_ARG_BYTES => {
+                KernelArg::Walk(walk.clone())
+            }
+            Param::Walk => return Err(ArgError::Walk(walk.len())),
             Param::Dim { symbol } => KernelArg::U64(bindings.get(symbol).ok_or_else(|| {
                 ArgError::Launch(LaunchError::Unbound {
                     symbol: symbol.clone(),
@@ -99,7 +112,7 @@ pub(crate) fn kernel_args(
                     box_cols: *box_cols,
                 };
                 match out.get(i) {
-                    Some(&KernelArg::Map(map, old)) if old == req => KernelArg::Map(map, req),
+                    Some(KernelArg::Map(map, old)) if *old == req => KernelArg::Map(*map, req),
                     _ => KernelArg::Map(
                         req.encode().map_err(|e| ArgError::TensorMap(*buffer, e))?,
                         req,
@@ -144,6 +157,9 @@ pub(crate) struct NodeLaunch {
     /// The entry may start while the kernel before it runs (`Launch::early_launch`); used only
     /// when the kernel before is one of the same run's.
     pub early_launch: bool,
+    /// The bytes of the entry's `Param::Walk` argument under the launch's bindings
+    /// (`Launch::walk_arg`), empty where the kernel takes none.
+    pub walk: Arc<[u8]>,
     pub args: Vec<KernelArg>,
 }
 
@@ -151,6 +167,7 @@ impl Clone for NodeLaunch {
     fn clone(&self) -> NodeLaunch {
         NodeLaunch {
             args: self.args.clone(),
+            walk: self.walk.clone(),
             ..*self
         }
     }
@@ -165,6 +182,7 @@ impl Clone for NodeLaunch {
         self.block = source.block;
         self.smem_bytes = source.smem_bytes;
         self.early_launch = source.early_launch;
+        self.walk.clone_from(&source.walk);
     }
 }
 
@@ -250,6 +268,10 @@ mod tests {
     use super::*;
     use mlpc_ir::Symbol;
 
+    fn no_walk() -> Arc<[u8]> {
+        Arc::from(Vec::new())
+    }
+
     fn bindings(values: &[(&str, u64)]) -> Bindings {
         let mut b = Bindings::new();
         for (s, v) in values {
@@ -271,6 +293,7 @@ mod tests {
             &params,
             &[0x1000, 0x2000, 0x3000],
             0x9000,
+            &no_walk(),
             &[DType::Bf16; 3],
             &bindings(&[("T", 5)]),
             &mut out,
@@ -294,6 +317,7 @@ mod tests {
             &[Param::Buffer { buffer: 3 }],
             &[1, 2, 3],
             0,
+            &no_walk(),
             &[DType::Bf16; 3],
             &Bindings::new(),
             &mut out,
@@ -303,6 +327,7 @@ mod tests {
             &[Param::Dim { symbol: "B".into() }],
             &[],
             0,
+            &no_walk(),
             &[],
             &bindings(&[("T", 5)]),
             &mut out,
@@ -346,6 +371,7 @@ mod tests {
             &[Param::Buffer { buffer: 0 }, map_param()],
             &[0x1000, 0x2000],
             0,
+            &no_walk(),
             &[DType::Bf16; 2],
             &bindings(&[("T", 5)]),
             &mut out,
@@ -362,6 +388,7 @@ mod tests {
             &[map_param()],
             &[0x1000, 0x2008],
             0,
+            &no_walk(),
             &[DType::Bf16; 2],
             &bindings(&[("T", 5)]),
             &mut out,
@@ -374,6 +401,7 @@ mod tests {
             &[map_param()],
             &[0x1000, 0x2000],
             0,
+            &no_walk(),
             &[DType::Bf16; 2],
             &Bindings::new(),
             &mut out,
@@ -384,6 +412,36 @@ mod tests {
                 symbol: "T".into()
             }))
         );
+    }
+
+    #[test]
+    fn a_work_item_table_is_passed_by_value_and_checked_for_its_size() {
+        let walk: Arc<[u8]> = Arc::from(vec![7u8; mlpc_codegen::WALK_ARG_BYTES]);
+        let mut out = Vec::new();
+        kernel_args(
+            &[Param::Buffer { buffer: 0 }, Param::Walk],
+            &[0x1000],
+            0,
+            &walk,
+            &[DType::Bf16],
+            &Bindings::new(),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, [KernelArg::U64(0x1000), KernelArg::Walk(walk.clone())]);
+        // The driver reads the argument's bytes where the parameter array points.
+        let ptrs = param_array(&out);
+        assert_eq!(ptrs[1] as *const u8, walk.as_ptr());
+        let e = kernel_args(
+            &[Param::Walk],
+            &[],
+            0,
+            &no_walk(),
+            &[],
+            &Bindings::new(),
+            &mut out,
+        );
+        assert_eq!(e, Err(ArgError::Walk(0)));
     }
 
     #[test]
@@ -408,6 +466,7 @@ mod tests {
             block: [128, 1, 1],
             smem_bytes: 4096,
             early_launch: false,
+            walk: no_walk(),
             args: vec![KernelArg::U64(1), KernelArg::U64(2)],
         };
         let mut params = param_array(&launch.args);

@@ -70,12 +70,20 @@ pub struct Compiler {
     /// The block-sparse GEMMs' weight-streaming small-M entries. `None`:
     /// [`sparse_gemv_from_env`].
     sparse_gemv: Option<bool>,
+    /// The block-sparse persistent entries' work-item tables. `None`: [`bsr_walk_from_env`].
+    bsr_walk: Option<bool>,
 }
 
 /// Whether the block-sparse GEMMs get their small-M entries when the compiler is not told
 /// ([`Compiler::sparse_gemv`]): yes, unless the environment variable `MLPC_SPARSE_GEMV` is `0`.
 fn sparse_gemv_from_env() -> bool {
     std::env::var("MLPC_SPARSE_GEMV").map_or(true, |v| v.trim() != "0")
+}
+
+/// Whether the Hopper block-sparse GEMMs take work-item tables when the compiler is not told
+/// ([`Compiler::bsr_walk`]): only where the environment variable `MLPC_BSR_WALK` is `1`.
+fn bsr_walk_from_env() -> bool {
+    std::env::var("MLPC_BSR_WALK").is_ok_and(|v| v.trim() == "1")
 }
 
 impl Compiler {
@@ -184,12 +192,23 @@ impl Compiler {
         self
     }
 
+    /// Give the Hopper block-sparse GEMMs' persistent entries a work-item table the runtime
+    /// computes for each launch: each round of tiles goes to the CTAs least loaded so far by the
+    /// groups' modelled costs, instead of the kernel's fixed snake (`CodegenOptions::bsr_walk`).
+    /// Off by default, and `MLPC_BSR_WALK=1` turns it on where this is not called, until a GPU
+    /// has checked and timed it (docs/perf-notes.md, block-sparse variant 47).
+    pub fn bsr_walk(mut self, on: bool) -> Compiler {
+        self.bsr_walk = Some(on);
+        self
+    }
+
     /// The code generation options for `arch` and a model's TF32 permission.
     pub(crate) fn codegen_options(&self, arch: Arch, allow_tf32: bool) -> CodegenOptions {
         CodegenOptions {
             arch,
             allow_tf32,
             sparse_gemv: self.sparse_gemv.unwrap_or_else(sparse_gemv_from_env),
+            bsr_walk: self.bsr_walk.unwrap_or_else(bsr_walk_from_env),
         }
     }
 

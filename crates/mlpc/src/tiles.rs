@@ -421,6 +421,7 @@ mod tests {
             arch: Arch::Sm90a,
             allow_tf32: false,
             sparse_gemv: false,
+            bsr_walk: false,
         };
         let mut tunable = 0;
         for m in &models {
@@ -470,6 +471,7 @@ mod tests {
             arch: Arch::Sm90a,
             allow_tf32: false,
             sparse_gemv: false,
+            bsr_walk: false,
         };
         let cands = mlpc_codegen::plan_tile_candidates(c.plan(), &opts).unwrap();
         assert_eq!(cands.len(), 2, "{cands:?}");

@@ -407,6 +407,9 @@ impl UnitSummary {
 const STEP_CYCLES: u64 = 540;
 /// See [`STEP_CYCLES`].
 const BLOCK_CYCLES: u64 = 60;
+/// A tile's epilogue in the same model (about 2 us a 128 x 352 tile: docs/perf-notes.md,
+/// block-sparse variant 32): a constant a work item in [`GroupSteps::walk_costs`].
+const TILE_CYCLES: u64 = 3500;
 
 /// Evens out the groups' modelled costs ([`STEP_CYCLES`] a step, [`BLOCK_CYCLES`] a kept block;
 /// `blocks[r]`: the kept blocks of row r, `sets[r]` its units as a bitset). The persistent CTAs
@@ -728,5 +731,15 @@ impl GroupSteps {
         let mut order: Vec<u32> = (0..self.grp_ptr.len() as u32 - 1).collect();
         order.sort_by_key(|&j| (std::cmp::Reverse(self.cost(j as usize)), j));
         order
+    }
+
+    /// Each work item's modelled cycles by its position in a row tile ([`GroupSteps::order`]):
+    /// its group's [`GroupSteps::cost`] and a tile's epilogue. What `mlpc_codegen::walk_table`
+    /// assigns the persistent CTAs' items by.
+    pub fn walk_costs(&self) -> Vec<u32> {
+        self.order()
+            .iter()
+            .map(|&j| u32::try_from(self.cost(j as usize) + TILE_CYCLES).unwrap_or(u32::MAX))
+            .collect()
     }
 }
