@@ -8,10 +8,12 @@ F cycles a slice + B a kept block + E for its epilogue (variant 18's fit of a sl
 32's epilogue), and prints, for T tokens on P CTAs, the busiest CTA's load over the mean for
 the kernel's walk (row tiles in order, each row tile's groups in `grp_order`, handed out in a
 snake: `bsr_wgmma::work_item`), for each round's items given to the least-loaded CTAs so far
-(the same rounds, so the same reuse of A in L2), and for the longest items first over the
-whole grid (no rounds). No GPU; a model, not a measurement.
+(the same rounds, so the same reuse of A in L2: what the work-item tables of variant 47,
+`MLPC_BSR_WALK=1`, hand the kernel), and for the longest items first over the whole grid (no
+rounds), with the busiest CTA's modelled time at `--ghz`. No GPU; a model, not a measurement.
 
     scripts/bsr_walk_model.py out/bsr/kernels/bsr_gemm_bf16_nt_b32x32.cu --t 4096 8192
+    scripts/bsr_walk_model.py ... --groups 8     # the short-grid entry of eight-row groups
 """
 import argparse
 import heapq
@@ -62,7 +64,7 @@ def balance(order, steps, blocks, t, p, f, b, e):
         load, c = heapq.heappop(heap)
         heapq.heappush(heap, (load + cost(w), c))
     lpt = max(load for load, _ in heap)
-    return items, max(snake) / mean, max(rounds) / mean, lpt / mean
+    return items, max(snake) / mean, max(rounds) / mean, lpt / mean, max(snake)
 
 
 def main():
@@ -73,15 +75,19 @@ def main():
     ap.add_argument("--slice", type=float, default=540, help="F: cycles a slice")
     ap.add_argument("--block", type=float, default=60, help="B: cycles a kept block")
     ap.add_argument("--epilogue", type=float, default=3500, help="E: cycles a tile's epilogue")
-    ap.add_argument("--short", action="store_true", help="the short-grid entry's lists")
+    ap.add_argument("--groups", type=int, help="the short-grid entry of groups of this many "
+                    "block rows (its lists end in `_gN`) instead of the kernel's own")
+    ap.add_argument("--ghz", type=float, default=1.75, help="SM clock for the modelled time")
     a = ap.parse_args()
-    print("busiest CTA / mean: the kernel's snake, rounds to the least loaded, longest first")
+    print("busiest CTA / mean: the kernel's snake, rounds to the least loaded, longest first; "
+          "the snake's busiest CTA in us")
     for path in a.source:
-        lst = lists(path, "_short" if a.short else "")
+        lst = lists(path, f"_g{a.groups}" if a.groups else "")
         for t in a.t:
-            items, snake, rounds, lpt = balance(*lst, t, a.ctas, a.slice, a.block, a.epilogue)
+            items, snake, rounds, lpt, busiest = balance(*lst, t, a.ctas, a.slice, a.block,
+                                                         a.epilogue)
             print(f"{path}  T={t}  items {items}  snake {snake:.3f}  rounds {rounds:.3f}  "
-                  f"longest first {lpt:.3f}")
+                  f"longest first {lpt:.3f}  busiest {busiest / a.ghz / 1e3:.1f} us")
 
 
 if __name__ == "__main__":
