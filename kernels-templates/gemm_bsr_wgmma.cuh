@@ -14,13 +14,14 @@
 // them; two sets for a dual GEMM) is a separate register array of BR / 2 f32 per thread: the
 // m64nBRk16 result of block row g. A tile is a (BM rows, group) pair; the grid is persistent
 // (at most one CTA per SM), each CTA walks its tiles (`bsr_wgmma::work_item`): the row tiles in
-// order, a row tile's groups consecutive in the order of `grp_order` (most steps first), so that
+// order, a row tile's groups consecutive in the order of `grp_order` (costliest first), so that
 // the groups that read one band of A run at about the same time and A comes from DRAM about once
 // (the groups' row tiles consecutive instead measured 4-10 % slower: docs/perf-notes.md,
 // block-sparse variant 28), handed to the CTAs in a snake (round r: CTA b takes item r * P + b,
-// or r * P + P - 1 - b when r is odd), so that the CTAs' sums of steps even out. The ring runs on
-// across a CTA's tiles: its producer fills the next tile's stages while the consumers store the
-// last one.
+// or r * P + P - 1 - b when r is odd), so that the CTAs' sums of steps even out, or, where the
+// launch passes a work-item table (`BsrWalk`), each round's items as the table assigns them.
+// The ring runs on across a CTA's tiles: its producer fills the next tile's stages while the
+// consumers store the last one.
 //
 // Steps (compile-time lists emitted by the generated file, see BsrWgmmaParams): the steps of a
 // group are the union of the kept block columns of its G block rows, in increasing order. Step s
