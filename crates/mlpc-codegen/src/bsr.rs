@@ -1176,10 +1176,9 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     if walk {
         params.push(Param::Walk);
     }
-    let mut walk_costs = walk_costs.into_iter().map(|c| match walk {
-        true => c,
-        false => Vec::new(),
-    });
+    let mut walk_costs = walk_costs
+        .into_iter()
+        .map(|c| if walk { c } else { Vec::new() });
     // Hopper: a persistent grid over the (BM rows, group) tiles, one CTA per SM at most.
     let persistent = |h: &WgmmaBsr| Grid::Persistent {
         m: m.clone(),

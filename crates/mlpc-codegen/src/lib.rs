@@ -524,6 +524,8 @@ pub enum Param {
 
 /// Items a [`Param::Walk`] table holds: `rounds x grid` at most (nine rounds of 132 CTAs).
 pub const WALK_CAP: usize = 1188;
+// Every item index of a table fits below the "none" mark, 0xffff.
+const _: () = assert!(WALK_CAP < 0xffff);
 
 /// Bytes of a [`Param::Walk`] argument: a 32-bit round count, then [`WALK_CAP`] 16-bit items.
 pub const WALK_ARG_BYTES: usize = 4 + 2 * WALK_CAP;
@@ -536,11 +538,11 @@ pub const WALK_ARG_BYTES: usize = 4 + 2 * WALK_CAP;
 /// costliest first, go to the CTAs least loaded by the rounds before (ties to the lower CTA).
 /// Entry `r ctas + b` is CTA `b`'s item of round `r`, `0xffff` for none (only in the last
 /// round, whose items are fewer than the CTAs). `None` when the table would exceed
-/// [`WALK_CAP`] items or an item index 16 bits: the kernel then walks its snake.
+/// [`WALK_CAP`] items: the kernel then walks its snake.
 pub fn walk_table(costs: &[u32], row_tiles: u32, ctas: u32) -> Option<Vec<u16>> {
     let items = u64::from(row_tiles) * costs.len() as u64;
     let ctas = u64::from(ctas);
-    if items == 0 || ctas == 0 || items >= 0xffff {
+    if items == 0 || ctas == 0 {
         return None;
     }
     let rounds = items.div_ceil(ctas);
