@@ -8,11 +8,13 @@
 //! nothing is left half-written, because the library writes files and directories atomically.
 
 mod render;
+mod stdout;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use mlpc::{Arch, Backend, Compiler, CudaKernels};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use stdout::{out, outln};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -318,6 +320,7 @@ fn main() -> ExitCode {
         }
     };
     match execute(cli.command) {
+        Ok(()) if stdout::failed() => ExitCode::FAILURE,
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{}", render::error_chain(&e));
@@ -375,14 +378,14 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 .compile_file(&model)?;
             warn(&compiled);
             for (pass, ir) in compiled.pass_ir() {
-                println!("// IR after {pass}\n{ir}");
+                outln!("// IR after {pass}\n{ir}");
             }
             if time_passes {
-                print!("{}", compiled.report().timings());
+                out!("{}", compiled.report().timings());
             }
             if autotune {
                 let report = render::autotune(&compiled, &bindings_of(&bindings))?;
-                print!("{report}");
+                out!("{report}");
                 // Load the kernels as a run would, so that explain.txt says which tiles runs
                 // on this device take.
                 compiled.executable()?;
@@ -399,7 +402,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     true => compiled.entry_map(sms, ENTRY_MAP_MAX)?,
                     false => None,
                 };
-                println!("{}", compiled.explain_with_tiles());
+                outln!("{}", compiled.explain_with_tiles());
                 // The launches are those of a run on a device of the launch architecture, which
                 // differs from the artifacts' when no target was asked for (sm_90a on Hopper).
                 let arch_note = match compiled.launch_arch() {
@@ -412,23 +415,23 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 if let Some(lines) = launches {
                     let at: Vec<String> =
                         bindings.iter().map(|(s, v)| format!("{s}={v}")).collect();
-                    println!("launches at {} on {sms} SMs{}:", at.join(", "), arch_note);
+                    outln!("launches at {} on {sms} SMs{}:", at.join(", "), arch_note);
                     for line in lines {
-                        println!("  {line}");
+                        outln!("  {line}");
                     }
-                    println!();
+                    outln!();
                 }
                 if let Some(lines) = entry_map {
-                    println!("entries by size, up to {ENTRY_MAP_MAX}, on {sms} SMs{arch_note}:");
+                    outln!("entries by size, up to {ENTRY_MAP_MAX}, on {sms} SMs{arch_note}:");
                     for line in lines {
-                        println!("  {line}");
+                        outln!("  {line}");
                     }
-                    println!();
+                    outln!();
                 }
             }
             let dir = out.unwrap_or_else(|| default_out_dir(compiled.name(), &model));
             let written = compiled.write_to(&dir)?;
-            print!(
+            out!(
                 "{}",
                 render::compile_summary(&compiled.summary(), &dir, &written)
             );
@@ -454,7 +457,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 let outputs = bundle.run_with(&inputs, graphs.run_options())?;
                 mlpc::write_tensors(&output, &outputs)?;
                 let name = bundle.plan().name.clone();
-                print!(
+                out!(
                     "{}",
                     render::run_summary(&name, Backend::Cuda, None, &outputs, &output)
                 );
@@ -466,7 +469,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             let inputs = mlpc::read_tensors(&input)?;
             let outputs = compiled.run(backend, &inputs)?;
             mlpc::write_tensors(&output, &outputs)?;
-            print!(
+            out!(
                 "{}",
                 render::run_summary(compiled.name(), backend, note.as_deref(), &outputs, &output)
             );
@@ -486,9 +489,9 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             warn(&compiled);
             let report = compiled.check(backend, &bindings_of(&bindings), seed)?;
             if let Some(note) = note {
-                println!("note: {note}");
+                outln!("note: {note}");
             }
-            print!("{}", render::check_report(compiled.name(), &report));
+            out!("{}", render::check_report(compiled.name(), &report));
             if !report.ok() {
                 return Err(mlpc::Error::CheckFailed(compiled.name().to_string()));
             }
@@ -522,7 +525,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 },
             )?;
             let binds: Vec<String> = bindings.iter().map(|(s, v)| format!("{s}={v}")).collect();
-            println!(
+            outln!(
                 "{} [{}] {} kernels: median {:.4} ms (min {:.4}, mean {:.4}, {} runs, {} weight sets), {:.1} TFLOP/s, host {:.1} us per run, {}; after {} ms of heat{}",
                 compiled.name(),
                 binds.join(","),
@@ -544,7 +547,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 .any(|t| matches!(t.source, mlpc::TileSource::Cache { .. }))
             {
                 for t in &tiles {
-                    println!("  tile: {t}");
+                    outln!("  tile: {t}");
                 }
             }
             if let Some(path) = json {
@@ -594,7 +597,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 .compile_file(&model)?;
             let inputs = compiled.random_inputs(&bindings_of(&bindings), seed)?;
             mlpc::write_tensors(&output, &inputs)?;
-            print!("{}", render::tensors_written(&inputs, &output));
+            out!("{}", render::tensors_written(&inputs, &output));
         }
     }
     Ok(())

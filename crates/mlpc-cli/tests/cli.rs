@@ -9,7 +9,7 @@ use mlpc_ir::{DType, HostTensor};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 type Tensors = BTreeMap<String, HostTensor>;
 
@@ -770,4 +770,58 @@ fn sparse_gemv_entries_are_the_default_and_left_out_by_option_or_environment() {
     for l in [launch(&[], &[]), launch(&[("MLPC_SPARSE_GEMV", "1")], &[])] {
         assert!(l.ends_with("_gemv_m16, tiles 32x1, grid 8x1x1"), "{l}");
     }
+}
+
+/// A reader that stops reading stdout (`mlpc compile --explain | head`) is no error: the
+/// command still writes its files and succeeds, with no panic. A write that fails otherwise (a
+/// full disk behind a redirect) is one message and status 1.
+#[test]
+fn stdout_closed_by_its_reader_or_failing() {
+    let dir = scratch(&["models/residual.json"]);
+    let cache = tempfile::tempdir().unwrap();
+    let args = [
+        "compile",
+        "residual.json",
+        "-o",
+        "out",
+        "--explain",
+        "--target",
+        "cpu",
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mlpc"))
+        .args(args)
+        .current_dir(dir.path())
+        .env("MLPC_CACHE_DIR", cache.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the command prints anything: its first write meets EPIPE.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(dir.path().join("out/explain.txt").is_file());
+
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        return;
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_mlpc"))
+        .args(args)
+        .current_dir(dir.path())
+        .env("MLPC_CACHE_DIR", cache.path())
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("error: cannot write to standard output: ")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }
