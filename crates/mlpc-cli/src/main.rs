@@ -167,7 +167,8 @@ enum Command {
 #[derive(clap::Args, Debug, Clone)]
 struct CompileArgs {
     /// The passes to run, comma-separated, instead of the default pipeline
-    /// (dce,fold-transpose,cse,fuse-epilogue).
+    /// (dce,fold-transpose,cse,fuse-epilogue). A model's `sparsity` section adds
+    /// prune-block-sparse and lower-block-sparse to either.
     #[arg(long, value_name = "PASS,...", value_delimiter = ',')]
     passes: Option<Vec<String>>,
     /// Verify the graph after every pass [default: on in debug builds].

@@ -50,6 +50,12 @@ pub fn known_pass_names() -> String {
 pub enum PassError {
     #[error("unknown pass `{name}`; the passes are: {known}")]
     UnknownPass { name: String, known: String },
+    #[error(
+        "pass `{name}` cannot be listed: the compiler inserts it when the model's `sparsity` \
+         section selects weights (`prune-block-sparse` after a leading `dce`, \
+         `lower-block-sparse` last); a pass list names only: {known}"
+    )]
+    ConfiguredPass { name: String, known: String },
     #[error("--print-after names `{name}`, which is not in the pipeline ({pipeline})")]
     PrintAfterNotInPipeline { name: String, pipeline: String },
     #[error("the graph given to the pass pipeline is invalid: {0}")]

@@ -131,9 +131,13 @@ impl Pipeline {
         let passes = names
             .iter()
             .map(|n| {
-                pass_by_name(n.as_ref()).ok_or_else(|| PassError::UnknownPass {
-                    name: n.as_ref().to_string(),
-                    known: known_pass_names(),
+                let (name, known) = (n.as_ref().to_string(), known_pass_names());
+                pass_by_name(&name).ok_or_else(|| {
+                    if CONFIGURED_PASSES.contains(&name.as_str()) {
+                        PassError::ConfiguredPass { name, known }
+                    } else {
+                        PassError::UnknownPass { name, known }
+                    }
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -10,7 +10,7 @@ use mlpc_passes::{
     explain, lower_plan, packed_weights, Pipeline, PipelineOptions, PrintAfter, Provenance,
     PruneBlockSparse, SparseWeight,
 };
-use mlpc_passes::{Pass, PassError};
+use mlpc_passes::{Pass, PassError, CONFIGURED_PASSES};
 use proptest::prelude::*;
 
 fn opts() -> PipelineOptions {
@@ -106,6 +106,20 @@ fn the_pipeline_places_the_sparse_passes() {
         matches!(err, PassError::PrintAfterNotInPipeline { .. }),
         "{err}"
     );
+    // A pass list that names a sparse pass is told that the compiler inserts it.
+    for name in CONFIGURED_PASSES {
+        let err = Pipeline::from_names(&["dce", name]).unwrap_err();
+        assert!(matches!(err, PassError::ConfiguredPass { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with(&format!("pass `{name}` cannot be listed: ")),
+            "{msg}"
+        );
+        assert!(
+            msg.ends_with("a pass list names only: dce, fold-transpose, cse, fuse-epilogue"),
+            "{msg}"
+        );
+    }
 }
 
 #[test]
