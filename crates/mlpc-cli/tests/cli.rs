@@ -597,6 +597,16 @@ fn autotune_says_what_it_needs() {
     }
     // No tile was cached (the kernel cache may hold the compiled kernels).
     assert!(!cache.path().join("autotune.json").exists());
+    // `bench` times the CUDA kernels: without a driver it says the backend is missing, as `run`
+    // and `check` do.
+    if !Path::new("/dev/nvidiactl").exists() {
+        let e = run(&["bench", "residual.json", "--bind", "T=64"]);
+        assert!(
+            e.starts_with("error: backend `cuda` is not available: the CUDA driver"),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
 }
 
 #[test]

@@ -8,8 +8,7 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
     #[error(
-        "the CUDA driver library (libcuda.so.1) cannot be loaded: this machine has no NVIDIA driver; \
-         use `--backend cpu` or `--backend reference`"
+        "the CUDA driver library (libcuda.so.1) cannot be loaded: this machine has no NVIDIA driver"
     )]
     NoDriver,
     #[error("the CUDA driver is present but reports no GPU: {0}")]

@@ -1,5 +1,6 @@
 //! The backends a compiled model can run on, and which of them this build provides.
 
+use crate::error::Error;
 use std::fmt;
 use std::str::FromStr;
 
@@ -38,6 +39,23 @@ impl Backend {
             Backend::Cuda => {
                 Some("the CUDA driver (libcuda.so.1) cannot be loaded on this machine")
             }
+        }
+    }
+
+    /// `Ok` when this build and machine can run the backend, else
+    /// [`Error::BackendUnavailable`] naming why and the backends that are available.
+    pub fn require(self) -> Result<(), Error> {
+        match self.unavailable_reason() {
+            None => Ok(()),
+            Some(reason) => Err(Error::BackendUnavailable {
+                backend: self,
+                reason: reason.to_string(),
+                available: Backend::available()
+                    .iter()
+                    .map(|b| b.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
         }
     }
 

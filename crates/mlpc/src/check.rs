@@ -201,6 +201,7 @@ impl Compiled {
         bindings: &[(&str, u64)],
         opts: BenchOptions,
     ) -> Result<BenchReport, Error> {
+        Backend::Cuda.require()?;
         let gpu = self.gpu_state()?;
         let weight_bytes: usize = self
             .optimized()

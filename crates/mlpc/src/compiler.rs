@@ -876,14 +876,7 @@ impl Compiled {
         inputs: &Tensors,
         poison: bool,
     ) -> Result<Tensors, Error> {
-        if let Some(reason) = backend.unavailable_reason() {
-            let available: Vec<&str> = Backend::available().iter().map(|b| b.name()).collect();
-            return Err(Error::BackendUnavailable {
-                backend,
-                reason: reason.to_string(),
-                available: available.join(", "),
-            });
-        }
+        backend.require()?;
         match backend {
             Backend::Reference => Ok(mlpc_ir::interpret(self.reference_graph(), inputs)?),
             Backend::Cpu => self.cpu_state()?.run(inputs),
