@@ -2,14 +2,17 @@
 //!
 //! Per case (directories found at run time, in sorted order, so a new case needs no code):
 //! - snapshots, suffixed with the case name: the IR before and after each pass of the default
-//!   pipeline (`ir`), `--explain` (`explain`), the plan JSON (`plan`) and every generated `.cu`
-//!   with its launch rule (`cuda`);
+//!   pipeline, with the block-sparse passes where the model has a `sparsity` section (`ir`),
+//!   `--explain` (`explain`), the plan JSON (`plan`) and every generated `.cu` with its launch
+//!   rule (`cuda`);
 //! - the kernel count stated by the case's optional `expect.txt` (`kernels = N`);
 //! - every generated kernel compiles with NVRTC for `sm_90`, and GEMM kernels use no local memory
 //!   (no stack frame, no spills). A missing NVRTC fails the test;
 //! - on random inputs with `T = 1` and `T = 5` (every other symbol 3), the reference interpreter
-//!   run on the *source* graph is the oracle; the optimised graph interpreted and the plan run by
-//!   the CPU backend must both match it within the relative Frobenius tolerance of the dtype.
+//!   run on the *source* graph is the oracle (with the model's `sparsity`, the source graph with
+//!   its weights pruned, which `prune-block-sparse` does on purpose); the optimised graph
+//!   interpreted and the plan run by the CPU backend must both match it within the relative
+//!   Frobenius tolerance of the dtype.
 //!
 //! Each test goes through all cases and reports every failing case at the end, not just the first.
 
@@ -19,7 +22,8 @@ use mlpc_frontend::{load_model, random_inputs, Model};
 use mlpc_ir::{interpret, relative_error, DType, Dim, Graph, HostTensor, Op, Plan};
 use mlpc_jit::{compile_all, JitOptions};
 use mlpc_passes::{
-    explain, lower_plan, Pipeline, PipelineOptions, PipelineReport, PrintAfter, DEFAULT_PASSES,
+    explain, lower_plan, Pass, Pipeline, PipelineOptions, PipelineReport, PrintAfter,
+    PruneBlockSparse, SparseWeight,
 };
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -97,10 +101,15 @@ fn for_each_case(what: &str, mut check: impl FnMut(&Case) -> Result<(), String>)
     );
 }
 
-/// A case taken through the default pipeline and lowered.
+/// A case taken through the default pipeline (with the block-sparse passes its `sparsity`
+/// configures, as `mlpc compile` runs it) and lowered.
 struct Compiled {
     model: Model,
     source: Graph,
+    /// The source graph with the selected weights pruned: what every backend must compute.
+    oracle: Graph,
+    /// The passes the pipeline should have run, in order.
+    pipeline: Vec<&'static str>,
     optimized: Graph,
     report: PipelineReport,
     plan: Plan,
@@ -109,12 +118,24 @@ struct Compiled {
 fn compile(case: &Case) -> Result<Compiled, String> {
     let model = load_model(&case.model_path()).map_err(|e| format!("load: {e}"))?;
     let source = model.graph.clone();
+    let sparse: Vec<SparseWeight> = model
+        .sparsity
+        .iter()
+        .map(|s| SparseWeight::new(s.weight.clone(), s.block, s.density))
+        .collect();
+    let mut oracle = source.clone();
+    if !sparse.is_empty() {
+        PruneBlockSparse::new(sparse.clone())
+            .run(&mut oracle, &mut mlpc_passes::Provenance::new(&source))
+            .map_err(|e| format!("pruning the oracle's weights: {e}"))?;
+    }
+    let pipeline = Pipeline::default().with_sparsity(sparse);
     let mut optimized = source.clone();
     let opts = PipelineOptions {
         verify_each: true,
         print_after: PrintAfter::All,
     };
-    let report = Pipeline::default()
+    let report = pipeline
         .run(&mut optimized, &opts)
         .map_err(|e| format!("pipeline: {e}"))?;
     let plan = lower_plan(&optimized, &report.provenance).map_err(|e| format!("plan: {e}"))?;
@@ -123,6 +144,8 @@ fn compile(case: &Case) -> Result<Compiled, String> {
     Ok(Compiled {
         model,
         source,
+        oracle,
+        pipeline: pipeline.names(),
         optimized,
         report,
         plan,
@@ -143,9 +166,10 @@ fn generate(c: &Compiled) -> Result<Vec<CudaKernel>, String> {
 fn ir_dump(c: &Compiled) -> Result<String, String> {
     let mut s = format!("==== source\n{}", c.source);
     let names: Vec<&str> = c.report.passes.iter().map(|p| p.name).collect();
-    if names != DEFAULT_PASSES {
+    if names != c.pipeline {
         return Err(format!(
-            "the pipeline ran {names:?}, not the default {DEFAULT_PASSES:?}"
+            "the pipeline ran {names:?}, not the expected {:?}",
+            c.pipeline
         ));
     }
     for p in &c.report.passes {
@@ -261,7 +285,7 @@ fn kernel_counts_match_expect_txt() {
 }
 
 fn is_gemm(op: &Op) -> bool {
-    matches!(op, Op::Gemm(_) | Op::MatMul)
+    matches!(op, Op::Gemm(_) | Op::SparseGemm(_) | Op::MatMul)
 }
 
 #[test]
@@ -388,7 +412,7 @@ fn cpu_backend_and_optimized_graph_match_the_interpreter_on_the_source() {
             let b: Vec<(&str, u64)> = b.iter().map(|(s, v)| (s.as_str(), *v)).collect();
             let inputs =
                 random_inputs(&c.source, &b, 0x5eed + t).map_err(|e| format!("inputs: {e}"))?;
-            let oracle = interpret(&c.source, &inputs)
+            let oracle = interpret(&c.oracle, &inputs)
                 .map_err(|e| format!("T={t}: interpreting the source graph: {e}"))?;
             // A comparison with an all-zero or non-finite oracle proves nothing.
             for (name, v) in &oracle {

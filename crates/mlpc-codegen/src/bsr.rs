@@ -10,9 +10,10 @@
 //!
 //! # `GemmBsrMma` / `GemmBsrSimt`
 //! The kept-block lists are compressed sparse rows (`row_ptr`, `col_idx`). One CTA computes a
-//! `BM x BN` tile inside one block row of the weight; `BN` is the block's row count rounded up to
-//! 16 (at most 128, 64 for dual GEMMs), so a block row of more rows than that is split over
-//! several CTAs.
+//! `BM x BN` tile inside one block row of the weight; `BN` is the block's row count rounded up
+//! (f32: to 16; f16 / bf16: to 16, 32, 48, 64, 96 or 128, whose warp tiles hold whole pairs of
+//! n8 fragments; at most 128, 64 for dual GEMMs), so a block row of more rows than that is split
+//! over several CTAs.
 //!
 //! # `GemmBsrWgmma` (Hopper)
 //! Taken for [`Arch::Sm90a`], f16 / bf16, A stored `[M, K]` (no constant row stride that is not a
@@ -57,14 +58,22 @@ fn round_up(v: u32, to: u32) -> u32 {
 fn choose(dtype: DType, dual: bool, block: [u32; 2]) -> Config {
     let [br, bc] = block;
     let cap = if dual { 64 } else { 128 };
-    let bn = round_up(br, 16).clamp(16, cap);
     let mut c = match dtype {
         DType::F16 | DType::Bf16 => {
-            // Warps: 4 along M below 64 columns (32 x BN each), 2 x 4 at 128 (like the dense
-            // kernel); BK = the block's columns rounded to the mma k, at most 32.
+            // BN: the block's rows rounded up to a tile these warp layouts split into warp tiles
+            // of whole pairs of n8 fragments. Warps: 4 along M up to 48 columns (32 x BN each),
+            // 4 x 2 at 64 and 96, 2 x 4 at 128 (like the dense kernel). A dual GEMM's two
+            // accumulator sets fit the registers only up to 32 columns a warp, so it skips 48.
+            // BK = the block's columns rounded to the mma k, at most 32.
+            let widths: &[u32] = if dual {
+                &[16, 32, 64]
+            } else {
+                &[16, 32, 48, 64, 96, 128]
+            };
+            let bn = widths.iter().copied().find(|&w| w >= br).unwrap_or(cap);
             let (bm, x, y) = match bn {
-                16 | 32 => (128, 4, 1),
-                64 => (128, 4, 2),
+                16 | 32 | 48 => (128, 4, 1),
+                64 | 96 => (128, 4, 2),
                 _ => (128, 2, 4),
             };
             Config {
@@ -79,6 +88,7 @@ fn choose(dtype: DType, dual: bool, block: [u32; 2]) -> Config {
             }
         }
         DType::F32 => {
+            let bn = round_up(br, 16).clamp(16, cap);
             // Threads hold TM x TN outputs: TM 8 (4 for dual), TN 4 below 64 columns, else 8.
             let tm = if dual { 4 } else { 8 };
             let bm = if dual { 64 } else { 128 };
@@ -1366,6 +1376,29 @@ mod tests {
     /// below, transcribed from the template, which this test checks still says them): every
     /// (row tile, column tile) is computed by exactly one block, and the blocks of the last
     /// layer past the row tiles return, also where the row tiles exceed one layer.
+    /// `GemmBsrMma`'s tile for every block height meets `MmaConfig`'s static assertions (warp
+    /// tiles of whole m16 rows and whole pairs of n8 fragments), covers the block row (or 128 /
+    /// 64 columns of it) and keeps the accumulators within the 128 registers a thread the launch
+    /// bound allows (64 floats a thread, as the dense kernel).
+    #[test]
+    fn mma_tiles_fit_every_block_height() {
+        for dtype in [DType::F16, DType::Bf16] {
+            for dual in [false, true] {
+                for br in 1..=256 {
+                    let c = choose(dtype, dual, [br, 32]);
+                    let at = format!("{dtype:?}, dual {dual}, {br} rows: {c:?}");
+                    assert!(c.mma, "{at}");
+                    assert!(c.bm % c.x == 0 && (c.bm / c.x) % 16 == 0, "{at}");
+                    assert!(c.bn % c.y == 0 && (c.bn / c.y) % 16 == 0, "{at}");
+                    assert!(c.bn >= br.min(if dual { 64 } else { 128 }), "{at}");
+                    let sets = if dual { 2 } else { 1 };
+                    assert!(c.bm * c.bn * sets / c.threads() <= 64, "{at}");
+                    assert_eq!(c.min_blocks * c.threads(), 512, "{at}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn row_tile_grids_give_every_tile_one_block() {
         assert!(PORTABLE.contains("return (i64)blockIdx.y + (i64)blockIdx.z * gridDim.y;"));
