@@ -1388,8 +1388,14 @@ mod tests {
                     let c = choose(dtype, dual, [br, 32]);
                     let at = format!("{dtype:?}, dual {dual}, {br} rows: {c:?}");
                     assert!(c.mma, "{at}");
-                    assert!(c.bm % c.x == 0 && (c.bm / c.x) % 16 == 0, "{at}");
-                    assert!(c.bn % c.y == 0 && (c.bn / c.y) % 16 == 0, "{at}");
+                    assert!(
+                        c.bm.is_multiple_of(c.x) && (c.bm / c.x).is_multiple_of(16),
+                        "{at}"
+                    );
+                    assert!(
+                        c.bn.is_multiple_of(c.y) && (c.bn / c.y).is_multiple_of(16),
+                        "{at}"
+                    );
                     assert!(c.bn >= br.min(if dual { 64 } else { 128 }), "{at}");
                     let sets = if dual { 2 } else { 1 };
                     assert!(c.bm * c.bn * sets / c.threads() <= 64, "{at}");
