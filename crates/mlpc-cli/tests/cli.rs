@@ -835,3 +835,39 @@ fn stdout_closed_by_its_reader_or_failing() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// NaN and infinities in the weights are data: `check` passes a backend that reproduces them
+/// where the reference has them, and compares the finite rest.
+#[test]
+fn check_compares_nan_and_inf_weights_as_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut w: Vec<f64> = (0..32).map(|i| (i as f64 - 15.5) / 16.0).collect();
+    w[5] = f64::NAN;
+    w[18] = f64::INFINITY;
+    let weights: Tensors = [
+        (
+            "fc.weight".to_string(),
+            HostTensor::from_f64(DType::F32, vec![8, 4], &w).unwrap(),
+        ),
+        (
+            "fc.bias".to_string(),
+            HostTensor::from_f64(DType::F32, vec![8], &[0.25; 8]).unwrap(),
+        ),
+    ]
+    .into();
+    mlpc_frontend::write_tensors(&d.join("w.safetensors"), &weights).unwrap();
+    fs::write(
+        d.join("m.json"),
+        r#"{ "mlpc": 1, "name": "specials", "dtype": "f32", "weights": "w.safetensors",
+             "inputs": { "x": { "shape": ["T", 4] } },
+             "layers": [ { "op": "linear", "weight": "fc.weight", "bias": "fc.bias" } ] }"#,
+    )
+    .unwrap();
+    let out = succeeds(d, &["check", "m.json", "--bind", "T=3", "--backend", "cpu"]);
+    assert!(
+        out.stdout.starts_with("ok   specials on cpu"),
+        "{}",
+        out.stdout
+    );
+}

@@ -27,7 +27,10 @@ pub use op::{
     Activation, BlockPattern, Dual, Epilogue, EpilogueChain, Gemm, MatLayout, Op, SparseGemm,
 };
 pub use plan::{Buffer, BufferId, BufferKind, Guard, Kernel, Plan};
-pub use tensor::{relative_error, relative_error_floored, HostTensor, TensorSizeError};
+pub use tensor::{
+    relative_error, relative_error_floored, relative_error_same_specials, HostTensor,
+    TensorSizeError,
+};
 pub use types::{
     contiguous_strides, is_valid_symbol, Bindings, DType, Dim, Extent, Shape, Strides, Symbol,
     TensorType,

@@ -169,9 +169,67 @@ pub fn relative_error_floored(a: &[f64], b: &[f64]) -> f64 {
     (num / den.max(b.len() as f64)).sqrt()
 }
 
+/// [`relative_error`] of a backend's output `a` against the reference `b` where the reference
+/// itself holds NaN or infinities (NaN and infinities in weights and inputs are data): each such
+/// element of `b` must be matched exactly in `a` (NaN by NaN, an infinity by the same one) and is
+/// left out of the sums; any other mismatch, and NaN in `a` where `b` is finite (a poisoned
+/// output), makes the error NaN (an infinity where `b` is finite makes it infinite). With a
+/// finite `b` it is [`relative_error`].
+pub fn relative_error_same_specials(a: &[f64], b: &[f64]) -> f64 {
+    if a.len() != b.len() {
+        return f64::NAN;
+    }
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (&x, &y) in a.iter().zip(b) {
+        if y.is_finite() {
+            num += (x - y) * (x - y);
+            den += y * y;
+        } else if !(x == y || (x.is_nan() && y.is_nan())) {
+            return f64::NAN;
+        }
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn specials_of_the_reference_must_be_matched_exactly() {
+        let inf = f64::INFINITY;
+        let b = [1.0, f64::NAN, inf, -inf, 2.0];
+        assert_eq!(
+            relative_error_same_specials(&[1.0, f64::NAN, inf, -inf, 2.0], &b),
+            0.0
+        );
+        let off = relative_error_same_specials(&[1.1, f64::NAN, inf, -inf, 2.0], &b);
+        assert!((off - relative_error(&[1.1, 2.0], &[1.0, 2.0])).abs() < 1e-15);
+        for wrong in [
+            [1.0, 0.0, inf, -inf, 2.0],
+            [1.0, f64::NAN, -inf, -inf, 2.0],
+            [1.0, f64::NAN, f64::NAN, -inf, 2.0],
+            [f64::NAN, f64::NAN, inf, -inf, 2.0],
+            [1.0, f64::NAN, inf, -inf, inf],
+        ] {
+            // NaN, or infinite for an infinity where the reference is finite: never within a
+            // tolerance.
+            let e = relative_error_same_specials(&wrong, &b);
+            assert!(!e.is_finite(), "{wrong:?}: {e}");
+        }
+        // A finite reference: the plain relative error, poisoned outputs still NaN.
+        assert_eq!(
+            relative_error_same_specials(&[3.0, 4.5], &[3.0, 4.0]),
+            relative_error(&[3.0, 4.5], &[3.0, 4.0])
+        );
+        assert!(relative_error_same_specials(&[f64::NAN], &[1.0]).is_nan());
+        assert!(relative_error_same_specials(&[1.0], &[1.0, 2.0]).is_nan());
+    }
 
     #[test]
     fn the_floored_error_measures_near_zero_outputs_against_order_one() {

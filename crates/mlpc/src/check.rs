@@ -25,7 +25,9 @@ pub struct OutputCheck {
     pub name: String,
     pub dtype: DType,
     pub shape: Vec<usize>,
-    /// Relative Frobenius error; NaN if any element is NaN where the reference is not.
+    /// Relative Frobenius error over the elements where the reference is finite; NaN if any
+    /// element is NaN where the reference is not, or does not match the reference's NaN or
+    /// infinity where it has one ([`mlpc_ir::relative_error_same_specials`]).
     pub error: f64,
     pub tolerance: f64,
 }
@@ -174,7 +176,7 @@ impl Compiled {
         for (name, w) in want {
             let error = match got.get(name) {
                 Some(g) if g.shape() == w.shape() && g.dtype() == w.dtype() => {
-                    mlpc_ir::relative_error(&g.to_f64(), &w.to_f64())
+                    mlpc_ir::relative_error_same_specials(&g.to_f64(), &w.to_f64())
                 }
                 _ => f64::NAN,
             };
