@@ -192,11 +192,19 @@ def sparse_gemv(into):
     return jobs
 
 
+def binds(model, t):
+    """`--bind` arguments for `model`: T = `t`, and B = 3 where its inputs have a B (mlpc refuses
+    a binding of a symbol the model lacks)."""
+    spec = json.load(open(model))
+    dims = [d for i in spec.get("inputs", {}).values() for d in i.get("shape", [])]
+    return ["--bind", f"T={t}"] + (["--bind", "B=3"] if "B" in dims else [])
+
+
 def check(mlpc, model, t, cache, target, extra, label=None):
     """`mlpc check` of `model` at T = `t`: one row per output (`label` names the model in them)."""
     label = label or model
     env = dict(os.environ, MLPC_CACHE_DIR=cache)
-    cmd = [mlpc, "check", model, "--backend", "cuda", "--bind", f"T={t}", "--bind", "B=3", "--seed", str(t)]
+    cmd = [mlpc, "check", model, "--backend", "cuda"] + binds(model, t) + ["--seed", str(t)]
     cmd += ([] if target == "auto" else ["--target", target]) + extra
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     rows = []
@@ -269,7 +277,7 @@ def main():
     san = []
     for m in [s for s in a.sanitize.split(",") if s]:
         p = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "9", a.mlpc, "check", m,
-                            "--backend", "cuda", "--bind", "T=129", "--bind", "B=3"]
+                            "--backend", "cuda"] + binds(m, 129)
                            + ([] if a.target == "auto" else ["--target", a.target]) + extra,
                            capture_output=True, text=True,
                            env=dict(os.environ, MLPC_CACHE_DIR=cache + "/san"))

@@ -68,7 +68,8 @@ enum Command {
         bindings: Vec<(String, u64)>,
         /// With --explain and --bind: the multiprocessors of the device the launches are
         /// listed for (132: an H100 or H200 SXM).
-        #[arg(long, value_name = "N", default_value_t = 132)]
+        #[arg(long, value_name = "N", default_value_t = 132,
+              value_parser = clap::value_parser!(u32).range(1..=4096))]
         sms: u32,
     },
     /// Run a model on inputs read from a safetensors file; write the outputs to another.
@@ -299,6 +300,7 @@ const ENTRY_MAP_MAX: u64 = 16384;
 fn parse_binding(s: &str) -> Result<(String, u64), String> {
     let (sym, value) = s
         .split_once('=')
+        .filter(|(sym, _)| !sym.trim().is_empty())
         .ok_or_else(|| format!("expected SYM=N (e.g. T=8), got `{s}`"))?;
     let value = value
         .trim()
@@ -377,6 +379,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 .emit_weights(emit_weights)
                 .tile_bindings(bindings.clone())
                 .compile_file(&model)?;
+            compiled.check_bindings(&bindings_of(&bindings))?;
             warn(&compiled);
             for (pass, ir) in compiled.pass_ir() {
                 outln!("// IR after {pass}\n{ir}");
@@ -693,6 +696,18 @@ mod tests {
         assert_eq!(parse_binding("T=8"), Ok(("T".to_string(), 8)));
         assert!(parse_binding("T").unwrap_err().contains("expected SYM=N"));
         assert!(parse_binding("T=-1").is_err());
+        assert!(parse_binding("=5").unwrap_err().contains("expected SYM=N"));
+        assert!(parse_binding(" =5").is_err());
+    }
+
+    #[test]
+    fn sms_is_at_least_one() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.command);
+        assert!(parse(&["mlpc", "compile", "m.json", "--sms", "0"]).is_err());
+        match parse(&["mlpc", "compile", "m.json", "--sms", "114"]) {
+            Ok(Command::Compile { sms, .. }) => assert_eq!(sms, 114),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

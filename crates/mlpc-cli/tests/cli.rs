@@ -721,11 +721,12 @@ fn explain_lists_the_entries_each_size_launches() {
     let lines: Vec<&str> = o.stdout[at.expect(&o.stdout)..].lines().take(3).collect();
     assert!(lines[1..].iter().all(|l| !l.contains("wgmma")), "{lines:?}");
     // Bindings without T: one message naming the kernel and the symbol.
+    let batched = repo().join("tests/cases/batched-bf16/model.json");
     let e = fails(
         dir.path(),
         &[
             "compile",
-            model,
+            batched.to_str().unwrap(),
             "--explain",
             "--target",
             "cuda:sm_90a",
@@ -734,7 +735,7 @@ fn explain_lists_the_entries_each_size_launches() {
         ],
     );
     assert!(
-        e.contains("error: launches: kernel `gemm_bias_gelu_tanh_bf16_nt`: the launch needs symbol `T`, which is not bound"),
+        e.contains("error: launches: kernel `gemm_bias_silu_bf16_nt`: the launch needs symbol `T`, which is not bound"),
         "{e}"
     );
 }
@@ -870,4 +871,48 @@ fn check_compares_nan_and_inf_weights_as_data() {
         "{}",
         out.stdout
     );
+}
+
+/// A `--bind` of a symbol the model does not have (a misspelling) is one error on every command
+/// that takes bindings, and writes nothing, even when the real symbols are bound too.
+#[test]
+fn a_binding_of_an_unknown_symbol_is_an_error() {
+    let dir = scratch(&["models/residual.json"]);
+    let want = "error: symbol `Q` is bound, but no input of the model has it (its symbols: T)";
+    for args in [
+        &[
+            "check",
+            "residual.json",
+            "--backend",
+            "cpu",
+            "--bind",
+            "T=3",
+            "--bind",
+            "Q=5",
+        ][..],
+        &[
+            "gen-inputs",
+            "residual.json",
+            "-o",
+            "in.safetensors",
+            "--bind",
+            "T=3",
+            "--bind",
+            "Q=5",
+        ],
+        &[
+            "compile",
+            "residual.json",
+            "--target",
+            "cpu",
+            "--bind",
+            "T=3",
+            "--bind",
+            "Q=5",
+        ],
+        &["compile", "residual.json", "--explain", "--bind", "Q=5"],
+    ] {
+        let t = fails(dir.path(), args);
+        assert!(t.contains(want), "{t}");
+    }
 }

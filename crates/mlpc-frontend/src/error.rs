@@ -60,6 +60,11 @@ pub enum FrontendError {
         input: String,
         error: RandomInputError,
     },
+    /// A binding names a symbol that no input of the model has (most likely a misspelling).
+    #[error(
+        "symbol `{symbol}` is bound, but no input of the model has it (its symbols: {symbols})"
+    )]
+    UnknownSymbol { symbol: String, symbols: String },
 }
 
 /// `file:line:col: at `loc`: ` (parts left out when unknown).

@@ -115,6 +115,7 @@ pub fn random_inputs(
     bindings: &[(&str, u64)],
     seed: u64,
 ) -> Result<BTreeMap<String, HostTensor>, FrontendError> {
+    check_bound_symbols(graph, bindings)?;
     let mut bound: BTreeMap<&str, u64> = BTreeMap::new();
     for &(sym, v) in bindings {
         if let Some(&first) = bound.get(sym) {
@@ -176,6 +177,31 @@ pub fn random_inputs(
         out.insert(node.name.clone(), t);
     }
     Ok(out)
+}
+
+/// Refuses a binding of a symbol that no input of `graph` has: a misspelt name would otherwise
+/// be ignored whenever the real symbols are bound too.
+pub fn check_bound_symbols(graph: &Graph, bindings: &[(&str, u64)]) -> Result<(), FrontendError> {
+    let symbols: std::collections::BTreeSet<&str> = graph
+        .inputs()
+        .into_iter()
+        .flat_map(|id| graph.node(id).ty.shape.iter())
+        .filter_map(|d| match d {
+            Dim::Sym(s) => Some(&**s),
+            Dim::Fixed(_) => None,
+        })
+        .collect();
+    match bindings.iter().find(|(s, _)| !symbols.contains(s)) {
+        None => Ok(()),
+        Some((symbol, _)) => Err(FrontendError::UnknownSymbol {
+            symbol: symbol.to_string(),
+            symbols: if symbols.is_empty() {
+                "none".into()
+            } else {
+                symbols.into_iter().collect::<Vec<_>>().join(", ")
+            },
+        }),
+    }
 }
 
 #[cfg(test)]

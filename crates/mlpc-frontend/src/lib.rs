@@ -17,7 +17,7 @@ mod model;
 mod tensors;
 
 pub use error::{FrontendError, Hint, ModelError, RandomInputError, TensorFileError};
-pub use generate::{random_inputs, MAX_GENERATED_ELEMENTS};
+pub use generate::{check_bound_symbols, random_inputs, MAX_GENERATED_ELEMENTS};
 pub use model::FORMAT_VERSION;
 pub use tensors::{parse_tensors, read_tensors, serialize_tensors, write_tensors};
 

@@ -192,16 +192,24 @@ fn weights_file_errors() {
 #[test]
 fn random_inputs_name_the_unbound_symbol() {
     let m = parse_model(BASE, Path::new("."), "model.json").unwrap();
-    let e = random_inputs(&m.graph, &[("B", 2)], 0).unwrap_err();
+    let e = random_inputs(&m.graph, &[], 0).unwrap_err();
     assert!(matches!(e, FrontendError::RandomInput { .. }));
-    insta::assert_snapshot!(e.to_string(), @"cannot make random input `x`: symbol `T` is not bound (bound: `B`)");
+    insta::assert_snapshot!(e.to_string(), @"cannot make random input `x`: symbol `T` is not bound (bound: none)");
+    // A symbol no input has is refused, bound beside the real ones or not (a misspelling).
+    for bindings in [&[("B", 2)][..], &[("T", 3), ("B", 1)]] {
+        let e = random_inputs(&m.graph, bindings, 0).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "symbol `B` is bound, but no input of the model has it (its symbols: T)"
+        );
+    }
     let e = random_inputs(&m.graph, &[("T", 0)], 0).unwrap_err();
     assert_eq!(
         e.to_string(),
         "cannot make random input `x`: symbol `T` is bound to 0; dimensions are at least 1"
     );
     let a = random_inputs(&m.graph, &[("T", 3)], 9).unwrap();
-    let b = random_inputs(&m.graph, &[("T", 3), ("B", 1)], 9).unwrap();
+    let b = random_inputs(&m.graph, &[("T", 3), ("T", 3)], 9).unwrap();
     let c = random_inputs(&m.graph, &[("T", 3)], 10).unwrap();
     assert_eq!(a["x"].shape(), &[3, 8]);
     assert_eq!(a, b);

@@ -590,6 +590,7 @@ impl Compiled {
     /// the entry, its tiles, grid and workspace. The tiles are the heuristic's (a run on a
     /// device may take others from the autotune cache).
     pub fn launch_plan(&self, bindings: &[(&str, u64)], sms: u32) -> Result<Vec<String>, Error> {
+        self.check_bindings(bindings)?;
         let kernels = self.launch_kernels()?.ok_or(Error::NoCudaKernels)?;
         let mut b = mlpc_ir::Bindings::new();
         for (s, v) in bindings {
@@ -856,8 +857,14 @@ impl Compiled {
         self.artifacts()?.write_to(dir)
     }
 
+    /// Refuses a binding of a symbol no input of the model has (a misspelt name, which would
+    /// otherwise be ignored whenever the real symbols are bound too).
+    pub fn check_bindings(&self, bindings: &[(&str, u64)]) -> Result<(), Error> {
+        Ok(mlpc_frontend::check_bound_symbols(self.graph(), bindings)?)
+    }
+
     /// Deterministic random inputs for the model, with the symbolic dims bound as given
-    /// (e.g. `[("T", 8)]`).
+    /// (e.g. `[("T", 8)]`); a binding of a symbol no input has is an error.
     pub fn random_inputs(&self, bindings: &[(&str, u64)], seed: u64) -> Result<Tensors, Error> {
         Ok(mlpc_frontend::random_inputs(self.graph(), bindings, seed)?)
     }
