@@ -177,7 +177,8 @@ struct CompileArgs {
     verify_each: Option<bool>,
     /// The CUDA target: `cuda:sm_90`, `cuda:sm_90a` (Hopper's wgmma kernels), `cuda:sm_80`, or
     /// `cpu` to skip CUDA kernels. Default: artifacts for sm_90, and on a GPU, kernels for that
-    /// GPU's own architecture (sm_90a on Hopper).
+    /// GPU's own architecture (sm_90a on Hopper); `run` and `check` on another backend compile
+    /// none.
     #[arg(long, value_name = "TARGET")]
     target: Option<String>,
     /// Neither read nor write the kernel cache.
@@ -232,6 +233,16 @@ impl CompileArgs {
             }
         }
         Ok(c)
+    }
+
+    /// [`CompileArgs::compiler`] for a run on `backend`: without `--target`, a run that is not
+    /// on CUDA compiles no CUDA kernels (they would only cost NVRTC time).
+    fn compiler_for(&self, backend: Backend) -> Result<Compiler, mlpc::Error> {
+        let c = self.compiler(None)?;
+        Ok(match (backend, &self.target) {
+            (Backend::Cuda, _) | (_, Some(_)) => c,
+            _ => c.cuda_kernels(CudaKernels::Skip),
+        })
     }
 }
 
@@ -468,7 +479,9 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 return Ok(());
             }
             let (backend, note) = pick_backend(backend);
-            let compiled = graphs.apply(opts.compiler(None)?).compile_file(&model)?;
+            let compiled = graphs
+                .apply(opts.compiler_for(backend)?)
+                .compile_file(&model)?;
             warn(&compiled);
             let inputs = mlpc::read_tensors(&input)?;
             let outputs = compiled.run(backend, &inputs)?;
@@ -487,7 +500,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
         } => {
             let (backend, note) = pick_backend(backend);
             let compiled = opts
-                .compiler(None)?
+                .compiler_for(backend)?
                 .tile_bindings(bindings.clone())
                 .compile_file(&model)?;
             warn(&compiled);
