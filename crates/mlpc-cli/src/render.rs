@@ -128,6 +128,14 @@ pub fn check_report(name: &str, r: &CheckReport) -> String {
             o.error,
             o.tolerance
         );
+        if let Some(e) = o.fused_error.filter(|&e| e <= o.tolerance) {
+            let _ = writeln!(
+                out,
+                "     (against the optimised graph, which rounds only where the kernels store: \
+                 {e:.3e}; the difference is the rounding of intermediates the fused kernels keep \
+                 in f32)"
+            );
+        }
     }
     out
 }

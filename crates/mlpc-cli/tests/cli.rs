@@ -916,3 +916,65 @@ fn a_binding_of_an_unknown_symbol_is_an_error() {
         assert!(t.contains(want), "{t}");
     }
 }
+
+/// A bf16 output out of tolerance only because the source graph rounds each intermediate that the
+/// fused kernel keeps in f32 (here relu(g) * u, then squared twice, which quadruples its relative
+/// error) still fails, with a note giving its error against the optimised graph.
+#[test]
+fn a_failed_check_says_when_fused_rounding_explains_it() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("m.json"),
+        r#"{ "mlpc": 1, "name": "gated-squares", "dtype": "bf16", "seed": 3,
+  "params": { "gate.weight": [32, 16], "up.weight": [32, 16] },
+  "inputs": { "x": { "shape": ["T", 16] } },
+  "nodes": [
+    { "name": "gate.t", "op": "transpose", "inputs": ["gate.weight"] },
+    { "name": "up.t", "op": "transpose", "inputs": ["up.weight"] },
+    { "name": "g", "op": "matmul", "inputs": ["x", "gate.t"] },
+    { "name": "u", "op": "matmul", "inputs": ["x", "up.t"] },
+    { "name": "a", "op": "relu", "inputs": ["g"] },
+    { "name": "h", "op": "mul", "inputs": ["a", "u"] },
+    { "name": "h2", "op": "mul", "inputs": ["h", "h"] },
+    { "name": "h4", "op": "mul", "inputs": ["h2", "h2"] }
+  ],
+  "outputs": ["h4"] }"#,
+    )
+    .unwrap();
+    let args = [
+        "check",
+        "m.json",
+        "--backend",
+        "cpu",
+        "--bind",
+        "T=16",
+        "--seed",
+        "3",
+    ];
+    let o = mlpc(dir.path(), &args);
+    assert_eq!(o.code, 1, "{}", o.transcript(&args));
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("FAIL gated-squares on cpu: output `h4`"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].trim_start().starts_with(
+            "(against the optimised graph, which rounds only where the kernels store: "
+        ),
+        "{lines:?}"
+    );
+    // An output within tolerance gets no note.
+    let args = [
+        "check",
+        "m.json",
+        "--backend",
+        "cpu",
+        "--bind",
+        "T=16",
+        "--seed",
+        "2",
+    ];
+    let o = succeeds(dir.path(), &args);
+    assert_eq!(o.stdout.lines().count(), 1, "{}", o.stdout);
+}
