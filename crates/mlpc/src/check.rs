@@ -192,7 +192,8 @@ impl Compiled {
         for (name, w) in want {
             let error = error_of(name, w);
             let tolerance = tolerance(w.dtype());
-            let fused_error = match separate && !(error <= tolerance) {
+            let failed = error.is_nan() || error > tolerance;
+            let fused_error = match separate && failed {
                 false => None,
                 true => {
                     if fused.is_none() {
