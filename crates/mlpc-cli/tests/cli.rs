@@ -941,18 +941,20 @@ fn a_failed_check_says_when_fused_rounding_explains_it() {
   "outputs": ["h4"] }"#,
     )
     .unwrap();
-    let args = [
-        "check",
-        "m.json",
-        "--backend",
-        "cpu",
-        "--bind",
-        "T=16",
-        "--seed",
-        "3",
-    ];
-    let o = mlpc(dir.path(), &args);
-    assert_eq!(o.code, 1, "{}", o.transcript(&args));
+    let args = |seed| {
+        [
+            "check",
+            "m.json",
+            "--backend",
+            "cpu",
+            "--bind",
+            "T=16",
+            "--seed",
+            seed,
+        ]
+    };
+    let o = mlpc(dir.path(), &args("3"));
+    assert_eq!(o.code, 1, "{}", o.transcript(&args("3")));
     let lines: Vec<&str> = o.stdout.lines().collect();
     assert!(
         lines[0].starts_with("FAIL gated-squares on cpu: output `h4`"),
@@ -965,16 +967,6 @@ fn a_failed_check_says_when_fused_rounding_explains_it() {
         "{lines:?}"
     );
     // An output within tolerance gets no note.
-    let args = [
-        "check",
-        "m.json",
-        "--backend",
-        "cpu",
-        "--bind",
-        "T=16",
-        "--seed",
-        "2",
-    ];
-    let o = succeeds(dir.path(), &args);
+    let o = succeeds(dir.path(), &args("2"));
     assert_eq!(o.stdout.lines().count(), 1, "{}", o.stdout);
 }
