@@ -193,17 +193,16 @@ impl Compiled {
             let error = error_of(name, w);
             let tolerance = tolerance(w.dtype());
             let failed = error.is_nan() || error > tolerance;
-            let fused_error = match separate && failed {
-                false => None,
-                true => {
-                    if fused.is_none() {
-                        fused = Some(mlpc_ir::interpret(self.optimized(), inputs)?);
-                    }
-                    fused
-                        .as_ref()
-                        .and_then(|f| f.get(name))
-                        .map(|f| error_of(name, f))
+            let fused_error = if separate && failed {
+                if fused.is_none() {
+                    fused = Some(mlpc_ir::interpret(self.optimized(), inputs)?);
                 }
+                fused
+                    .as_ref()
+                    .and_then(|f| f.get(name))
+                    .map(|f| error_of(name, f))
+            } else {
+                None
             };
             outputs.push(OutputCheck {
                 name: name.clone(),
