@@ -11,4 +11,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release -p mlpc-cli --no-default-features
 cargo build --release -p mlpc --example gpu_guards --no-default-features
-ls -l target/release/mlpc target/release/examples/gpu_guards
+t="${CARGO_TARGET_DIR:-target}"
+ls -l "$t/release/mlpc" "$t/release/examples/gpu_guards"
