@@ -58,11 +58,14 @@ fn paths(dir: &Path, key: &str) -> [PathBuf; 3] {
     ["cubin", "ptx", "log"].map(|ext| dir.join(format!("{key}.{ext}")))
 }
 
-/// The entry for `key`, if a complete one exists. Unreadable entries count as misses.
+/// The entry for `key`, if a complete one exists. Unreadable entries, and ones whose CUBIN is not
+/// whole ([`crate::check_cubin`]), count as misses.
 pub fn lookup(dir: &Path, key: &str) -> Option<Entry> {
     let [cubin, ptx, log] = paths(dir, key);
     Some(Entry {
-        cubin: std::fs::read(cubin).ok()?,
+        cubin: std::fs::read(cubin)
+            .ok()
+            .filter(|c| crate::check_cubin(c).is_ok())?,
         ptx: std::fs::read_to_string(ptx).ok()?,
         log: std::fs::read_to_string(log).ok()?,
     })

@@ -28,11 +28,13 @@
 //! `DIR/<plan>/kernels/` from [`write_artifacts`].
 
 mod cache;
+mod cubin;
 mod error;
 mod loader;
 mod nvrtc;
 mod resources;
 
+pub use cubin::check_cubin;
 pub use error::JitError;
 pub use loader::{ensure_nvrtc, NvrtcInfo};
 pub use resources::{parse as entry_resources, Resources};

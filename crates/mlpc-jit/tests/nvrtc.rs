@@ -6,7 +6,9 @@
 //! skip.
 
 use mlpc_codegen::{generate, samples, Arch, CodegenOptions, CudaKernel};
-use mlpc_jit::{compile, compile_all, ensure_nvrtc, write_artifacts, JitError, JitOptions};
+use mlpc_jit::{
+    check_cubin, compile, compile_all, ensure_nvrtc, write_artifacts, JitError, JitOptions,
+};
 
 fn require_nvrtc() {
     if let Err(e) = ensure_nvrtc() {
@@ -60,6 +62,15 @@ fn check_compiled(arch: Arch, kernels: &[CudaKernel]) {
         assert_eq!(c.name, k.name);
         assert!(!c.from_cache);
         assert_eq!(&c.cubin[..4], b"\x7fELF", "{}: not an ELF cubin", k.name);
+        // The structural check passes NVRTC's images and refuses any cut of them.
+        assert_eq!(check_cubin(&c.cubin), Ok(()), "{}", k.name);
+        for cut in [0, 64, c.cubin.len() / 2, c.cubin.len() - 1] {
+            assert!(
+                check_cubin(&c.cubin[..cut]).is_err(),
+                "{}: cut at {cut}",
+                k.name
+            );
+        }
         assert!(
             c.ptx.contains(&format!(".entry {}(", k.entry)),
             "{}: the PTX has no entry `{}`",
@@ -160,6 +171,17 @@ fn the_second_compile_comes_from_the_cache() {
     assert_eq!(first[0].cubin, second[0].cubin);
     assert_eq!(first[0].ptx, second[0].ptx);
     assert_eq!(first[0].resources, second[0].resources);
+    // A damaged entry (its CUBIN cut short) is a miss, compiled and stored again.
+    let cubin = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "cubin"))
+        .unwrap();
+    std::fs::write(&cubin, &first[0].cubin[..first[0].cubin.len() / 3]).unwrap();
+    let again = compile_all(&k, &opts).unwrap();
+    assert!(!again[0].from_cache);
+    assert_eq!(again[0].cubin, first[0].cubin);
+    assert!(compile_all(&k, &opts).unwrap()[0].from_cache);
 
     // Another architecture is another entry.
     let sm80 = JitOptions {

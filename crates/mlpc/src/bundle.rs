@@ -57,6 +57,12 @@ impl Bundle {
                 ));
             }
             let cubin = read(&file("cubin"))?;
+            mlpc_jit::check_cubin(&cubin).map_err(|why| {
+                bad(
+                    dir,
+                    format!("kernels/{}.cubin is not a whole CUBIN: {why}", k.name),
+                )
+            })?;
             images.push(KernelImage { kernel, cubin });
         }
         let needs_weights = plan.buffers.iter().any(|b| b.kind == BufferKind::Weight);

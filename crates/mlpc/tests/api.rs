@@ -242,8 +242,20 @@ fn a_compiled_directory_with_its_weights_loads_on_its_own() {
     c.write_to(&dir2).unwrap();
     let e = mlpc::Bundle::load(&dir2).err().expect("no weights");
     assert!(e.to_string().contains("--emit-weights"), "{e}");
+    // A kernel image cut short is named, and never reaches the driver.
+    let cubin = dir.join(format!("kernels/{}.cubin", c.plan().kernels[0].name));
+    let bytes = std::fs::read(&cubin).unwrap();
+    for cut in [0, bytes.len() / 2] {
+        std::fs::write(&cubin, &bytes[..cut]).unwrap();
+        let e = mlpc::Bundle::load(&dir).err().expect("cut cubin");
+        let want = format!(
+            "kernels/{}.cubin is not a whole CUBIN: ",
+            c.plan().kernels[0].name
+        );
+        assert!(e.to_string().contains(&want), "{e}");
+    }
     // A kernel file gone missing is named.
-    std::fs::remove_file(dir.join(format!("kernels/{}.cubin", c.plan().kernels[0].name))).unwrap();
+    std::fs::remove_file(&cubin).unwrap();
     let e = mlpc::Bundle::load(&dir).err().expect("missing cubin");
     assert!(e.to_string().contains(".cubin"), "{e}");
 }
