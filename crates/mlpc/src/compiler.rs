@@ -591,11 +591,18 @@ impl Compiled {
     /// device may take others from the autotune cache).
     pub fn launch_plan(&self, bindings: &[(&str, u64)], sms: u32) -> Result<Vec<String>, Error> {
         self.check_bindings(bindings)?;
+        check_sms(sms)?;
         let kernels = self.launch_kernels()?.ok_or(Error::NoCudaKernels)?;
         let mut b = mlpc_ir::Bindings::new();
-        for (s, v) in bindings {
-            b.bind(&(*s).into(), *v)
-                .map_err(|e| Error::Launches(e.to_string()))?;
+        for &(s, v) in bindings {
+            if v == 0 {
+                return Err(Error::Launches(format!(
+                    "symbol `{s}` is bound to 0; dimensions are at least 1"
+                )));
+            }
+            b.bind(&s.into(), v).map_err(|first| {
+                Error::Launches(format!("symbol `{s}` is bound twice, to {first} and {v}"))
+            })?;
         }
         kernels
             .iter()
@@ -631,6 +638,12 @@ impl Compiled {
     /// 5505- own`, each entry by what its name adds to the kernel's own (see `entry_tag`).
     /// `None` when the plan has no CUDA kernels or not exactly one symbolic dimension.
     pub fn entry_map(&self, sms: u32, max: u64) -> Result<Option<Vec<String>>, Error> {
+        check_sms(sms)?;
+        if !(1..=ENTRY_MAP_LIMIT).contains(&max) {
+            return Err(Error::Launches(format!(
+                "an entry map up to {max}: it maps sizes 1 to at most {ENTRY_MAP_LIMIT}"
+            )));
+        }
         let Some(kernels) = self.launch_kernels()? else {
             return Ok(None);
         };
@@ -1046,6 +1059,19 @@ impl Compiled {
         let s = Arc::new(crate::cuda::GpuState::new(self, device()?)?);
         *slot = Some(s.clone());
         Ok(s)
+    }
+}
+
+/// The largest size [`Compiled::entry_map`] maps up to (it chooses an entry at every size).
+pub const ENTRY_MAP_LIMIT: u64 = 1 << 20;
+
+/// A device for [`Compiled::launch_plan`] and [`Compiled::entry_map`] has multiprocessors.
+fn check_sms(sms: u32) -> Result<(), Error> {
+    match sms {
+        0 => Err(Error::Launches(
+            "a device of 0 multiprocessors (at least 1)".into(),
+        )),
+        _ => Ok(()),
     }
 }
 
