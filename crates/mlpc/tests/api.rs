@@ -355,7 +355,7 @@ fn sparse_gemv_entries_by_default_and_off_when_asked() {
 #[test]
 fn launch_plans_refuse_sizes_no_launch_has() {
     let c = compiled();
-    let err = |r: Result<Vec<String>, mlpc::Error>| r.err().expect("an error").to_string();
+    let err = |r: Result<Vec<String>, mlpc::Error>| r.expect_err("an error").to_string();
     assert_eq!(
         err(c.launch_plan(&[("T", 4), ("T", 5)], 132)),
         "launches: symbol `T` is bound twice, to 4 and 5"
@@ -366,7 +366,7 @@ fn launch_plans_refuse_sizes_no_launch_has() {
     );
     assert!(err(c.launch_plan(&[("T", 4)], 0)).contains("0 multiprocessors"));
     assert!(c.launch_plan(&[("T", 4), ("T", 4)], 132).is_ok());
-    let map_err = |sms, max| c.entry_map(sms, max).err().expect("an error").to_string();
+    let map_err = |sms, max| c.entry_map(sms, max).expect_err("an error").to_string();
     assert!(map_err(0, 100).contains("0 multiprocessors"));
     assert!(map_err(132, 0).contains("an entry map up to 0"));
     assert!(map_err(132, u64::MAX).contains("at most 1048576"));
