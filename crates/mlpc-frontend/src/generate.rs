@@ -109,7 +109,7 @@ pub fn normal_tensor(seed: u64, name: &str, shape: &[u64], dtype: DType) -> Opti
 
 /// Random standard-normal inputs for every input of `graph`, each in its declared dtype and shape
 /// with symbolic dims taken from `bindings` (`[("T", 128)]`). Deterministic in `seed` and each
-/// input's name. Bindings of symbols no input uses are ignored.
+/// input's name. A binding of a symbol no input has is an error ([`check_bound_symbols`]).
 pub fn random_inputs(
     graph: &Graph,
     bindings: &[(&str, u64)],

@@ -176,11 +176,18 @@ impl Pass for PruneBlockSparse {
 
     fn run(&self, g: &mut Graph, prov: &mut Provenance) -> Result<bool, PassError> {
         let mut changed = false;
-        for spec in &self.specs {
+        for (i, spec) in self.specs.iter().enumerate() {
             let err = |message: String| PassError::Sparsity {
                 weight: spec.weight.clone(),
                 message,
             };
+            // A second spec would prune the pruned weight again, with its own block (the
+            // frontend refuses a weight two keys select; a model built in memory may not).
+            if self.specs[..i].iter().any(|s| s.weight == spec.weight) {
+                return Err(err(
+                    "selected twice; one block shape and density a weight".into()
+                ));
+            }
             let is_weight_node = g
                 .find(&spec.weight)
                 .is_some_and(|n| g.node(n).op == Op::Weight);

@@ -307,6 +307,19 @@ fn an_all_zero_weight_stays_dense_and_bad_specs_are_errors() {
             .unwrap_err();
         assert_eq!(err.to_string(), want);
     }
+    // Two specs for one weight (a model built in memory; the frontend refuses two keys).
+    let twice = vec![
+        SparseWeight::new("fc.weight", [4, 4], Some(0.5)),
+        SparseWeight::new("fc.weight", [8, 8], Some(0.25)),
+    ];
+    let err = Pipeline::default()
+        .with_sparsity(twice)
+        .run(&mut g.clone(), &opts())
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "block sparsity of weight `fc.weight`: selected twice; one block shape and density a weight"
+    );
 }
 
 #[test]

@@ -29,7 +29,12 @@ pub(crate) fn is_transposed_view(shape: &[usize], strides: &[usize]) -> bool {
 /// by a transpose view named `<input>.view`, which takes over all its uses.
 pub fn transpose_inputs(g: &Graph, names: &[String]) -> Result<Graph, Error> {
     let mut g = g.clone();
-    for name in names {
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            return Err(Error::Respecialize(format!(
+                "input `{name}` is listed twice"
+            )));
+        }
         let old = g
             .find(name)
             .filter(|&id| g.node(id).op == Op::Input)

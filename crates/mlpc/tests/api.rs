@@ -185,6 +185,11 @@ fn a_variant_for_transposed_inputs_computes_the_same_and_folds_the_view() {
     let base = Compiler::new().compile_model(model.clone()).unwrap();
     let mut variant_model = model;
     variant_model.graph = mlpc::transpose_inputs(base.graph(), &["x".to_string()]).unwrap();
+    let twice = mlpc::transpose_inputs(base.graph(), &["x".to_string(), "x".to_string()]);
+    assert_eq!(
+        twice.err().map(|e| e.to_string()).as_deref(),
+        Some("re-specialisation: input `x` is listed twice")
+    );
     let variant = Compiler::new().compile_model(variant_model).unwrap();
     // The input is now the [6, T] storage; its transpose folds into the first GEMM.
     assert_eq!(
