@@ -122,6 +122,7 @@ impl Bundle {
         if let Some(e) = slot.as_ref() {
             return Ok(e.clone());
         }
+        crate::Backend::Cuda.require()?;
         let device = Device::open(0)?;
         let lookup = |name: &str| self.weights.get(name).cloned();
         let exe = Arc::new(Executable::load(
