@@ -267,6 +267,8 @@ pub enum TensorFileError {
         end: u64,
         len: usize,
     },
+    #[error("invalid layout: {message}")]
+    Layout { message: String },
     #[error("cannot serialize: {message}")]
     Serialize { message: String },
 }

@@ -145,19 +145,24 @@ impl Entry {
     }
 }
 
-/// Bytes per element of every dtype the format defines.
-fn dtype_size(dtype: &str) -> Option<u64> {
+/// Bits per element of every dtype the format defines (the sub-byte ones pack their elements);
+/// `None` for a dtype this reader does not know, whose size is then not checked.
+fn dtype_bits(dtype: &str) -> Option<u64> {
     Some(match dtype {
-        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" => 1,
-        "I16" | "U16" | "F16" | "BF16" => 2,
-        "I32" | "U32" | "F32" => 4,
-        "I64" | "U64" | "F64" => 8,
+        "F4" => 4,
+        "F6_E2M3" | "F6_E3M2" => 6,
+        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" | "F8_E8M0" => 8,
+        "I16" | "U16" | "F16" | "BF16" => 16,
+        "I32" | "U32" | "F32" => 32,
+        "I64" | "U64" | "F64" | "C64" => 64,
         _ => return None,
     })
 }
 
-/// Reads and checks the header: every entry well-formed, its size matching dtype and shape, its
-/// data inside the file.
+/// Reads and checks the header: every entry well-formed, its size matching dtype and shape (where
+/// the dtype is one the format defined when this reader was written: a tensor of a newer dtype is
+/// listed, and an error only when taken), and the entries' data covering the data that follows
+/// the header exactly, without overlaps or gaps, as the format requires.
 fn index(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, TensorFileError> {
     let Some(len_bytes) = bytes.get(..8) else {
         return Err(TensorFileError::TooShort { len: bytes.len() });
@@ -189,7 +194,14 @@ fn index(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, TensorFileError> {
     let mut out = BTreeMap::new();
     for (name, info) in &entries {
         if name == "__metadata__" {
-            continue;
+            match info {
+                Value::Object(m) if m.values().all(Value::is_string) => continue,
+                _ => {
+                    return Err(TensorFileError::Header {
+                        message: "`__metadata__`: expected an object of strings".into(),
+                    })
+                }
+            }
         }
         let Value::Object(info) = info else {
             return Err(info_err(
@@ -212,9 +224,6 @@ fn index(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, TensorFileError> {
             }
             None => return Err(info_err(name, "missing `dtype`")),
         };
-        let Some(size) = dtype_size(dtype) else {
-            return Err(info_err(name, format!("unknown dtype {dtype:?}")));
-        };
         let shape: Vec<usize> = match info.get("shape") {
             Some(Value::Array(dims)) => dims
                 .iter()
@@ -235,21 +244,29 @@ fn index(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, TensorFileError> {
             },
             _ => return Err(info_err(name, "missing or invalid `data_offsets`")),
         };
-        let expected = shape.iter().try_fold(size, |a, &d| a.checked_mul(d as u64));
-        let Some(expected) = expected else {
-            return Err(info_err(
-                name,
-                format!("the byte size of {dtype}{shape:?} overflows"),
-            ));
-        };
-        if end - begin != expected {
-            return Err(TensorFileError::Size {
-                tensor: name.clone(),
-                dtype: dtype.to_string(),
-                shape,
-                expected,
-                actual: end - begin,
-            });
+        if let Some(bits) = dtype_bits(dtype) {
+            let overflow =
+                || info_err(name, format!("the byte size of {dtype}{shape:?} overflows"));
+            let total_bits = shape
+                .iter()
+                .try_fold(bits, |a, &d| a.checked_mul(d as u64))
+                .ok_or_else(overflow)?;
+            if total_bits % 8 != 0 {
+                return Err(info_err(
+                    name,
+                    format!("{dtype}{shape:?} is not a whole number of bytes"),
+                ));
+            }
+            let expected = total_bits / 8;
+            if end - begin != expected {
+                return Err(TensorFileError::Size {
+                    tensor: name.clone(),
+                    dtype: dtype.to_string(),
+                    shape,
+                    expected,
+                    actual: end - begin,
+                });
+            }
         }
         if end > data_len as u64 {
             return Err(TensorFileError::Truncated {
@@ -269,7 +286,55 @@ fn index(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, TensorFileError> {
             },
         );
     }
+    check_layout(&out, header_end, data_len)?;
     Ok(out)
+}
+
+/// The format's layout rule: the tensors' byte ranges, in order of their offsets, tile the data
+/// from its first byte to the file's end. Two tensors sharing bytes, bytes no tensor owns, or
+/// bytes after the last tensor mean a damaged or hand-made file whose tensors cannot be trusted.
+fn check_layout(
+    entries: &BTreeMap<String, Entry>,
+    header_end: usize,
+    data_len: usize,
+) -> Result<(), TensorFileError> {
+    let mut ranges: Vec<(&String, std::ops::Range<usize>)> = entries
+        .iter()
+        .map(|(name, e)| (name, e.range.start - header_end..e.range.end - header_end))
+        .collect();
+    ranges.sort_by_key(|(name, r)| (r.start, r.end, name.as_str()));
+    let mut at = 0usize;
+    let mut last: Option<&String> = None;
+    for (name, r) in &ranges {
+        if r.start < at {
+            let other = last.map_or(String::new(), |l| format!("tensor `{l}`'s"));
+            return Err(TensorFileError::Layout {
+                message: format!(
+                    "tensor `{name}` (data bytes {}..{}) overlaps {other} bytes before {at}",
+                    r.start, r.end
+                ),
+            });
+        }
+        if r.start > at {
+            return Err(TensorFileError::Layout {
+                message: format!(
+                    "data bytes {at}..{} belong to no tensor (the next is `{name}`)",
+                    r.start
+                ),
+            });
+        }
+        at = r.end;
+        last = Some(name);
+    }
+    if at != data_len {
+        return Err(TensorFileError::Layout {
+            message: format!(
+                "the last {} byte(s) of the data ({at}..{data_len}) belong to no tensor",
+                data_len - at
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A [`HostTensor`] as the `safetensors` crate's serializer sees it.
@@ -362,5 +427,104 @@ mod tests {
             index(&b),
             Err(TensorFileError::HeaderLength { header: 1000, .. })
         ));
+    }
+
+    /// A file of `header` (JSON) and `data` bytes.
+    fn file(header: &str, data: usize) -> Vec<u8> {
+        let mut b = (header.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(header.as_bytes());
+        b.extend((0..data).map(|i| i as u8));
+        b
+    }
+
+    #[test]
+    fn tensors_of_dtypes_newer_than_the_reader_are_listed_and_refused_only_when_taken() {
+        // An fp8 checkpoint's block scales (F8_E8M0), packed 4-bit values (F4), complex
+        // buffers (C64) and a dtype no reader knows yet, beside an F32 weight.
+        let header = r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+            "s":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[8,12]},
+            "q":{"dtype":"F4","shape":[2,3],"data_offsets":[12,15]},
+            "c":{"dtype":"C64","shape":[1],"data_offsets":[15,23]},
+            "z":{"dtype":"F3_FUTURE","shape":[5],"data_offsets":[23,25]}}"#;
+        let bytes = file(header, 25);
+        let entries = index(&bytes).unwrap();
+        assert_eq!(entries.len(), 5);
+        assert!(entries["w"].tensor("w", &bytes).is_ok());
+        assert!(matches!(
+            entries["z"].tensor("z", &bytes),
+            Err(TensorFileError::DType { .. })
+        ));
+        // Known dtypes' sizes are still checked, the sub-byte ones' too.
+        let header = r#"{"q":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#;
+        let e = index(&file(header, 2)).err().unwrap().to_string();
+        assert_eq!(e, "tensor `q`: F4[3] is not a whole number of bytes");
+        let header = r#"{"s":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[0,2]}}"#;
+        assert!(matches!(
+            index(&file(header, 2)),
+            Err(TensorFileError::Size {
+                expected: 4,
+                actual: 2,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn tensors_must_tile_the_data_exactly() {
+        let t = |name: &str, a: usize, b: usize| {
+            format!(
+                r#""{name}":{{"dtype":"U8","shape":[{}],"data_offsets":[{a},{b}]}}"#,
+                b - a
+            )
+        };
+        let err = |entries: &[String], data: usize| {
+            let header = format!("{{{}}}", entries.join(","));
+            index(&file(&header, data)).err().map(|e| e.to_string())
+        };
+        // Well-formed: in any header order, empty tensors included.
+        assert_eq!(err(&[t("b", 4, 8), t("e", 4, 4), t("a", 0, 4)], 8), None);
+        assert_eq!(err(&[], 0), None);
+        // A second tensor over the first one's bytes: reading it would read the first's values.
+        assert_eq!(
+            err(&[t("a", 0, 8), t("b", 0, 8)], 8).unwrap(),
+            "invalid layout: tensor `b` (data bytes 0..8) overlaps tensor `a`'s bytes before 8"
+        );
+        assert_eq!(
+            err(&[t("a", 0, 8), t("b", 4, 12)], 12).unwrap(),
+            "invalid layout: tensor `b` (data bytes 4..12) overlaps tensor `a`'s bytes before 8"
+        );
+        assert_eq!(
+            err(&[t("a", 0, 4), t("b", 8, 12)], 12).unwrap(),
+            "invalid layout: data bytes 4..8 belong to no tensor (the next is `b`)"
+        );
+        assert_eq!(
+            err(&[t("a", 2, 4)], 4).unwrap(),
+            "invalid layout: data bytes 0..2 belong to no tensor (the next is `a`)"
+        );
+        assert_eq!(
+            err(&[t("a", 0, 4)], 20).unwrap(),
+            "invalid layout: the last 16 byte(s) of the data (4..20) belong to no tensor"
+        );
+        assert_eq!(
+            err(&[], 3).unwrap(),
+            "invalid layout: the last 3 byte(s) of the data (0..3) belong to no tensor"
+        );
+    }
+
+    #[test]
+    fn metadata_maps_strings_to_strings() {
+        let ok = r#"{"__metadata__":{"format":"pt","note":""}}"#;
+        assert!(index(&file(ok, 0)).is_ok());
+        for bad in [
+            r#"{"__metadata__":5}"#,
+            r#"{"__metadata__":{"step":3}}"#,
+            r#"{"__metadata__":null}"#,
+        ] {
+            assert_eq!(
+                index(&file(bad, 0)).err().unwrap().to_string(),
+                "invalid header: `__metadata__`: expected an object of strings",
+                "{bad}"
+            );
+        }
     }
 }

@@ -77,15 +77,95 @@ pub(crate) fn block_grid(shape: &[usize], block: [u64; 2]) -> Result<(usize, usi
     Ok((out / br as usize, inp / bc as usize))
 }
 
-/// Squared L2 norm of every block, row-major over the block grid; NaN where a block holds a NaN.
-fn block_norms(w: &HostTensor, block: [u64; 2], grid: (usize, usize)) -> Vec<f64> {
-    let v = w.to_f64();
+/// A block's squared L2 norm, exact: every weight is an f32 value (the model dtypes are f32, f16
+/// and bf16), so every square is an integer below 2^48 times a power of two from 2^-298 up, and
+/// their sum is kept as a fixed-point integer of `NORM_LIMBS` 64-bit limbs (least significant
+/// first) without rounding. Equal norms therefore compare equal whatever the order of their
+/// elements (a block and its transpose), and ties go to the lower index as the spec says. The
+/// variants order finite norms below infinite ones, and those below NaN.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum BlockNorm {
+    Finite([u64; NORM_LIMBS]),
+    Inf,
+    NaN,
+}
+
+/// 506 bits of exponent range (2^-298 .. 2^208) plus 48 of a square plus 64 for the count of
+/// elements: 618 bits.
+const NORM_LIMBS: usize = 10;
+
+impl BlockNorm {
+    fn add_square(&mut self, x: f32) {
+        let BlockNorm::Finite(limbs) = self else {
+            if x.is_nan() {
+                *self = BlockNorm::NaN;
+            }
+            return;
+        };
+        if x.is_nan() {
+            *self = BlockNorm::NaN;
+            return;
+        }
+        if x.is_infinite() {
+            *self = BlockNorm::Inf;
+            return;
+        }
+        // |x| = m * 2^(e - 149), with e = max(biased exponent, 1) - 1 (subnormals: e = 0).
+        let bits = x.to_bits() & 0x7fff_ffff;
+        let (exponent, fraction) = (bits >> 23, u64::from(bits & 0x7f_ffff));
+        let m = if exponent == 0 {
+            fraction
+        } else {
+            fraction | 1 << 23
+        };
+        let shift = 2 * (exponent.max(1) - 1) as usize; // x^2 = m^2 * 2^(shift - 298)
+        let wide = u128::from(m * m) << (shift % 64);
+        let mut carry = 0u128;
+        for (k, part) in [wide as u64, (wide >> 64) as u64].into_iter().enumerate() {
+            let sum = u128::from(limbs[shift / 64 + k]) + u128::from(part) + carry;
+            limbs[shift / 64 + k] = sum as u64;
+            carry = sum >> 64;
+        }
+        for limb in &mut limbs[shift / 64 + 2..] {
+            if carry == 0 {
+                break;
+            }
+            let sum = u128::from(*limb) + carry;
+            *limb = sum as u64;
+            carry = sum >> 64;
+        }
+    }
+}
+
+impl Ord for BlockNorm {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let rank = |n: &BlockNorm| match n {
+            BlockNorm::Finite(_) => 0,
+            BlockNorm::Inf => 1,
+            BlockNorm::NaN => 2,
+        };
+        match (self, other) {
+            (BlockNorm::Finite(a), BlockNorm::Finite(b)) => a.iter().rev().cmp(b.iter().rev()),
+            _ => rank(self).cmp(&rank(other)),
+        }
+    }
+}
+
+impl PartialOrd for BlockNorm {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// The squared L2 norm of every block, row-major over the block grid.
+fn block_norms(w: &HostTensor, block: [u64; 2], grid: (usize, usize)) -> Vec<BlockNorm> {
     let inp = w.shape()[1];
     let [br, bc] = block.map(|d| d as usize);
-    let mut norms = vec![0.0f64; grid.0 * grid.1];
-    for (i, x) in v.iter().enumerate() {
+    let mut norms = vec![BlockNorm::Finite([0; NORM_LIMBS]); grid.0 * grid.1];
+    for i in 0..w.numel() {
         let (r, c) = (i / inp, i % inp);
-        norms[(r / br) * grid.1 + c / bc] += x * x;
+        // Exact: every model dtype converts to f32 without rounding.
+        norms[(r / br) * grid.1 + c / bc].add_square(w.get(i) as f32);
     }
     norms
 }
@@ -121,17 +201,8 @@ pub fn kept_blocks(
             }
             let count = ((d * norms.len() as f64).round() as usize).min(norms.len());
             let mut order: Vec<usize> = (0..norms.len()).collect();
-            // Largest norm first; NaN above all; equal norms by index.
-            order.sort_by(|&a, &b| {
-                let (x, y) = (norms[a], norms[b]);
-                match (x.is_nan(), y.is_nan()) {
-                    (true, true) => std::cmp::Ordering::Equal,
-                    (true, false) => std::cmp::Ordering::Less,
-                    (false, true) => std::cmp::Ordering::Greater,
-                    (false, false) => y.total_cmp(&x),
-                }
-                .then(a.cmp(&b))
-            });
+            // Largest norm first (NaN above infinity above every number); equal norms by index.
+            order.sort_by(|&a, &b| norms[b].cmp(&norms[a]).then(a.cmp(&b)));
             order.truncate(count);
             order
         }
@@ -244,6 +315,65 @@ mod tests {
         v[10] = 3.0; // block (1, 1)
         let t = w([4, 4], &v);
         assert_eq!(kept_blocks(&t, [2, 2], Some(0.25)).unwrap(), vec![2]);
+    }
+
+    #[test]
+    fn equal_norms_tie_whatever_the_order_of_their_elements() {
+        // Blocks [1, b, b, b, b] and [b, b, b, b, 1], b = 2^-27: equal norms, which a running f64
+        // sum in element order rounds apart (1 + b^2 rounds to 1, b^2 + b^2 ... + 1 does not).
+        let b = 2f64.powi(-27);
+        let t = w([1, 10], &[1.0, b, b, b, b, b, b, b, b, 1.0]);
+        assert_eq!(kept_blocks(&t, [1, 5], Some(0.5)).unwrap(), vec![0]);
+        // A block and its transpose, of pseudo-random values.
+        let a: Vec<f64> = (0..64u32)
+            .map(|i| f64::from(i.wrapping_mul(2_654_435_761) >> 8) / 16_777_216.0 - 0.5)
+            .collect();
+        let mut v = vec![0.0; 8 * 16];
+        for r in 0..8 {
+            for c in 0..8 {
+                v[r * 16 + c] = a[r * 8 + c];
+                v[r * 16 + 8 + c] = a[c * 8 + r];
+            }
+        }
+        let t = w([8, 16], &v);
+        assert_eq!(kept_blocks(&t, [8, 8], Some(0.5)).unwrap(), vec![0]);
+    }
+
+    #[test]
+    fn norms_are_ordered_across_the_whole_f32_range() {
+        let tiny = f64::from(f32::from_bits(1)); // the smallest subnormal
+        let huge = f64::from(f32::MAX);
+        // One element a block: 0, tiny, 2 tiny, 1, huge, infinity, NaN, 1 + 2^-23.
+        let v = [
+            0.0,
+            tiny,
+            2.0 * tiny,
+            1.0,
+            huge,
+            f64::INFINITY,
+            f64::NAN,
+            1.0 + 2f64.powi(-23),
+        ];
+        let t = w([1, 8], &v);
+        let kept = |n: usize| kept_blocks(&t, [1, 1], Some(n as f64 / 8.0)).unwrap();
+        assert_eq!(kept(1), vec![6]);
+        assert_eq!(kept(2), vec![5, 6]);
+        assert_eq!(kept(3), vec![4, 5, 6]);
+        assert_eq!(kept(4), vec![4, 5, 6, 7]);
+        assert_eq!(kept(5), vec![3, 4, 5, 6, 7]);
+        assert_eq!(kept(6), vec![2, 3, 4, 5, 6, 7]);
+        assert_eq!(kept(7), vec![1, 2, 3, 4, 5, 6, 7]);
+        // Squares of the largest f32 summed over a 64 x 64 block do not overflow.
+        let t = w([64, 128], &[huge; 64 * 128]);
+        let mut v = vec![huge; 64 * 128];
+        v[127] = 1.0; // block 1 is slightly smaller
+        let smaller = w([64, 128], &v);
+        assert_eq!(kept_blocks(&t, [64, 64], Some(0.5)).unwrap(), vec![0]);
+        assert_eq!(kept_blocks(&smaller, [64, 64], Some(0.5)).unwrap(), vec![0]);
+        v[0] = 1.0;
+        v[127] = huge;
+        let smaller = w([64, 128], &v);
+        assert_eq!(kept_blocks(&smaller, [64, 64], Some(0.5)).unwrap(), vec![1]);
     }
 
     #[test]
