@@ -65,7 +65,7 @@ pub fn compile_summary(s: &Summary, dir: &Path, written: &[PathBuf]) -> String {
         bytes(s.weight_bytes)
     );
     if s.sparse_weights > 0 {
-        let mut line = count(s.packed_weights, "block-sparse weight");
+        let mut line = count(s.packed_weights, "packed block-sparse weight");
         let dense = s.stays_dense.len();
         if dense > 0 {
             let see = if dense == 1 { "warning" } else { "warnings" };

@@ -37,10 +37,17 @@ fn describe(optimized: &Graph, plan: &Plan, prov: &Provenance, name: &str, op: &
         Fate::MergedWith(m) => format!("merged with {m} (cse); computed by {}", k()),
         Fate::Cancelled(x) => format!("cancelled with another transpose; users read {x}"),
         Fate::FoldedIntoStrides(_) => format!("folded into strides of {}", k()),
-        Fate::PackedAs(p) => match packed_weights(optimized).iter().find(|w| &w.name == p) {
-            Some(w) => format!("packed block-sparse as {p} ({})", packed_summary(w)),
-            None => format!("packed block-sparse as {p}"),
-        },
+        Fate::PackedAs(names) => {
+            let packed = packed_weights(optimized);
+            let each: Vec<String> = names
+                .iter()
+                .map(|p| match packed.iter().find(|w| &w.name == p) {
+                    Some(w) => format!("{p} ({})", packed_summary(w)),
+                    None => p.clone(),
+                })
+                .collect();
+            format!("packed block-sparse as {}", each.join(" and "))
+        }
         Fate::FusedInto(_) if matches!(op, Op::MatMul | Op::Gemm(_) | Op::SparseGemm(_)) => {
             format!("second GEMM of dual kernel {}", k())
         }

@@ -281,11 +281,15 @@ impl Pass for LowerBlockSparse {
         for w in sources {
             if g.users(w).is_empty() && !g.is_output(w) {
                 let name = g.node(w).name.clone();
-                let into = packed
+                let into: Vec<String> = packed
                     .iter()
-                    .find(|(src, _, _)| *src == name)
-                    .map(|&(_, _, p)| g.node(p).name.clone());
-                if let (Some(into), Some(node)) = (into, g.remove(w)) {
+                    .filter(|(src, _, _)| *src == name)
+                    .map(|&(_, _, p)| g.node(p).name.clone())
+                    .collect();
+                if into.is_empty() {
+                    continue;
+                }
+                if let Some(node) = g.remove(w) {
                     prov.record(node.name, Fate::PackedAs(into));
                 }
             }

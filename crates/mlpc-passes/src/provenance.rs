@@ -25,8 +25,9 @@ pub enum Fate {
     Removed,
     /// Structurally identical to this earlier node; its users now use that node (cse).
     MergedWith(String),
-    /// A weight replaced by this packed block-sparse weight (`lower-block-sparse`).
-    PackedAs(String),
+    /// A weight replaced by these packed block-sparse weights (`lower-block-sparse`; more than
+    /// one where GEMMs read it in layouts that pack differently, `x @ w` and `h @ w^T`).
+    PackedAs(Vec<String>),
 }
 
 impl fmt::Display for Fate {
@@ -40,7 +41,7 @@ impl fmt::Display for Fate {
             Fate::FusedInto(n) => write!(f, "fused into {n}"),
             Fate::Removed => f.write_str("removed (dead)"),
             Fate::MergedWith(n) => write!(f, "merged with {n} (cse)"),
-            Fate::PackedAs(n) => write!(f, "packed block-sparse as {n}"),
+            Fate::PackedAs(n) => write!(f, "packed block-sparse as {}", n.join(", ")),
         }
     }
 }
@@ -120,12 +121,12 @@ impl Provenance {
                     out.push(name.to_string());
                 }
             }
-            Some(Fate::FoldedIntoStrides(users)) => {
+            Some(Fate::FoldedIntoStrides(users)) | Some(Fate::PackedAs(users)) => {
                 for u in users {
                     self.collect_targets(u, out, depth + 1);
                 }
             }
-            Some(Fate::FusedInto(n)) | Some(Fate::MergedWith(n)) | Some(Fate::PackedAs(n)) => {
+            Some(Fate::FusedInto(n)) | Some(Fate::MergedWith(n)) => {
                 self.collect_targets(n, out, depth + 1)
             }
             Some(Fate::Removed) | Some(Fate::Cancelled(_)) => {}

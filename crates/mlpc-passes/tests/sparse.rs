@@ -244,6 +244,34 @@ fn a_weight_read_as_stored_k_by_n_is_lowered_transposed() {
 }
 
 #[test]
+fn a_weight_read_in_both_layouts_is_packed_twice_and_explained_so() {
+    // h = x @ w reads w [16, 16] as [K, N], y = h @ w^T as [N, K]: two packed copies.
+    let mut b = Builder::new("both", DType::F32, 5);
+    let x = b.input("x", &[t(), d(16)]);
+    let w = b.weight("w", &[16, 16]);
+    let h = b.op("h", Op::MatMul, &[x, w]);
+    let wt = b.op("wt", Op::Transpose, &[w]);
+    let y = b.op("y", Op::MatMul, &[h, wt]);
+    b.output("y", y);
+    let g = b.finish();
+    let specs = vec![SparseWeight::new("w", [4, 8], Some(0.25))];
+    let (opt, prov, err) = compile_and_compare(&g, &specs, 3);
+    assert!(err < 1e-5, "error {err}");
+    let packed: Vec<String> = packed_weights(&opt).into_iter().map(|p| p.name).collect();
+    assert_eq!(packed, ["w.bsr", "w.bsr.1"]);
+    let plan = lower_plan(&opt, &prov).unwrap();
+    let text = explain(&g, &opt, &plan, &prov);
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("w "))
+        .unwrap();
+    assert!(
+        row.contains("packed block-sparse as w.bsr (") && row.contains(") and w.bsr.1 ("),
+        "{row}"
+    );
+}
+
+#[test]
 fn a_shared_weight_is_packed_once_and_an_output_weight_stays() {
     // Two GEMMs read the same weight; the weight is also returned as an output.
     let mut b = Builder::new("shared", DType::F32, 5);
