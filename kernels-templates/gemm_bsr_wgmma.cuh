@@ -346,7 +346,10 @@ struct GemmBsrWgmma {
     /// Slot j holds the step's j-th kept block (in mask-bit order).
     static constexpr int kSlotBytes = BR * BKB * 2;
     static constexpr int kSlotsBytes = Cfg::SLOTS * kSlotBytes;
-    static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);
+    /// A stage: A's tile and the slots, padded to whole 1024-byte swizzle periods so that every
+    /// stage starts on one (the slots fill whole periods where the group has rows enough: slots
+    /// of 768 bytes, 24 x 16 blocks, come in fours, but a group of two rows has two at most).
+    static constexpr int kStageBytes = (kTileABytes + kSlotsBytes * (kDual ? 2 : 1) + 1023) / 1024 * 1024;
     /// With TMA stores, the staging buffers of every consumer warpgroup after the ring.
     static constexpr int kWarpgroupStagingBytes =
         Cfg::kStagingBufs * wgmma_detail::kStagingBufferBytes;

@@ -191,9 +191,11 @@ impl WgmmaBsr {
 
     /// Mirrors `GemmBsrWgmma::kStageBytes`: the A slice and `slots` block slots of `bk / wb`
     /// columns (twice for dual).
+    /// Mirrors `GemmBsrWgmma::kStageBytes`: A's tile and the slots, padded to whole 1024-byte
+    /// swizzle periods (where [`slots_for`]'s cap leaves the slots a part of one).
     fn stage_bytes(bm: u32, slots: u32, br: u32, bk: u32, wb: u32, dual: bool) -> u32 {
         let nb = if dual { 2 } else { 1 };
-        bm * bk * 2 + nb * slots * br * (bk / wb) * 2
+        (bm * bk * 2 + nb * slots * br * (bk / wb) * 2).next_multiple_of(1024)
     }
 
     /// Mirrors `GemmBsrWgmma::kSmemBytes`: the ring, 1024 bytes of alignment slack, and per stage
@@ -362,7 +364,8 @@ fn stages_fitting(stage: u32, staging: u32) -> u32 {
 
 /// Block slots a stage needs for `steps`: the most blocks a step keeps, rounded up so that the
 /// slots (of `br` x `bkb` elements each) fill whole 1024-byte swizzle periods, since every stage
-/// must start on one (an odd count of 512-byte 16 x 16 slots would not), at most `all` (`wb * g`).
+/// must start on one (an odd count of 512-byte 16 x 16 slots would not), at most `all` (`wb * g`;
+/// where that cap leaves a part of a period, [`WgmmaBsr::stage_bytes`] pads the stage).
 fn slots_for(steps: &GroupSteps, br: u32, bkb: u32, all: u32) -> u32 {
     let most = steps.masks().map(u32::count_ones).max().unwrap_or(1).max(1);
     let slot = br * bkb * 2;

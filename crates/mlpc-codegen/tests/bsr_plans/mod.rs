@@ -254,5 +254,25 @@ pub fn all() -> Vec<Plan> {
             true,
             false,
         ),
+        // Slots that fill a part of a swizzle period, the stage padded to whole ones: one 16x16
+        // block row (one 512-byte slot), and 24x16 blocks (768-byte slots, which fill periods
+        // in fours) in groups of eight rows whose steps keep up to five blocks, with short-grid
+        // entries of five and two rows.
+        plan(
+            "b16x16_one_row",
+            Bf16,
+            pattern([16, 16], 16, 64, |_, c| c != 2),
+            false,
+            false,
+            false,
+        ),
+        plan(
+            "b24x16_padded_stages",
+            F16,
+            pattern([24, 16], 192, 256, |r, c| (r + 3 * c) % 8 < 5),
+            false,
+            true,
+            false,
+        ),
     ]
 }
