@@ -108,8 +108,14 @@ fn choose(dtype: DType, dual: bool, block: [u32; 2]) -> Config {
     };
     // CTAs per SM the registers are budgeted for: 512 threads per SM on tensor cores (at most
     // 128 registers each, as the dense kernel), 256 on the FFMA path (whose 64 accumulators and
-    // slice registers need more).
-    let per_sm = if c.mma { 512 } else { 256 };
+    // slice registers need more), and for a dual GEMM's 32-column tiles on tensor cores (two
+    // sets of 32 x 32 accumulators a warp, with a warp's A and both B fragments, spilled under
+    // 128 registers).
+    let per_sm = if !c.mma || (dual && c.bn == 32) {
+        256
+    } else {
+        512
+    };
     c.min_blocks = (per_sm / c.threads()).max(1);
     c
 }
@@ -1402,7 +1408,8 @@ mod tests {
                     assert!(c.bn >= br.min(if dual { 64 } else { 128 }), "{at}");
                     let sets = if dual { 2 } else { 1 };
                     assert!(c.bm * c.bn * sets / c.threads() <= 64, "{at}");
-                    assert_eq!(c.min_blocks * c.threads(), 512, "{at}");
+                    let per_sm = if dual && c.bn == 32 { 256 } else { 512 };
+                    assert_eq!(c.min_blocks * c.threads(), per_sm, "{at}");
                 }
             }
         }
@@ -1645,7 +1652,7 @@ mod tests {
             "return (u64)lo | ((u64)(A::kSbo >> 4) << 32) | ((u64)A::kLayout << 62);",
             "return (u32)((16 * j / SW) * (ROWS * 2 * SW) + (16 * j % SW) * 2);",
             "PAIRS ? bsr_wgmma::SliceAtom<BK / WB>::SW : bsr_wgmma::SliceAtom<BK>::SW;",
-            "static constexpr int kStageBytes = kTileABytes + kSlotsBytes * (kDual ? 2 : 1);",
+            "static constexpr int kStageBytes = (kTileABytes + kSlotsBytes * (kDual ? 2 : 1) + 1023) / 1024 * 1024;",
             "static constexpr int kAtoms = BK / SW;",
             "static constexpr int kAtomsB = BKB / SWB;",
             "static constexpr int BKB = BK / WB;",

@@ -1,22 +1,29 @@
-//! Compiles every block-sparse sample kernel with the real NVRTC, for sm_90 and sm_80, and checks
-//! that none touches local memory (no spilled accumulators, no indexed register arrays).
+//! Compiles every block-sparse sample kernel and every plan of `bsr_plans` (every block shape,
+//! plain and dual) with the real NVRTC, for sm_90 and sm_80, and checks that none touches local
+//! memory (no spilled accumulators, no indexed register arrays).
 //!
 //! Needs NVRTC 13.0 (`LD_LIBRARY_PATH=<site-packages>/nvidia/cu13/lib`, or `MLPC_NVRTC_LIB`, as
 //! `scripts/test.sh` sets up); without it these tests fail rather than skip.
 
 use mlpc_codegen::{generate, samples, Arch, CodegenOptions, CudaKernel};
 
+mod bsr_plans;
 mod nvrtc_checks;
 
-fn sparse_kernels() -> Vec<CudaKernel> {
+fn sparse_kernels(arch: Arch) -> Vec<CudaKernel> {
+    let opts = CodegenOptions {
+        arch,
+        ..CodegenOptions::default()
+    };
     samples::sparse()
         .iter()
-        .flat_map(|p| generate(p, &CodegenOptions::default()).unwrap())
+        .chain(&bsr_plans::all())
+        .flat_map(|p| generate(p, &opts).unwrap())
         .collect()
 }
 
 fn check(arch: Arch) {
-    let kernels = sparse_kernels();
+    let kernels = sparse_kernels(arch);
     assert!(kernels.len() >= 8);
     let compiled = nvrtc_checks::compile_clean(&kernels, arch);
     for (k, c) in kernels.iter().zip(&compiled) {

@@ -175,6 +175,15 @@ pub fn all() -> Vec<Plan> {
             true,
             true,
         ),
+        // 32x32 dual (the portable kernel's dual 32-column tiles).
+        plan(
+            "b32x32_dual",
+            Bf16,
+            pattern([32, 32], 128, 64, |r, c| (r + c) % 2 == 0),
+            true,
+            false,
+            false,
+        ),
         // 64x64 (G = 4): every block kept.
         plan(
             "b64x64_full",
