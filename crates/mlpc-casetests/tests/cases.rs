@@ -20,7 +20,7 @@ use mlpc_codegen::{Arch, CodegenOptions, CudaKernel};
 use mlpc_cpu::CpuBackend;
 use mlpc_frontend::{load_model, random_inputs, Model};
 use mlpc_ir::{interpret, relative_error, DType, Dim, Graph, HostTensor, Op, Plan};
-use mlpc_jit::{compile_all, JitOptions};
+use mlpc_jit::{compile_all, entry_resources, JitOptions};
 use mlpc_passes::{
     explain, lower_plan, Pass, Pipeline, PipelineOptions, PipelineReport, PrintAfter,
     PruneBlockSparse, SparseWeight,
@@ -305,7 +305,8 @@ fn every_kernel_compiles_for_sm_90a_and_gemms_use_no_local_memory() {
     nvrtc_check(Arch::Sm90a);
 }
 
-/// Every case's kernels compiled by NVRTC for `arch`; GEMMs' main entries without local memory.
+/// Every case's kernels compiled by NVRTC for `arch`; every entry of a GEMM's module without local
+/// memory.
 fn nvrtc_check(arch: Arch) {
     let opts = JitOptions {
         arch,
@@ -348,6 +349,25 @@ fn nvrtc_check(arch: Arch) {
                     "GEMM kernel `{}` uses local memory: {:?}\n{}",
                     k.name, ck.resources, ck.log
                 ));
+            }
+            // The module's other entries (small M, split K, one tile, short grids).
+            let small_m = k.small_m.iter().flat_map(|s| &s.variants);
+            let entries = k
+                .other_entries()
+                .into_iter()
+                .chain(small_m.map(|v| v.entry.as_str()));
+            for entry in entries.filter(|_| is_gemm(&pk.op)) {
+                match entry_resources(&ck.log, entry) {
+                    Some(r) if r.uses_local_memory() => errors.push(format!(
+                        "entry `{entry}` of `{}` uses local memory: {r:?}",
+                        k.name
+                    )),
+                    Some(_) => {}
+                    None => errors.push(format!(
+                        "entry `{entry}` of `{}`: no ptxas report in the NVRTC log",
+                        k.name
+                    )),
+                }
             }
         }
         if errors.is_empty() {

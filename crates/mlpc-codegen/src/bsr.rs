@@ -54,8 +54,9 @@ fn round_up(v: u32, to: u32) -> u32 {
     v.div_ceil(to) * to
 }
 
-/// The tile configuration of a BSR kernel, in the dense kernel's terms (`MmaConfig`/`SimtConfig`).
-fn choose(dtype: DType, dual: bool, block: [u32; 2]) -> Config {
+/// The tile configuration of a BSR kernel, in the dense kernel's terms (`MmaConfig`/`SimtConfig`),
+/// for an A operand stored in layout `la`.
+fn choose(dtype: DType, dual: bool, la: MatLayout, block: [u32; 2]) -> Config {
     let [br, bc] = block;
     let cap = if dual { 64 } else { 128 };
     let mut c = match dtype {
@@ -108,16 +109,23 @@ fn choose(dtype: DType, dual: bool, block: [u32; 2]) -> Config {
     };
     // CTAs per SM the registers are budgeted for: 512 threads per SM on tensor cores (at most
     // 128 registers each, as the dense kernel), 256 on the FFMA path (whose 64 accumulators and
-    // slice registers need more), and for a dual GEMM's 32-column tiles on tensor cores (two
-    // sets of 32 x 32 accumulators a warp, with a warp's A and both B fragments, spilled under
-    // 128 registers).
-    let per_sm = if !c.mma || (dual && c.bn == 32) {
+    // slice registers need more), and for the dual GEMMs on tensor cores that spilled under 128
+    // registers: 32-column tiles (two sets of 32 x 32 accumulators a warp, with a warp's A and
+    // both B fragments), and 16-column tiles over 32-deep k slices of a transposed A (its
+    // fragments gathered by `ldmatrix.trans` for the whole slice).
+    let per_sm = if !c.mma || (dual && dual_needs_registers(&c, la)) {
         256
     } else {
         512
     };
     c.min_blocks = (per_sm / c.threads()).max(1);
     c
+}
+
+/// Whether a dual `GemmBsrMma` tile needs more than 128 registers a thread (ptxas spilled
+/// these under `__launch_bounds__(128, 4)`, `docs/perf-notes.md`).
+fn dual_needs_registers(c: &Config, la: MatLayout) -> bool {
+    c.bn == 32 || (c.bn == 16 && c.bk == 32 && la == MatLayout::T)
 }
 
 /// `name[len] = {v, v, ...};`, 16 values per line.
@@ -781,7 +789,7 @@ pub(crate) fn tile_candidates(
     ctx: &Ctx<'_>,
     sg: &SparseGemm,
 ) -> Option<(TileKey, Vec<TileChoice>)> {
-    let cfg = choose(DType::F32, false, sg.pattern.block);
+    let cfg = choose(DType::F32, false, MatLayout::N, sg.pattern.block);
     f32_key(ctx, sg).map(|key| (key, f32_candidates(cfg.bm, cfg.bn)))
 }
 
@@ -889,7 +897,7 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     let walk = ctx.opts.bsr_walk && hopper.is_some();
     // The suffix of a short grid's lists and kernel type: its rows a group.
     let short_sfx = |s: &WgmmaBsr| format!("_g{}", s.g);
-    let cfg = choose(dtype, dual, p.block);
+    let cfg = choose(dtype, dual, la, p.block);
     // f32 where it has a key, unless `ctx.tiles` asks for the FFMA kernel: `GemmBsrDmma`, with
     // `GemmBsrSimt`'s launch and the larger of the two kernels' shared memory.
     let dmma = f32_fp64_choice(ctx, f32_key(ctx, sg), &f32_candidates(cfg.bm, cfg.bn))?.is_some();
@@ -1392,10 +1400,14 @@ mod tests {
     #[test]
     fn mma_tiles_fit_every_block_height() {
         for dtype in [DType::F16, DType::Bf16] {
-            for dual in [false, true] {
+            for (dual, la, bc) in [false, true]
+                .into_iter()
+                .flat_map(|d| [MatLayout::N, MatLayout::T].map(|la| (d, la)))
+                .flat_map(|(d, la)| [16, 32].map(|bc| (d, la, bc)))
+            {
                 for br in 1..=256 {
-                    let c = choose(dtype, dual, [br, 32]);
-                    let at = format!("{dtype:?}, dual {dual}, {br} rows: {c:?}");
+                    let c = choose(dtype, dual, la, [br, bc]);
+                    let at = format!("{dtype:?}, dual {dual}, A {la:?}, {br} x {bc}: {c:?}");
                     assert!(c.mma, "{at}");
                     assert!(
                         c.bm.is_multiple_of(c.x) && (c.bm / c.x).is_multiple_of(16),
@@ -1408,7 +1420,8 @@ mod tests {
                     assert!(c.bn >= br.min(if dual { 64 } else { 128 }), "{at}");
                     let sets = if dual { 2 } else { 1 };
                     assert!(c.bm * c.bn * sets / c.threads() <= 64, "{at}");
-                    let per_sm = if dual && c.bn == 32 { 256 } else { 512 };
+                    let wide = c.bn == 32 || (c.bn == 16 && bc == 32 && la == MatLayout::T);
+                    let per_sm = if dual && wide { 256 } else { 512 };
                     assert_eq!(c.min_blocks * c.threads(), per_sm, "{at}");
                 }
             }

@@ -101,6 +101,7 @@ pub(crate) fn configs(
     // steps). The llama down projection (N = 4096, K = 11008: 256 CTAs) ran at 2.68 TB/s with
     // 8-warp CTAs, a quarter of the warp slots occupied (`ncu`, docs/perf-notes.md).
     let deep = k.as_constant().is_some_and(|k| k >= 4096);
+    let symbolic_k = k.as_constant().is_none();
     let n = n.as_constant();
     let all = buckets.iter().map(|&(mg, unroll, per_sm)| {
         // A dual GEMM of one or two token groups whose one-tile CTAs make four waves or more at
@@ -110,8 +111,11 @@ pub(crate) fn configs(
         // 0.0800); T = 16: 0.0787 -> 0.0744 against two-tile 16-warp CTAs, one per SM (2.6
         // waves, the last leaving 52 SMs idle), where the other shapes measured 0.0774-0.0876
         // (docs/perf-notes.md, small M).
-        let streaming_dual =
-            dual && dtype != DType::F32 && mg <= 2 && n.is_some_and(|n| n.div_ceil(16) >= 4 * SMS);
+        let streaming_dual = dual
+            && dtype != DType::F32
+            && mg <= 2
+            && !symbolic_k
+            && n.is_some_and(|n| n.div_ceil(16) >= 4 * SMS);
         // From 9 tokens on, every CTA re-reads the A rows of its whole K from L2: as many bytes
         // as its 16 weight rows at 16 tokens. Two 16-row tiles per CTA halve that; it pays when
         // K is deep and the halved grid still covers the SMs (llama-swiglu: T = 16 0.1043 ->
@@ -127,6 +131,11 @@ pub(crate) fn configs(
         // From 32 tokens on, two tiles' accumulators take the registers of a second CTA per SM
         // (at 128 registers a thread, ptxas spilled).
         let per_sm = if rt == 2 && mg >= 4 { 1 } else { per_sm };
+        // A symbolic K's loads keep their element-wise tail (no constant trip count shows that
+        // every 16-byte piece is whole), which needs more registers than the same loop over a
+        // constant K: at two CTAs per SM ptxas spilled the chunks of 64 tokens (f16 / bf16) and
+        // the dual f32 ones. A thread's whole budget for those.
+        let per_sm = if symbolic_k { 1 } else { per_sm };
         // The deep-K rule only up to 16 tokens: measured 0.0856 -> 0.0795 ms (T = 1), 0.0960 ->
         // 0.0873 (T = 4), 0.1054 -> 0.1047 (T = 16), but 0.362 -> 0.371 at T = 64.
         let few_ctas = ctas.is_some_and(|c| c < SMS || (deep && mg <= 2 && c < 2 * SMS));

@@ -1,6 +1,7 @@
-//! The f16 / bf16 epilogues' gelu (`activate_fast<ActKind::Gelu>` in `common.cuh`), transcribed
-//! into f32 arithmetic here and held to its stated accuracy against the exact erf: a change of a
-//! coefficient or of the formula in the template must change the transcription too.
+//! The f16 / bf16 epilogues' gelu and tanh (`activate_fast<ActKind::Gelu>` and
+//! `activate_fast<ActKind::Tanh>` in `common.cuh`), transcribed into f32 arithmetic here and held
+//! to their stated accuracy against the exact functions: a change of a coefficient or of the
+//! formula in the template must change the transcription too.
 
 const TEMPLATE: &str = include_str!("../../../kernels-templates/common.cuh");
 
@@ -110,4 +111,89 @@ fn gelu_fast_keeps_the_limits_and_nan() {
     assert_eq!(gelu_fast(-1e30), 0.0);
     assert_eq!(gelu_fast(0.0), 0.0);
     assert!(gelu_fast(f32::NAN).is_nan());
+}
+
+/// The template's tanh: x clamped to [-6, 6] (`min.NaN` / `max.NaN` keep a NaN), then
+/// x P(x^2) / Q(x^2), highest terms first.
+const TANH_P: [f32; 4] = [-2.541_796_2e-6, 0.001_011_542_5, 0.109_365_66, 0.999_987_66];
+const TANH_Q: [f32; 3] = [0.015_311_59, 0.442_616_76, 1.0];
+
+fn tanh_fast(x: f32) -> f32 {
+    let xc = if x.is_nan() { x } else { x.clamp(-6.0, 6.0) };
+    let s = xc * xc;
+    let horner = |c: &[f32]| c[1..].iter().fold(c[0], |acc, &k| acc.mul_add(s, k));
+    xc * horner(&TANH_P) * (1.0 / horner(&TANH_Q))
+}
+
+#[test]
+fn the_tanh_transcription_is_the_templates_formula() {
+    for line in [
+        "const float xc = fmin_nan(fmax_nan(x, -6.0f), 6.0f);",
+        "const float s = xc * xc;",
+        "float p = -2.54179622e-06f;",
+        "p = fmaf(p, s, 0.00101154251f);",
+        "p = fmaf(p, s, 0.109365657f);",
+        "p = fmaf(p, s, 0.999987662f);",
+        "float q = 0.0153115904f;",
+        "q = fmaf(q, s, 0.442616761f);",
+        "q = fmaf(q, s, 1.0f);",
+        "return xc * p * rcp_fast(q);",
+        "asm(\"min.NaN.f32 %0, %1, %2;\" : \"=f\"(r) : \"f\"(x), \"f\"(y));",
+        "asm(\"max.NaN.f32 %0, %1, %2;\" : \"=f\"(r) : \"f\"(x), \"f\"(y));",
+    ] {
+        assert!(
+            TEMPLATE.contains(line),
+            "common.cuh no longer says `{line}`"
+        );
+    }
+    assert_eq!(TANH_P[0], -2.54179622e-06_f64 as f32);
+    assert_eq!(TANH_P[3], 0.999987662_f64 as f32);
+    assert_eq!(TANH_Q[1], 0.442616761_f64 as f32);
+}
+
+#[test]
+fn tanh_fast_is_accurate_over_the_line() {
+    // The template's comment promises 2.5e-5 relative error everywhere (the outputs' own
+    // rounding: 2^-9 for bf16, 2^-12 for f16), near zero too (no 1 - exp cancellation).
+    let n = 400_000;
+    let mut worst = 0.0f64;
+    for i in 0..=n {
+        let x = -20.0 + 40.0 * i as f64 / n as f64;
+        let x = x as f32;
+        if x == 0.0 {
+            continue;
+        }
+        let exact = (x as f64).tanh();
+        let rel = (tanh_fast(x) as f64 - exact).abs() / exact.abs();
+        worst = worst.max(rel);
+    }
+    assert!(worst < 2.5e-5, "tanh_fast: relative error {worst:.3e}");
+    for x in [
+        1e-30f32, -1e-30, 1e-8, -1e-8, 1e-5, -1e-5, 1e-3, -1e-3, 0.5, -0.5,
+    ] {
+        let exact = (x as f64).tanh();
+        let rel = (tanh_fast(x) as f64 - exact).abs() / exact.abs();
+        assert!(rel < 2.5e-5, "tanh_fast({x}): relative error {rel:.3e}");
+    }
+}
+
+#[test]
+fn tanh_fast_keeps_the_limits_sign_and_nan() {
+    for (x, y) in [
+        (f32::INFINITY, 1.0f32),
+        (f32::NEG_INFINITY, -1.0),
+        (1e30, 1.0),
+        (-1e30, -1.0),
+    ] {
+        let got = tanh_fast(x);
+        assert!((got - y).abs() < 2.5e-5, "tanh_fast({x}) = {got}");
+        assert!(got.abs() <= 1.0, "tanh_fast({x}) = {got}");
+    }
+    assert_eq!(tanh_fast(0.0), 0.0);
+    assert!(tanh_fast(-0.0).is_sign_negative());
+    for i in 1..1000 {
+        let x = i as f32 / 100.0;
+        assert_eq!(tanh_fast(-x), -tanh_fast(x), "odd at {x}");
+    }
+    assert!(tanh_fast(f32::NAN).is_nan());
 }

@@ -62,7 +62,17 @@ fn plans() -> Vec<Plan> {
     v.push(swiglu_decode(DType::F16, "768", "3072"));
     v.push(bert_sized_decode());
     v.push(swiglu_decode(DType::F32, "768", "3072"));
+    // Symbolic widths: K a symbol in both GEMMs (a loop without a constant trip count).
+    v.push(symbolic_decode(DType::F16));
+    v.push(symbolic_decode(DType::F32));
     v
+}
+
+/// `swiglu_decode` with symbolic widths `D` and `H`.
+fn symbolic_decode(dtype: DType) -> Plan {
+    let mut p = swiglu_decode(dtype, "D", "H");
+    p.name = format!("swiglu_decode_{}_symbolic", dtype.name());
+    p
 }
 
 fn kernels_with_small_m() -> Vec<CudaKernel> {

@@ -256,3 +256,50 @@ fn every_sample_kernel_compiles_for_sm_90a_without_local_memory() {
         }
     }
 }
+
+/// Every activation as the epilogue of the widest tiles, whose accumulators leave the epilogue
+/// the fewest registers: a plain GEMM onto 192 columns with K = 1024 (the 128 x 192 ping-pong
+/// tile, its split-K entry and short grid) and a dual GEMM onto 192 (the 128 x 96 ping-pong
+/// tile), gate activation on both. `tanhf` spilled 124 bytes on the plain tile and 48 on the
+/// dual one before `activate_fast` had a tanh of its own.
+#[test]
+fn every_activation_fits_the_wide_tiles_without_local_memory() {
+    use mlpc_codegen::samples::PlanBuilder;
+    use mlpc_ir::{Activation, BufferKind, Dual, Epilogue, Gemm};
+    use smallvec::smallvec;
+    let mut kernels = Vec::new();
+    for act in Activation::ALL {
+        let mut p = PlanBuilder::new(&format!("wide_{}", act.name()), DType::Bf16);
+        let x = p.dense("x", BufferKind::Input, &["T", "1024"]);
+        let w = p.dense("w", BufferKind::Weight, &["192", "1024"]);
+        let xs = p.dense("xs", BufferKind::Input, &["T", "64"]);
+        let wg = p.dense("wg", BufferKind::Weight, &["192", "64"]);
+        let wu = p.dense("wu", BufferKind::Weight, &["192", "64"]);
+        let y = p.dense("y", BufferKind::Output, &["T", "192"]);
+        let h = p.dense("h", BufferKind::Output, &["T", "192"]);
+        let plain = Op::Gemm(Gemm {
+            a: MatLayout::N,
+            b: MatLayout::T,
+            dual: None,
+            epilogue: smallvec![Epilogue::Act(act)],
+        });
+        p.kernel(&format!("gemm_{}", act.name()), plain, &[x, w], y);
+        let dual = Op::Gemm(Gemm {
+            a: MatLayout::N,
+            b: MatLayout::T,
+            dual: Some(Dual {
+                gate: smallvec![Epilogue::Act(act)],
+                up: smallvec![],
+            }),
+            epilogue: smallvec![],
+        });
+        p.kernel(&format!("dual_gemm_{}", act.name()), dual, &[xs, wg, wu], h);
+        let plan = p.finish();
+        let ks = generate(&plan, &sm_90a()).unwrap_or_else(|e| panic!("{}: {e}", plan.name));
+        assert!(ks.iter().all(is_tma), "{}", plan.name);
+        kernels.extend(ks);
+    }
+    assert!(kernels.iter().any(|k| k.entry.contains("128x192")));
+    assert!(kernels.iter().any(|k| k.entry.contains("128x96")));
+    nvrtc_checks::compile_clean(&kernels, Arch::Sm90a);
+}

@@ -49,11 +49,28 @@ pub fn plan(
     bias: bool,
     residual: bool,
 ) -> Plan {
+    plan_with_a(name, dtype, pat, dual, bias, residual, MatLayout::N)
+}
+
+/// `plan` with the activation stored as `a` says: `x [T, inp]` for `N`, `xt [inp, T]` read
+/// transposed for `T`.
+pub fn plan_with_a(
+    name: &str,
+    dtype: DType,
+    pat: BlockPattern,
+    dual: bool,
+    bias: bool,
+    residual: bool,
+    a: MatLayout,
+) -> Plan {
     let (out, inp) = (pat.out.to_string(), pat.inp.to_string());
     let packed: Vec<String> = pat.packed_shape().iter().map(|d| d.to_string()).collect();
     let packed: Vec<&str> = packed.iter().map(String::as_str).collect();
     let mut p = PlanBuilder::new(name, dtype);
-    let x = p.dense("x", BufferKind::Input, &["T", &inp]);
+    let x = match a {
+        MatLayout::N => p.dense("x", BufferKind::Input, &["T", &inp]),
+        MatLayout::T => p.dense("xt", BufferKind::Input, &[&inp, "T"]),
+    };
     let mut args = vec![x, p.dense("w.bsr", BufferKind::Weight, &packed)];
     if dual {
         args.push(p.dense("w_up.bsr", BufferKind::Weight, &packed));
@@ -77,7 +94,7 @@ pub fn plan(
     let y = p.dense("y", BufferKind::Output, &["T", &out]);
     let op = Op::SparseGemm(SparseGemm {
         gemm: Gemm {
-            a: MatLayout::N,
+            a,
             b: MatLayout::T,
             dual: dual.then(|| Dual {
                 gate: smallvec![Epilogue::Act(Activation::Silu)],
@@ -183,6 +200,18 @@ pub fn all() -> Vec<Plan> {
             true,
             false,
             false,
+        ),
+        // 16x32 dual with the activation stored transposed (the portable kernel's dual
+        // 16-column tiles over 32-deep k slices of a transposed A, which need its 256-thread
+        // budget).
+        plan_with_a(
+            "b16x32_dual_transposed_a",
+            Bf16,
+            pattern([16, 32], 64, 128, |r, c| (r + c) % 2 == 0),
+            true,
+            false,
+            false,
+            MatLayout::T,
         ),
         // 64x64 (G = 4): every block kept.
         plan(
