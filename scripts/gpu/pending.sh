@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The device work docs/perf-notes.md ("Next steps", block-sparse paragraph) still waits on, as one
+# call on a CUDA machine from the repository root (about 7 minutes with the defaults):
+#
+#   CUR=target/ab/mlpc-cur NEW=target/ab/mlpc-new NEW2=target/ab/mlpc-new2 \
+#       SWEEP_S=270 ROWS="bsr-0.25 bsr-0.1" bash scripts/gpu/pending.sh
+#
+# First the checks of what has not run on a GPU yet, with CUR (an mlpc built from main by
+# scripts/gpu/build.sh; default target/release/mlpc): the cases sparse-heights-b24 (up to
+# T = 9000: its entries switch at 4224 and 8448), sparse-heights-f16, tanh-wide (its 128 x 192
+# tile from T = 8449) and cse-shared-weight on the default target, the first three on sm_90 too
+# and under compute-sanitizer. Then, under SWEEP_S seconds, scripts/gpu/sweep.sh over NEW, NEW
+# with the per-T walk tables (MLPC_BSR_WALK=1) and NEW2 (main with
+# docs/experiments/bsr-short-192.patch; left out when unset) on ROWS.
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader; date -u
+M=${CUR:-target/release/mlpc}
+NEW=${NEW:-target/release/mlpc}
+export MLPC_CACHE_DIR=/tmp/mc-cur
+chk() { echo "-- $*"; timeout 90 $M check "$@" 2>&1 | grep -E "^(ok|FAIL)|rror" | tail -4; }
+echo "== checks ($M)"
+for t in 1 77 300 1000 5000 9000; do chk tests/cases/sparse-heights-b24/model.json --backend cuda --bind T=$t; done
+for t in 1 77 300 1000 3000; do chk tests/cases/sparse-heights-f16/model.json --backend cuda --bind T=$t; done
+for t in 1 40 77 1000 9000; do chk tests/cases/tanh-wide/model.json --backend cuda --bind T=$t; done
+for t in 1 77 1000; do chk tests/cases/cse-shared-weight/model.json --backend cuda --bind T=$t; done
+for c in sparse-heights-b24 sparse-heights-f16 tanh-wide; do for t in 77 300; do
+  chk tests/cases/$c/model.json --backend cuda --target cuda:sm_90 --bind T=$t
+done; done
+echo "== sanitizer"
+for c in sparse-heights-b24 sparse-heights-f16 tanh-wide; do
+  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 $M check tests/cases/$c/model.json --backend cuda --bind T=129 2>&1 | grep -E "ERROR SUMMARY|^ok|^FAIL|rror" | tail -3
+done
+date -u
+echo "== sweep"
+ROUNDS=${ROUNDS:-1} timeout ${SWEEP_S:-420} bash scripts/gpu/sweep.sh "$NEW" "MLPC_BSR_WALK=1 $NEW" ${NEW2:+"$NEW2"} -- ${ROWS:-bsr-0.25 bsr-0.1 bsr-0.25@1536 bert-sparse@1536}
+date -u
