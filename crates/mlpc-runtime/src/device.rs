@@ -182,20 +182,15 @@ pub struct DeviceTensor {
     pub dtype: DType,
     pub shape: Vec<usize>,
     pub strides: Vec<usize>,
+    /// The ordinal of the device the memory was allocated on (informational: the guards read
+    /// the memory's own device).
     pub device: usize,
 }
 
 impl DeviceTensor {
     /// The metadata the guards check.
     pub fn meta(&self, stream: &CudaStream) -> TensorMeta {
-        meta_of(
-            &self.data,
-            self.dtype,
-            &self.shape,
-            &self.strides,
-            self.device,
-            stream,
-        )
+        meta_of(&self.data, self.dtype, &self.shape, &self.strides, stream)
     }
 
     /// A borrowed view of the same memory, shape and strides.
@@ -219,30 +214,25 @@ pub struct TensorRef<'a> {
     pub shape: Vec<usize>,
     /// In elements.
     pub strides: Vec<usize>,
+    /// The ordinal of the device that holds the memory (informational: the guards read the
+    /// memory's own device).
     pub device: usize,
 }
 
 impl TensorRef<'_> {
     /// The metadata the guards check.
     pub fn meta(&self, stream: &CudaStream) -> TensorMeta {
-        meta_of(
-            self.data,
-            self.dtype,
-            &self.shape,
-            &self.strides,
-            self.device,
-            stream,
-        )
+        meta_of(self.data, self.dtype, &self.shape, &self.strides, stream)
     }
 }
 
-/// The guards' view of device memory read with `dtype`, `shape` and `strides`.
+/// The guards' view of device memory read with `dtype`, `shape` and `strides`: its address,
+/// length and device are the memory's own, whatever the caller's struct says.
 fn meta_of(
     data: &CudaSlice<u8>,
     dtype: DType,
     shape: &[usize],
     strides: &[usize],
-    device: usize,
     stream: &CudaStream,
 ) -> TensorMeta {
     let (address, _sync) = data.device_ptr(stream);
@@ -251,6 +241,7 @@ fn meta_of(
         shape: shape.to_vec(),
         strides: strides.to_vec(),
         address,
-        device,
+        bytes: data.len() as u64,
+        device: data.ordinal(),
     }
 }

@@ -13,16 +13,33 @@ pub struct TensorMeta {
     pub strides: Vec<usize>,
     /// The device address of element 0.
     pub address: u64,
+    /// Bytes of memory from `address` on that the tensor may read (its allocation's length).
+    pub bytes: u64,
     /// The ordinal of the device that holds the memory.
     pub device: usize,
 }
 
 impl TensorMeta {
-    /// Row-major strides for `shape`.
+    /// Bytes from element 0 to the end of the furthest element `shape` and `strides` reach (0
+    /// for an empty shape), or `None` when that overflows.
+    pub fn extent_bytes(&self) -> Option<u64> {
+        if self.shape.contains(&0) {
+            return Some(0);
+        }
+        let mut last: u64 = 0;
+        for (&n, &s) in self.shape.iter().zip(&self.strides) {
+            last = last.checked_add((n as u64 - 1).checked_mul(s as u64)?)?;
+        }
+        last.checked_add(1)?
+            .checked_mul(self.dtype.size_bytes() as u64)
+    }
+
+    /// Row-major strides for `shape` (saturating where the element count overflows, a shape
+    /// no memory holds).
     pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-        let mut s = vec![1; shape.len()];
+        let mut s = vec![1usize; shape.len()];
         for i in (0..shape.len().saturating_sub(1)).rev() {
-            s[i] = s[i + 1] * shape[i + 1];
+            s[i] = s[i + 1].saturating_mul(shape[i + 1]);
         }
         s
     }
@@ -61,6 +78,23 @@ pub enum GuardError {
         tensor: String,
         expected: Vec<usize>,
         actual: Vec<usize>,
+    },
+    #[error("input `{tensor}`: `{symbol}` = 0, but a symbolic dim must be at least 1 (shape {actual:?})")]
+    Empty {
+        tensor: String,
+        symbol: String,
+        actual: Vec<usize>,
+    },
+    #[error(
+        "input `{tensor}`: shape {shape:?} with strides {strides:?} (elements) reaches {}, but its memory holds {actual} bytes",
+        match needed { Some(n) => format!("{n} bytes"), None => "past 2^64 bytes".to_string() }
+    )]
+    Extent {
+        tensor: String,
+        shape: Vec<usize>,
+        strides: Vec<usize>,
+        needed: Option<u64>,
+        actual: u64,
     },
     #[error("input `{tensor}`: address {address:#x} is not aligned to {align} bytes, which the kernels' vector loads need")]
     Alignment {
@@ -155,10 +189,10 @@ pub fn check_guards<'a>(
                     })
                 }
                 Dim::Fixed(_) => {}
-                Dim::Sym(_) if v == 0 => {
-                    return Err(GuardError::Shape {
+                Dim::Sym(s) if v == 0 => {
+                    return Err(GuardError::Empty {
                         tensor: tensor(),
-                        expected: pattern(g),
+                        symbol: s.to_string(),
                         actual: t.shape.clone(),
                     })
                 }
@@ -177,19 +211,32 @@ pub fn check_guards<'a>(
         // With the shape bound, the expected strides are concrete. A dim of extent 1 never
         // moves, so its stride is irrelevant.
         // A stride list of another length than the shape is refused, not cut short.
-        let expected = |s: &mlpc_ir::Extent| s.resolve(&bindings).unwrap_or(0) as usize;
+        // A stride that overflows resolving matches no actual one (it shows as 0 in the error).
+        let expected =
+            |s: &mlpc_ir::Extent| s.resolve(&bindings).and_then(|v| usize::try_from(v).ok());
         let strides_ok = t.strides.len() == t.shape.len()
             && g.strides.len() == t.shape.len()
             && g.strides
                 .iter()
                 .zip(&t.strides)
                 .zip(&t.shape)
-                .all(|((e, &a), &n)| n == 1 || expected(e) == a);
+                .all(|((e, &a), &n)| n == 1 || expected(e) == Some(a));
         if !strides_ok {
             return Err(GuardError::Strides {
                 tensor: tensor(),
-                expected: g.strides.iter().map(expected).collect(),
+                expected: g.strides.iter().map(|e| expected(e).unwrap_or(0)).collect(),
                 actual: t.strides.clone(),
+            });
+        }
+        // Every element the shape and strides reach lies in the tensor's memory.
+        let needed = t.extent_bytes();
+        if needed.is_none_or(|n| n > t.bytes) {
+            return Err(GuardError::Extent {
+                tensor: tensor(),
+                shape: t.shape.clone(),
+                strides: t.strides.clone(),
+                needed,
+                actual: t.bytes,
             });
         }
         if g.align_bytes > 0 && t.address % g.align_bytes as u64 != 0 {
@@ -231,6 +278,7 @@ mod tests {
             shape: shape.to_vec(),
             strides: TensorMeta::contiguous_strides(shape),
             address: 0x1000,
+            bytes: 2 * shape.iter().product::<usize>() as u64,
             device: 0,
         }
     }
@@ -310,5 +358,67 @@ mod tests {
         let mut m = meta(&[1, 768]);
         m.strides = vec![12345, 1];
         assert!(check_guards(&sym_plan(), 0, [("x", &m)]).is_ok());
+    }
+
+    /// A shape that claims more rows than the memory holds (`shape` is a public field) is
+    /// refused before any grid or tensor map is sized for it.
+    #[test]
+    fn refuses_a_shape_its_memory_does_not_hold() {
+        let mut m = meta(&[4, 768]);
+        m.shape = vec![8192, 768];
+        let e = check_guards(&sym_plan(), 0, [("x", &m)]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "input `x`: shape [8192, 768] with strides [768, 1] (elements) reaches 12582912 \
+             bytes, but its memory holds 6144 bytes"
+        );
+        assert!(!e.is_layout());
+        // One element short, and exactly enough.
+        let mut m = meta(&[4, 768]);
+        m.bytes -= 1;
+        assert!(matches!(
+            check_guards(&sym_plan(), 0, [("x", &m)]),
+            Err(GuardError::Extent {
+                needed: Some(6144),
+                actual: 6143,
+                ..
+            })
+        ));
+        assert!(check_guards(&sym_plan(), 0, [("x", &meta(&[4, 768]))]).is_ok());
+        // A larger allocation (a view of its first rows) is fine.
+        let mut m = meta(&[4, 768]);
+        m.bytes *= 2;
+        assert!(check_guards(&sym_plan(), 0, [("x", &m)]).is_ok());
+    }
+
+    #[test]
+    fn an_extent_past_2_64_bytes_is_refused() {
+        let mut m = meta(&[4, 768]);
+        m.shape = vec![1 << 60, 768];
+        m.strides = TensorMeta::contiguous_strides(&m.shape);
+        let e = check_guards(&sym_plan(), 0, [("x", &m)]).unwrap_err();
+        assert!(matches!(e, GuardError::Extent { needed: None, .. }), "{e}");
+        assert!(e.to_string().contains("reaches past 2^64 bytes"), "{e}");
+    }
+
+    /// An expected stride that overflows (T x 768 past 2^64) matches no stride; it used to
+    /// resolve to 0 and let a broadcast batch through.
+    #[test]
+    fn an_overflowing_expected_stride_matches_nothing() {
+        let shape = Shape::from_vec(vec![Dim::sym("B"), Dim::sym("T"), Dim::Fixed(768)]);
+        let mut m = meta(&[2, 4, 768]);
+        m.shape = vec![2, 1 << 55, 768];
+        m.strides = vec![0, 768, 1];
+        let e = check_guards(&plan(shape), 0, [("x", &m)]).unwrap_err();
+        assert!(matches!(e, GuardError::Strides { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_zero_symbol_is_named() {
+        let e = check_guards(&sym_plan(), 0, [("x", &meta(&[0, 768]))]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "input `x`: `T` = 0, but a symbolic dim must be at least 1 (shape [0, 768])"
+        );
     }
 }

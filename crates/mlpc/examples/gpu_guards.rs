@@ -75,6 +75,10 @@ fn run() -> Result<bool, Error> {
     };
     let mut transposed = device.upload(x)?;
     transposed.strides = vec![1, t];
+    // The shape claims twice the rows its memory holds (`shape` is a public field).
+    let mut oversized = device.upload(x)?;
+    oversized.shape = vec![2 * t, d];
+    oversized.strides = vec![d, 1];
     let cases: Vec<Case> = vec![
         ("wrong dtype", device.upload(&x.cast(other))?, |g| {
             matches!(g, GuardError::DType { .. })
@@ -89,6 +93,9 @@ fn run() -> Result<bool, Error> {
         }),
         ("transposed view (strides [1, T])", transposed, |g| {
             matches!(g, GuardError::Strides { .. })
+        }),
+        ("shape past its memory ([2T, d] over T rows)", oversized, |g| {
+            matches!(g, GuardError::Extent { .. })
         }),
     ];
     for (what, tensor, expected) in cases {

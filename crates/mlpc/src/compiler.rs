@@ -975,7 +975,7 @@ impl Compiled {
         let refuse = || Error::Runtime(mlpc_runtime::RuntimeError::Guard(refused.clone()));
         let mut transposed = Vec::new();
         for (name, t) in inputs {
-            if t.strides == mlpc_runtime::TensorMeta::contiguous_strides(&t.shape) {
+            if crate::respecialize::is_contiguous(&t.shape, &t.strides) {
                 continue;
             }
             if !crate::respecialize::is_transposed_view(&t.shape, &t.strides) {

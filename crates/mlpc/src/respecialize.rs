@@ -11,6 +11,26 @@
 use crate::error::Error;
 use mlpc_ir::{Graph, Op};
 
+/// Whether `strides` are `want` on every dim that moves (a dim of extent 1 never does, so its
+/// stride is irrelevant, as the guards treat it).
+fn strides_match(shape: &[usize], want: &[usize], strides: &[usize]) -> bool {
+    strides.len() == shape.len()
+        && want
+            .iter()
+            .zip(strides)
+            .zip(shape)
+            .all(|((w, s), &n)| n == 1 || w == s)
+}
+
+/// Whether `strides` describe `shape` as a row-major tensor.
+pub(crate) fn is_contiguous(shape: &[usize], strides: &[usize]) -> bool {
+    strides_match(
+        shape,
+        &mlpc_runtime::TensorMeta::contiguous_strides(shape),
+        strides,
+    )
+}
+
 /// Whether `strides` describe `shape` as the transpose (last two dims swapped) of a row-major
 /// tensor.
 pub(crate) fn is_transposed_view(shape: &[usize], strides: &[usize]) -> bool {
@@ -22,7 +42,7 @@ pub(crate) fn is_transposed_view(shape: &[usize], strides: &[usize]) -> bool {
     stored.swap(r - 2, r - 1);
     let mut want = mlpc_runtime::TensorMeta::contiguous_strides(&stored);
     want.swap(r - 2, r - 1);
-    want == strides
+    strides_match(shape, &want, strides)
 }
 
 /// `g` with each named input replaced by its row-major storage (last two dims swapped) followed
@@ -75,5 +95,16 @@ mod tests {
         assert!(!is_transposed_view(&[4, 768], &[768, 1]));
         assert!(!is_transposed_view(&[4, 768], &[1, 8]));
         assert!(!is_transposed_view(&[768], &[1]));
+        // Size-1 dims' strides are irrelevant, as for the guards.
+        assert!(is_transposed_view(&[1, 4, 768], &[7, 1, 4]));
+    }
+
+    #[test]
+    fn contiguity_ignores_the_strides_of_size_one_dims() {
+        assert!(is_contiguous(&[4, 768], &[768, 1]));
+        assert!(is_contiguous(&[1, 768], &[1024, 1]));
+        assert!(is_contiguous(&[4, 1], &[1, 4]));
+        assert!(!is_contiguous(&[4, 768], &[1, 4]));
+        assert!(!is_contiguous(&[4, 768], &[768]));
     }
 }
