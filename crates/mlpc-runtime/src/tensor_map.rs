@@ -63,6 +63,20 @@ impl MapRequest {
     /// `cuTensorMapEncodeTiled`): 16-byte aligned address, row stride a multiple of 16 bytes and
     /// below 2^40, box dims 1..=256 with rows of 32, 64 or 128 bytes (the swizzle modes);
     /// and dims below 2^31, which the kernels' signed 32-bit box coordinates can reach.
+    /// The row stride in bytes the map is encoded with: the request's, which `check` keeps a
+    /// multiple of 16 below 2^40 wherever there are two rows or more. A single row's stride is
+    /// unused, and any multiple of 16 below 2^40 satisfies the driver.
+    fn encoded_stride(&self) -> u64 {
+        let bytes = self
+            .row_stride
+            .saturating_mul(self.dtype.size_bytes() as u64);
+        if self.rows > 1 {
+            bytes
+        } else {
+            bytes.clamp(16, (1 << 40) - 16).next_multiple_of(16)
+        }
+    }
+
     pub fn check(&self) -> Result<(), TensorMapError> {
         let elem = self.dtype.size_bytes() as u64;
         if !self.address.is_multiple_of(16) {
@@ -131,11 +145,8 @@ impl MapRequest {
             DType::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
             DType::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         };
-        let elem = self.dtype.size_bytes() as u64;
         let dims = [self.cols.max(1), self.rows.max(1)];
-        // A single row's stride is unused; any multiple of 16 satisfies the driver.
-        let stride = (self.row_stride * elem).max(16).next_multiple_of(16);
-        let strides = [stride];
+        let strides = [self.encoded_stride()];
         let boxes = [self.box_cols, self.box_rows];
         let element_strides = [1u32, 1];
         let mut map = CUtensorMap { opaque: [0; 16] };
@@ -178,6 +189,25 @@ mod tests {
             row_stride: 768,
             box_rows: 128,
             box_cols: 64,
+        }
+    }
+
+    #[test]
+    fn every_encoded_stride_is_a_multiple_of_16_below_2_40() {
+        // A single row of 2^40 - 2 bytes' stride passes `check` (the stride is unused) and was
+        // encoded as 2^40, which the driver refuses.
+        assert_eq!(req().encoded_stride(), 1536);
+        for (rows, row_stride) in [(1, 3), (1, 0), (0, 5), (1, (1 << 39) - 1), (1, u64::MAX)] {
+            let r = MapRequest {
+                rows,
+                row_stride,
+                ..req()
+            };
+            let s = r.encoded_stride();
+            assert!(
+                s.is_multiple_of(16) && (16..1 << 40).contains(&s),
+                "{rows} x {row_stride}: {s}"
+            );
         }
     }
 

@@ -94,9 +94,11 @@ fn run() -> Result<bool, Error> {
         ("transposed view (strides [1, T])", transposed, |g| {
             matches!(g, GuardError::Strides { .. })
         }),
-        ("shape past its memory ([2T, d] over T rows)", oversized, |g| {
-            matches!(g, GuardError::Extent { .. })
-        }),
+        (
+            "shape past its memory ([2T, d] over T rows)",
+            oversized,
+            |g| matches!(g, GuardError::Extent { .. }),
+        ),
     ];
     for (what, tensor, expected) in cases {
         let inputs: BTreeMap<String, DeviceTensor> = [("x".to_string(), tensor)].into();
