@@ -118,10 +118,14 @@ impl Device {
 
     /// Copies a host tensor to the device (row-major).
     pub fn upload(&self, t: &HostTensor) -> Result<DeviceTensor, DeviceError> {
-        let data = self
-            .stream
-            .clone_htod(t.bytes())
-            .map_err(driver("copying a tensor to the device"))?;
+        // An empty tensor gets one byte, as `zeros` and `uninit` do (the driver allocates no
+        // zero-byte buffer), so that the guards, not the driver, say what is wrong with it.
+        let data = if t.bytes().is_empty() {
+            self.stream.alloc_zeros::<u8>(1)
+        } else {
+            self.stream.clone_htod(t.bytes())
+        }
+        .map_err(driver("copying a tensor to the device"))?;
         Ok(self.row_major(data, t.dtype(), t.shape()))
     }
 
