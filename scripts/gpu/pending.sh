@@ -2,16 +2,17 @@
 # The device work docs/perf-notes.md ("Next steps", block-sparse paragraph) still waits on, as one
 # call on a CUDA machine from the repository root (about 7 minutes with the defaults):
 #
-#   CUR=target/ab/mlpc-cur NEW=target/ab/mlpc-new NEW2=target/ab/mlpc-new2 \
-#       SWEEP_S=270 ROWS="bsr-0.25 bsr-0.1" bash scripts/gpu/pending.sh
+#   CUR=target/ab/mlpc-cur GUARDS=target/ab/gpu_guards-cur NEW=target/ab/mlpc-new \
+#       NEW2=target/ab/mlpc-new2 SWEEP_S=270 ROWS="bsr-0.25 bsr-0.1" bash scripts/gpu/pending.sh
 #
 # First the checks of what has not run on a GPU yet, with CUR (an mlpc built from main by
 # scripts/gpu/build.sh; default target/release/mlpc): the cases sparse-heights-b24 (up to
 # T = 9000: its entries switch at 4224 and 8448), sparse-heights-f16, tanh-wide (its 128 x 192
 # tile from T = 8449) and cse-shared-weight on the default target, the first three on sm_90 too
-# and under compute-sanitizer. Then, under SWEEP_S seconds, scripts/gpu/sweep.sh over NEW, NEW
-# with the per-T walk tables (MLPC_BSR_WALK=1) and NEW2 (main with
-# docs/experiments/bsr-short-192.patch; left out when unset) on ROWS.
+# and under compute-sanitizer; the guard cases (GUARDS, the gpu_guards example of the same
+# build, which since 2026-12-05 also offers a shape past its memory). Then, under SWEEP_S
+# seconds, scripts/gpu/sweep.sh over NEW, NEW with the per-T walk tables (MLPC_BSR_WALK=1) and
+# NEW2 (main with docs/experiments/bsr-short-192.patch; left out when unset) on ROWS.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader; date -u
 M=${CUR:-target/release/mlpc}
@@ -26,6 +27,8 @@ for t in 1 77 1000; do chk tests/cases/cse-shared-weight/model.json --backend cu
 for c in sparse-heights-b24 sparse-heights-f16 tanh-wide; do for t in 77 300; do
   chk tests/cases/$c/model.json --backend cuda --target cuda:sm_90 --bind T=$t
 done; done
+echo "== guards (${GUARDS:-target/release/examples/gpu_guards})"
+timeout 120 ${GUARDS:-target/release/examples/gpu_guards} tests/cases/gpt2-mlp/model.json 2>&1 | tail -20
 echo "== sanitizer"
 for c in sparse-heights-b24 sparse-heights-f16 tanh-wide; do
   timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 $M check tests/cases/$c/model.json --backend cuda --bind T=129 2>&1 | grep -E "ERROR SUMMARY|^ok|^FAIL|rror" | tail -3
