@@ -177,10 +177,12 @@ fn compile_replaces_its_own_output_and_nothing_else() {
     let dir = scratch(&["models/residual.json"]);
     let d = dir.path();
     succeeds(d, &["compile", "residual.json", "-o", "build/r"]);
-    fs::write(d.join("build/r/stale.txt"), "from an earlier compile").unwrap();
+    fs::write(d.join("build/r/kernels/stale.cu"), "from an earlier compile").unwrap();
+    fs::write(d.join("build/r/weights.safetensors"), "from an earlier compile").unwrap();
     succeeds(d, &["compile", "residual.json", "-o", "build/r"]);
     assert!(d.join("build/r/graph.txt").is_file());
-    assert!(!d.join("build/r/stale.txt").exists());
+    assert!(!d.join("build/r/kernels/stale.cu").exists());
+    assert!(!d.join("build/r/weights.safetensors").exists());
     let files = listing(&d.join("build"));
     assert!(files.iter().all(|p| p.starts_with("r")), "{files:?}");
     assert!(files.contains(&PathBuf::from("r/plan.json")), "{files:?}");
@@ -190,7 +192,16 @@ fn compile_replaces_its_own_output_and_nothing_else() {
     fs::write(d.join("a-file"), "keep").unwrap();
     let t1 = fails(d, &["compile", "residual.json", "-o", "mine"]);
     let t2 = fails(d, &["compile", "residual.json", "-o", "a-file"]);
-    insta::assert_snapshot!("compile-into-foreign-directory", format!("{t1}\n{t2}"));
+    // A `graph.txt` among a user's files, or a user's file in an output, is no licence to
+    // delete them.
+    fs::write(d.join("mine/graph.txt"), "mine").unwrap();
+    fs::write(d.join("build/r/notes.txt"), "keep").unwrap();
+    let t3 = fails(d, &["compile", "residual.json", "-o", "mine"]);
+    let t4 = fails(d, &["compile", "residual.json", "-o", "build/r"]);
+    insta::assert_snapshot!(
+        "compile-into-foreign-directory",
+        format!("{t1}\n{t2}\n{t3}\n{t4}")
+    );
 }
 
 #[test]

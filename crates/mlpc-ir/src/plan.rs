@@ -94,6 +94,18 @@ impl Plan {
             if !names.insert(k.name.as_str()) {
                 errs.push(format!("kernel name `{}` appears twice", k.name));
             }
+            // Names become file names (`kernels/<name>.cu`) and C++ identifiers: letters, digits
+            // and `_` only, so that a plan read from a directory names no file outside it.
+            let ident = !k.name.is_empty()
+                && k.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !ident {
+                errs.push(format!(
+                    "kernel name `{}` is not made of letters, digits and `_`",
+                    k.name
+                ));
+            }
             for &a in &k.args {
                 match self.buffers.get(a) {
                     None => errs.push(format!(

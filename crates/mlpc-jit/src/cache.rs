@@ -5,10 +5,8 @@
 
 use crate::JitError;
 use sha2::{Digest, Sha256};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 pub struct Entry {
     pub cubin: Vec<u8>,
@@ -46,7 +44,8 @@ pub fn key(
 
 /// The cache directory: `MLPC_CACHE_DIR`, else `<user cache dir>/mlpc/kernels`.
 pub fn default_dir() -> Result<PathBuf, JitError> {
-    if let Some(d) = std::env::var_os("MLPC_CACHE_DIR") {
+    // An empty value means the default (not the working directory).
+    if let Some(d) = std::env::var_os("MLPC_CACHE_DIR").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(d));
     }
     dirs::cache_dir()
@@ -58,16 +57,22 @@ fn paths(dir: &Path, key: &str) -> [PathBuf; 3] {
     ["cubin", "ptx", "log"].map(|ext| dir.join(format!("{key}.{ext}")))
 }
 
-/// The entry for `key`, if a complete one exists. Unreadable entries, and ones whose CUBIN is not
-/// whole ([`crate::check_cubin`]), count as misses.
+/// The entry for `key`, if a complete one exists. Unreadable entries, ones whose CUBIN is not
+/// whole ([`crate::check_cubin`]), and ones whose PTX has no `.entry` or whose log no ptxas
+/// report (truncated or emptied files: every compile writes both) count as misses, and the next
+/// store replaces them.
 pub fn lookup(dir: &Path, key: &str) -> Option<Entry> {
     let [cubin, ptx, log] = paths(dir, key);
     Some(Entry {
         cubin: std::fs::read(cubin)
             .ok()
             .filter(|c| crate::check_cubin(c).is_ok())?,
-        ptx: std::fs::read_to_string(ptx).ok()?,
-        log: std::fs::read_to_string(log).ok()?,
+        ptx: std::fs::read_to_string(ptx)
+            .ok()
+            .filter(|p| p.contains(".entry "))?,
+        log: std::fs::read_to_string(log)
+            .ok()
+            .filter(|l| l.contains("ptxas"))?,
     })
 }
 
@@ -86,13 +91,19 @@ pub fn store(dir: &Path, key: &str, entry: &Entry) -> Result<(), JitError> {
         (&log, entry.log.as_bytes()),
     ];
     for (path, bytes) in contents {
-        // Unique per process and per call: the same kernel may be stored by two threads.
-        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let mut tmp = path.clone().into_os_string();
-        tmp.push(format!(".tmp.{}.{n}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        std::fs::write(&tmp, bytes).map_err(err(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(err(path))?;
+        // A temporary file created exclusively in the same directory, then renamed into place:
+        // two threads, or two processes (also in other PID namespaces, sharing the directory),
+        // storing the same kernel never write the same file.
+        let mut tmp = tempfile::Builder::new()
+            .prefix(&format!("{key}."))
+            .suffix(".tmp")
+            .tempfile_in(dir)
+            .map_err(err(dir))?;
+        tmp.write_all(bytes).map_err(err(tmp.path()))?;
+        tmp.persist(path).map_err(|e| JitError::Cache {
+            path: path.clone(),
+            source: e.error,
+        })?;
     }
     Ok(())
 }

@@ -182,6 +182,26 @@ fn the_second_compile_comes_from_the_cache() {
     assert!(!again[0].from_cache);
     assert_eq!(again[0].cubin, first[0].cubin);
     assert!(compile_all(&k, &opts).unwrap()[0].from_cache);
+    // So are an emptied PTX and a log cut before its ptxas report (their artifacts would be
+    // empty, the resources unknown).
+    for ext in ["ptx", "log"] {
+        let path = cubin.with_extension(ext);
+        std::fs::write(&path, "").unwrap();
+        let again = compile_all(&k, &opts).unwrap();
+        assert!(!again[0].from_cache, "an emptied .{ext}");
+        assert_eq!(again[0].ptx, first[0].ptx);
+        assert_eq!(again[0].resources, first[0].resources);
+        // Stored again (the log's compile times differ from run to run).
+        let stored = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            stored.contains(if ext == "ptx" {
+                ".entry "
+            } else {
+                "ptxas info"
+            }),
+            ".{ext} not stored again: {stored:?}"
+        );
+    }
 
     // Another architecture is another entry.
     let sm80 = JitOptions {

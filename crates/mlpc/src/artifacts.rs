@@ -14,8 +14,19 @@ pub struct Artifacts {
 }
 
 impl Artifacts {
-    /// Every output directory holds this file; a directory with it is one mlpc may replace.
+    /// Every output directory holds this file; a directory with it (and nothing but what an
+    /// output holds, [`Artifacts::OUTPUT_NAMES`]) is one mlpc may replace.
     pub const MARKER: &'static str = "graph.txt";
+
+    /// What the top level of an output directory may hold.
+    pub const OUTPUT_NAMES: [&'static str; 6] = [
+        "graph.txt",
+        "optimized.txt",
+        "plan.json",
+        "explain.txt",
+        "weights.safetensors",
+        "kernels",
+    ];
 
     pub fn new() -> Artifacts {
         Artifacts::default()
@@ -47,9 +58,9 @@ impl Artifacts {
     /// paths written. `dir` may not exist yet; if it exists it must be empty or hold
     /// [`Artifacts::MARKER`], so that a mistyped `-o` never deletes a user's files.
     pub fn write_to(&self, dir: &Path) -> Result<Vec<PathBuf>, Error> {
-        let bad = |reason| Error::OutputDir {
+        let bad = |reason: &str| Error::OutputDir {
             path: dir.to_path_buf(),
-            reason,
+            reason: reason.to_string(),
         };
         let name = dir
             .file_name()
@@ -60,10 +71,17 @@ impl Artifacts {
         };
         let exists = match fs::symlink_metadata(dir) {
             Ok(m) if m.is_dir() => {
-                if !is_replaceable(dir).map_err(Error::io("read directory", dir))? {
-                    return Err(bad(
+                match foreign_entry(dir).map_err(Error::io("read directory", dir))? {
+                    None => {}
+                    Some(Foreign::NoMarker) => return Err(bad(
                         "it exists, is not empty and holds no graph.txt (it is not an mlpc output)",
-                    ));
+                    )),
+                    Some(Foreign::Entry(entry)) => {
+                        return Err(bad(&format!(
+                            "it holds `{entry}`, which no mlpc output has (only {})",
+                            Artifacts::OUTPUT_NAMES.join(", ")
+                        )))
+                    }
                 }
                 true
             }
@@ -116,12 +134,31 @@ impl Artifacts {
     }
 }
 
-/// Whether `dir` is empty or holds [`Artifacts::MARKER`].
-fn is_replaceable(dir: &Path) -> io::Result<bool> {
-    if dir.join(Artifacts::MARKER).is_file() {
-        return Ok(true);
+/// Why an existing directory is not one mlpc may replace.
+enum Foreign {
+    /// Not empty, and without [`Artifacts::MARKER`].
+    NoMarker,
+    /// An entry that is none of [`Artifacts::OUTPUT_NAMES`].
+    Entry(String),
+}
+
+/// `None` when `dir` is empty, or holds [`Artifacts::MARKER`] and nothing but
+/// [`Artifacts::OUTPUT_NAMES`] (a directory that happens to have a `graph.txt` among a user's
+/// files is not replaced).
+fn foreign_entry(dir: &Path) -> io::Result<Option<Foreign>> {
+    let names: Vec<std::ffi::OsString> = fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<io::Result<_>>()?;
+    if names.is_empty() {
+        return Ok(None);
     }
-    Ok(fs::read_dir(dir)?.next().is_none())
+    if !dir.join(Artifacts::MARKER).is_file() {
+        return Ok(Some(Foreign::NoMarker));
+    }
+    Ok(names
+        .iter()
+        .find(|n| !Artifacts::OUTPUT_NAMES.iter().any(|o| n.as_os_str() == *o))
+        .map(|n| Foreign::Entry(n.to_string_lossy().into_owned())))
 }
 
 /// Temporary directories are private (0700); an output directory is as readable as any other.
@@ -171,12 +208,15 @@ mod tests {
         let dir = tmp.path().join("m");
         fs::create_dir(&dir).unwrap();
         fs::write(dir.join("graph.txt"), "old").unwrap();
-        fs::write(dir.join("stale.ptx"), "old").unwrap();
+        fs::write(dir.join("weights.safetensors"), "old").unwrap();
+        fs::create_dir(dir.join("kernels")).unwrap();
+        fs::write(dir.join("kernels/stale.ptx"), "old").unwrap();
         let mut a = Artifacts::new();
         a.add("graph.txt", "new");
         a.write_to(&dir).unwrap();
         assert_eq!(fs::read_to_string(dir.join("graph.txt")).unwrap(), "new");
-        assert!(!dir.join("stale.ptx").exists());
+        assert!(!dir.join("kernels").exists());
+        assert!(!dir.join("weights.safetensors").exists());
         assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 1);
     }
 
@@ -192,6 +232,16 @@ mod tests {
             fs::read_to_string(dir.join("notes.txt")).unwrap(),
             "keep me"
         );
+
+        // A graph.txt among a user's files does not make the directory an output.
+        fs::write(dir.join("graph.txt"), "mine").unwrap();
+        let err = sample().write_to(&dir).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("it holds `notes.txt`, which no mlpc output has"),
+            "{err}"
+        );
+        assert_eq!(fs::read_to_string(dir.join("graph.txt")).unwrap(), "mine");
 
         let file = tmp.path().join("file");
         fs::write(&file, "x").unwrap();

@@ -86,7 +86,7 @@ pub enum Error {
     /// The output directory cannot be used, e.g. it exists and holds something other than mlpc
     /// artifacts (mlpc never deletes what it did not write).
     #[error("cannot use `{}` as the output directory: {reason}", path.display())]
-    OutputDir { path: PathBuf, reason: &'static str },
+    OutputDir { path: PathBuf, reason: String },
     /// A file-system operation on `path` failed.
     #[error("cannot {action} `{}`", path.display())]
     Io {

@@ -267,6 +267,20 @@ fn a_compiled_directory_with_its_weights_loads_on_its_own() {
     std::fs::remove_file(&cubin).unwrap();
     let e = mlpc::Bundle::load(&dir).err().expect("missing cubin");
     assert!(e.to_string().contains(".cubin"), "{e}");
+    // A plan whose kernel names a path (to read files outside the directory) is refused before
+    // any file is read by that name.
+    let plan_path = dir.join("plan.json");
+    let mut plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan_path).unwrap()).unwrap();
+    for evil in ["../../etc/passwd", "/etc/passwd", ""] {
+        plan["kernels"][0]["name"] = evil.into();
+        std::fs::write(&plan_path, plan.to_string()).unwrap();
+        let e = mlpc::Bundle::load(&dir)
+            .err()
+            .expect("a path as a kernel name");
+        let want = format!("kernel name `{evil}` is not made of letters, digits and `_`");
+        assert!(e.to_string().contains(&want), "{e}");
+    }
 }
 
 #[test]
