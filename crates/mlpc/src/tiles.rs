@@ -56,7 +56,8 @@ pub fn m_bucket(rows: u64) -> u64 {
 /// Where the cache lives: `autotune.json` in `MLPC_CACHE_DIR`, else in
 /// `<user cache dir>/mlpc/kernels`.
 pub fn default_tile_cache_path() -> Result<PathBuf, Error> {
-    let dir = match std::env::var_os("MLPC_CACHE_DIR") {
+    // An empty value means the default, as for the kernel cache.
+    let dir = match std::env::var_os("MLPC_CACHE_DIR").filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d),
         None => dirs::cache_dir()
             .map(|d| d.join("mlpc").join("kernels"))
