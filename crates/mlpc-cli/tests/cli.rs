@@ -177,8 +177,16 @@ fn compile_replaces_its_own_output_and_nothing_else() {
     let dir = scratch(&["models/residual.json"]);
     let d = dir.path();
     succeeds(d, &["compile", "residual.json", "-o", "build/r"]);
-    fs::write(d.join("build/r/kernels/stale.cu"), "from an earlier compile").unwrap();
-    fs::write(d.join("build/r/weights.safetensors"), "from an earlier compile").unwrap();
+    fs::write(
+        d.join("build/r/kernels/stale.cu"),
+        "from an earlier compile",
+    )
+    .unwrap();
+    fs::write(
+        d.join("build/r/weights.safetensors"),
+        "from an earlier compile",
+    )
+    .unwrap();
     succeeds(d, &["compile", "residual.json", "-o", "build/r"]);
     assert!(d.join("build/r/graph.txt").is_file());
     assert!(!d.join("build/r/kernels/stale.cu").exists());
