@@ -8,7 +8,7 @@
 # First the checks of what has not run on a GPU yet, with CUR (an mlpc built from main by
 # scripts/gpu/build.sh; default target/release/mlpc): the cases sparse-heights-b24 (up to
 # T = 9000: its entries switch at 4224 and 8448), sparse-heights-f16, tanh-wide (its 128 x 192
-# tile from T = 8449) and cse-shared-weight on the default target, the first three on sm_90 too
+# tile from T = 8449), cse-shared-weight and sparse-tied on the default target, the first three on sm_90 too
 # and under compute-sanitizer; the guard cases (GUARDS, the gpu_guards example of the same
 # build, which since 2026-12-05 also offers a shape past its memory). Then, under SWEEP_S
 # seconds, scripts/gpu/sweep.sh over NEW, NEW with the per-T walk tables (MLPC_BSR_WALK=1) and
@@ -24,6 +24,7 @@ for t in 1 77 300 1000 5000 9000; do chk tests/cases/sparse-heights-b24/model.js
 for t in 1 77 300 1000 3000; do chk tests/cases/sparse-heights-f16/model.json --backend cuda --bind T=$t; done
 for t in 1 40 77 1000 9000; do chk tests/cases/tanh-wide/model.json --backend cuda --bind T=$t; done
 for t in 1 77 1000; do chk tests/cases/cse-shared-weight/model.json --backend cuda --bind T=$t; done
+for t in 1 77 1000; do chk tests/cases/sparse-tied/model.json --backend cuda --bind T=$t; done
 for c in sparse-heights-b24 sparse-heights-f16 tanh-wide; do for t in 77 300; do
   chk tests/cases/$c/model.json --backend cuda --target cuda:sm_90 --bind T=$t
 done; done

@@ -22,7 +22,8 @@
 //! B operand, an output) is recorded with why ([`Provenance::stays_dense`]): `--explain` lists
 //! them and the CLI warns, so that a model is never reported block-sparse where it is not.
 //!
-//! Several GEMMs reading one weight with one pattern share one packed weight. A dense weight left
+//! Several GEMMs reading one weight with one pattern in one layout share one packed weight (a
+//! weight read as `w` and as `w^T` is packed once for each, even where the patterns agree). A dense weight left
 //! without users is removed; its fate is [`Fate::PackedAs`] the packed weight.
 //!
 //! After: no `gemm` reads a selected weight in a way the rules above lower. Values are unchanged:
@@ -124,8 +125,10 @@ impl Pass for LowerBlockSparse {
     fn run(&self, g: &mut Graph, prov: &mut Provenance) -> Result<bool, PassError> {
         let specs: BTreeMap<&str, &SparseWeight> =
             self.specs.iter().map(|s| (s.weight.as_str(), s)).collect();
-        // (weight name, pattern, packed weight node), in creation order.
-        let mut packed: Vec<(String, Arc<BlockPattern>, NodeId)> = Vec::new();
+        // (weight name, pattern, whether the weight is read transposed (layout N: `x @ w`),
+        // packed weight node), in creation order. The layout is part of the key: a square weight
+        // with a symmetric pattern read both as `w` and as `w^T` packs differently for each.
+        let mut packed: Vec<(String, Arc<BlockPattern>, bool, NodeId)> = Vec::new();
         let mut sources: BTreeSet<NodeId> = BTreeSet::new();
         let mut changed = false;
         for n in topo(g, self.name())? {
@@ -198,10 +201,11 @@ impl Pass for LowerBlockSparse {
             for slot in 1..gm.matrix_operands() {
                 let w = ops[slot];
                 let name = g.node(w).name.clone();
+                let transposed = gm.b == MatLayout::N;
                 let known = packed
                     .iter()
-                    .find(|(src, p, _)| *src == name && *p == pattern)
-                    .map(|&(_, _, node)| node);
+                    .find(|(src, p, t, _)| *src == name && *p == pattern && *t == transposed)
+                    .map(|&(_, _, _, node)| node);
                 let node = match known {
                     Some(p) => p,
                     None => {
@@ -212,20 +216,21 @@ impl Pass for LowerBlockSparse {
                                 weight: name.clone(),
                                 message: "the weight node has no data".to_string(),
                             })?;
-                        let bsr = pattern.pack(&data, gm.b == MatLayout::N).ok_or_else(|| {
-                            PassError::Sparsity {
-                                weight: name.clone(),
-                                message: format!(
-                                    "{}{:?} does not pack to blocks {}x{} of [{}, {}]",
-                                    data.dtype(),
-                                    data.shape(),
-                                    pattern.block[0],
-                                    pattern.block[1],
-                                    pattern.out,
-                                    pattern.inp
-                                ),
-                            }
-                        })?;
+                        let bsr =
+                            pattern
+                                .pack(&data, transposed)
+                                .ok_or_else(|| PassError::Sparsity {
+                                    weight: name.clone(),
+                                    message: format!(
+                                        "{}{:?} does not pack to blocks {}x{} of [{}, {}]",
+                                        data.dtype(),
+                                        data.shape(),
+                                        pattern.block[0],
+                                        pattern.block[1],
+                                        pattern.out,
+                                        pattern.inp
+                                    ),
+                                })?;
                         let bsr_name = g.fresh_name(&format!("{name}.bsr"));
                         let p = g.add_weight(bsr_name.clone(), bsr).map_err(|e| {
                             PassError::Sparsity {
@@ -234,7 +239,7 @@ impl Pass for LowerBlockSparse {
                             }
                         })?;
                         prov.created(bsr_name);
-                        packed.push((name.clone(), pattern.clone(), p));
+                        packed.push((name.clone(), pattern.clone(), transposed, p));
                         p
                     }
                 };
@@ -283,8 +288,8 @@ impl Pass for LowerBlockSparse {
                 let name = g.node(w).name.clone();
                 let into: Vec<String> = packed
                     .iter()
-                    .filter(|(src, _, _)| *src == name)
-                    .map(|&(_, _, p)| g.node(p).name.clone())
+                    .filter(|(src, _, _, _)| *src == name)
+                    .map(|&(_, _, _, p)| g.node(p).name.clone())
                     .collect();
                 if into.is_empty() {
                     continue;

@@ -271,6 +271,27 @@ fn a_weight_read_in_both_layouts_is_packed_twice_and_explained_so() {
     );
 }
 
+/// Tied weights with square blocks and a symmetric pattern (every block kept): `x @ w^T` and
+/// `x @ w` have equal patterns but pack differently. One packed copy served both, and the
+/// second product was `x @ w^T` (relative error 1.3).
+#[test]
+fn a_symmetric_pattern_read_in_both_layouts_is_still_packed_twice() {
+    let mut b = Builder::new("tied", DType::F32, 1);
+    let x = b.input("x", &[t(), d(16)]);
+    let w = b.weight("w", &[16, 16]);
+    let wt = b.op("wt", Op::Transpose, &[w]);
+    let a = b.op("a", Op::MatMul, &[x, wt]);
+    let c = b.op("b", Op::MatMul, &[x, w]);
+    b.output("a", a);
+    b.output("b", c);
+    let g = b.finish();
+    let specs = vec![SparseWeight::new("w", [8, 8], Some(1.0))];
+    let (opt, _, err) = compile_and_compare(&g, &specs, 3);
+    assert!(err < 1e-5, "error {err}");
+    let packed: Vec<String> = packed_weights(&opt).into_iter().map(|p| p.name).collect();
+    assert_eq!(packed, ["w.bsr", "w.bsr.1"]);
+}
+
 #[test]
 fn a_shared_weight_is_packed_once_and_an_output_weight_stays() {
     // Two GEMMs read the same weight; the weight is also returned as an output.

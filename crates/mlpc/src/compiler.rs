@@ -244,6 +244,19 @@ impl Compiler {
             .iter()
             .map(|s| SparseWeight::new(s.weight.clone(), s.block, s.density))
             .collect();
+        // The reference of a model that prunes weights: the source graph with its selected
+        // weights pruned (pruning changes the function on purpose; every other pass, the
+        // block-sparse lowering included, must preserve it, so the reference must not contain
+        // them).
+        let oracle = if sparse.is_empty() {
+            None
+        } else {
+            use mlpc_passes::Pass;
+            let mut g = model.graph.clone();
+            mlpc_passes::PruneBlockSparse::new(sparse.clone())
+                .run(&mut g, &mut mlpc_passes::Provenance::new(&model.graph))?;
+            Some(g)
+        };
         let pipeline = match &self.passes {
             Some(names) => Pipeline::from_names(names)?,
             None => Pipeline::default(),
@@ -285,6 +298,7 @@ impl Compiler {
             compiler: self.clone(),
             variants: Mutex::new(Vec::new()),
             model,
+            oracle,
             optimized,
             report,
             plan,
@@ -330,6 +344,8 @@ pub struct Compiled {
     /// Variants compiled for other input layouts: (transposed inputs, model), oldest first.
     variants: Mutex<Vec<(Vec<String>, Arc<Compiled>)>>,
     model: Model,
+    /// The source graph with the selected weights pruned, when the model prunes any.
+    oracle: Option<Graph>,
     optimized: Graph,
     report: PipelineReport,
     plan: Plan,
@@ -368,15 +384,12 @@ impl Compiled {
         &self.optimized
     }
 
-    /// The graph the reference backend interprets: the source graph, or, when the model prunes
-    /// weights to block-sparse, the optimised graph, whose weights are the pruned ones (pruning
-    /// changes the function on purpose; every other pass preserves it).
+    /// The graph the reference backend interprets: the source graph, with, when the model prunes
+    /// weights to block-sparse, its selected weights pruned (`prune-block-sparse` alone: pruning
+    /// changes the function on purpose; every other pass, the block-sparse lowering included,
+    /// preserves it, which the reference checks).
     pub fn reference_graph(&self) -> &Graph {
-        if self.model.sparsity.is_empty() {
-            &self.model.graph
-        } else {
-            &self.optimized
-        }
+        self.oracle.as_ref().unwrap_or(&self.model.graph)
     }
 
     /// The kernel plan every backend runs.
@@ -529,6 +542,7 @@ impl Compiled {
             compiler: self.compiler.clone(),
             variants: Mutex::new(Vec::new()),
             model: self.model.clone(),
+            oracle: self.oracle.clone(),
             optimized: self.optimized.clone(),
             report: self.report.clone(),
             plan: self.plan.clone(),
