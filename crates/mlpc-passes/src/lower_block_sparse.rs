@@ -23,8 +23,8 @@
 //! them and the CLI warns, so that a model is never reported block-sparse where it is not.
 //!
 //! Several GEMMs reading one weight with one pattern in one layout share one packed weight (a
-//! weight read as `w` and as `w^T` is packed once for each, even where the patterns agree). A dense weight left
-//! without users is removed; its fate is [`Fate::PackedAs`] the packed weight.
+//! weight read as `w` and as `w^T` is packed once for each, even where the patterns agree). A
+//! dense weight left without users is removed; its fate is [`Fate::PackedAs`] the packed weight.
 //!
 //! After: no `gemm` reads a selected weight in a way the rules above lower. Values are unchanged:
 //! a dropped block is zero in the pruned weight, and contributes nothing in the sparse GEMM.

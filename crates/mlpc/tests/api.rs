@@ -237,6 +237,14 @@ fn a_compiled_directory_with_its_weights_loads_on_its_own() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("build");
     c.write_to(&dir).unwrap();
+    // An output holds only the names that let `-o` replace it later.
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let name = e.unwrap().file_name();
+        assert!(
+            mlpc::Artifacts::OUTPUT_NAMES.iter().any(|n| name == **n),
+            "{name:?} is not in Artifacts::OUTPUT_NAMES"
+        );
+    }
     let b = mlpc::Bundle::load(&dir).unwrap();
     assert_eq!(b.plan(), c.plan());
     // Without a GPU the bundle loads but cannot run; with one it runs (checked on the GPU).
