@@ -125,6 +125,53 @@ fn activations_over_a_wide_input_range() {
 }
 
 #[test]
+fn activations_at_the_ends_of_the_f32_line() {
+    // Infinities and NaN exactly as the reference's definitions give them (NaN where they give
+    // inf * 0), finite values near the f32 limits and where e^-x leaves the normal range within
+    // 2e-6 relative (1e-37 absolute for subnormal results). `exp` once saturated at e^88.38, so
+    // silu(-3e38) was -1.25 and silu(-inf) -inf.
+    let mut xs = vec![f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 0.0, -0.0];
+    for m in [
+        f32::MAX as f64,
+        3e38,
+        1e38,
+        1e30,
+        1e10,
+        1e4,
+        200.0,
+        104.5,
+        103.0,
+        100.0,
+        89.0,
+        88.7,
+        88.5,
+        88.3,
+        87.0,
+        1e-40,
+    ] {
+        xs.extend([m, -m]);
+    }
+    let xt = HostTensor::from_f64(DType::F32, vec![xs.len()], &xs).unwrap();
+    let xs = xt.to_f64();
+    for a in Activation::ALL {
+        let mut g = Graph::new(format!("ends_{a}"));
+        let x = g.add_input("x", TensorType::contiguous(DType::F32, fixed(&[xs.len()])));
+        let y = g.add("y", Op::Act(a), &[x]).unwrap();
+        g.add_output("y", y);
+        let got = compile(&g).run(&inputs(vec![("x", xt.clone())])).unwrap()["y"].to_f64();
+        for (&x, &y) in xs.iter().zip(&got) {
+            let want = a.eval(x) as f32 as f64;
+            let ok = if want.is_nan() || want.is_infinite() {
+                y.is_nan() == want.is_nan() && (want.is_nan() || y == want)
+            } else {
+                y.is_finite() && (y - want).abs() <= 2e-6 * want.abs() + 1e-37
+            };
+            assert!(ok, "{a}({x:e}) = {y:e}, expected {want:e}");
+        }
+    }
+}
+
+#[test]
 fn gelu_tanh_mlp_layer_all_dtypes() {
     for dt in DType::ALL {
         run_linear(dt, 33, 96, 130, true, Some(Activation::GeluTanh), false);

@@ -52,14 +52,6 @@ impl Stream {
     }
 }
 
-fn push(data: &mut Vec<u8>, dtype: DType, v: f64) {
-    match dtype {
-        DType::F32 => data.extend_from_slice(&(v as f32).to_le_bytes()),
-        DType::F16 => data.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
-        DType::Bf16 => data.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
-    }
-}
-
 /// The element count of `shape`, if it is at most [`MAX_GENERATED_ELEMENTS`].
 pub(crate) fn checked_numel(shape: &[u64]) -> Option<u64> {
     shape
@@ -72,7 +64,7 @@ fn tensor(dtype: DType, shape: &[u64], mut next: impl FnMut() -> f64) -> Option<
     let n = checked_numel(shape)? as usize;
     let mut data = Vec::with_capacity(n * dtype.size_bytes());
     for _ in 0..n {
-        push(&mut data, dtype, next());
+        dtype.push_le(next(), &mut data);
     }
     let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
     HostTensor::from_bytes(dtype, shape, data).ok()

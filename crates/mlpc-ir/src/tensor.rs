@@ -50,11 +50,7 @@ impl HostTensor {
     ) -> Result<HostTensor, TensorSizeError> {
         let mut data = Vec::with_capacity(values.len() * dtype.size_bytes());
         for &v in values {
-            match dtype {
-                DType::F32 => data.extend_from_slice(&(v as f32).to_le_bytes()),
-                DType::F16 => data.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
-                DType::Bf16 => data.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
-            }
+            dtype.push_le(v, &mut data);
         }
         HostTensor::from_bytes(dtype, shape, data)
     }
@@ -117,11 +113,7 @@ impl HostTensor {
         // Same element count, so the size always matches.
         let mut data = Vec::with_capacity(values.len() * dtype.size_bytes());
         for v in values {
-            match dtype {
-                DType::F32 => data.extend_from_slice(&(v as f32).to_le_bytes()),
-                DType::F16 => data.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
-                DType::Bf16 => data.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
-            }
+            dtype.push_le(v, &mut data);
         }
         HostTensor {
             dtype,

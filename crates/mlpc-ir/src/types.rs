@@ -42,14 +42,50 @@ impl DType {
         }
     }
 
-    /// Rounds a value to the nearest value representable in this type (round to nearest even).
+    /// Rounds a value to the nearest value representable in this type (round to nearest even,
+    /// once: see [`f32_round_to_odd`]).
     pub fn round(self, v: f64) -> f64 {
         match self {
             DType::F32 => v as f32 as f64,
-            DType::F16 => half::f16::from_f64(v).to_f64(),
-            DType::Bf16 => half::bf16::from_f64(v).to_f64(),
+            DType::F16 => half::f16::from_f32(f32_round_to_odd(v)).to_f64(),
+            DType::Bf16 => half::bf16::from_f32(f32_round_to_odd(v)).to_f64(),
         }
     }
+
+    /// Appends `v` rounded to this type (as [`DType::round`]) as little-endian bytes.
+    pub fn push_le(self, v: f64, out: &mut Vec<u8>) {
+        match self {
+            DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+            DType::F16 => {
+                out.extend_from_slice(&half::f16::from_f32(f32_round_to_odd(v)).to_le_bytes())
+            }
+            DType::Bf16 => {
+                out.extend_from_slice(&half::bf16::from_f32(f32_round_to_odd(v)).to_le_bytes())
+            }
+        }
+    }
+}
+
+/// `v` as an f32 rounded to odd: truncated toward zero, with the last mantissa bit set where
+/// that dropped anything. Rounding this to nearest even in a format of at most 22 significant
+/// bits (f16: 11, bf16: 8) gives what rounding `v` itself would: the odd bit stands for
+/// everything below f32's precision, so a tie can only be a true tie. Rounding f64 -> f32 ->
+/// 16 bits to nearest twice could not: 1 + 2^-8 + 2^-40 became the tie 1 + 2^-8 in f32 and
+/// then 1 in bf16, not 1 + 2^-7. (`half`'s own `from_f64` rounds twice or drops the low bits.)
+/// NaN stays NaN; beyond f32's range the result is f32::MAX (odd), which rounds to infinity in
+/// both 16-bit formats as `v` does.
+pub fn f32_round_to_odd(v: f64) -> f32 {
+    let f = v as f32;
+    if f.is_nan() || f as f64 == v {
+        return f;
+    }
+    let toward_zero = if (f as f64).abs() > v.abs() {
+        // Rounded away from zero (to infinity too): one step back toward zero.
+        f32::from_bits(f.to_bits() - 1)
+    } else {
+        f
+    };
+    f32::from_bits(toward_zero.to_bits() | 1)
 }
 
 impl fmt::Display for DType {

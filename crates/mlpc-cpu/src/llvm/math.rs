@@ -2,12 +2,15 @@
 //! storage types, all as plain LLVM IR (no calls into a math library).
 //!
 //! Accuracy, relative unless the value is tiny: `exp` about 2 ulp (Cephes' polynomial after range
-//! reduction by ln 2); `tanh` below 1e-7 (odd Taylor polynomial under |x| < 0.4, then
-//! `1 - 2 / (exp(2|x|) + 1)`); GELU through `erfc` (relative error below 1.2e-7) and the tanh
-//! GELU as `x / (1 + exp(-2y))`, so that neither cancels for negative x. Measured on [-12, 12]
-//! against the f64 definitions (error over `max(|f(x)|, 1e-3)`): gelu 1.4e-6, gelu_tanh 9e-7,
-//! silu, sigmoid and tanh below 1.5e-7; the test `activations_are_accurate_per_element` holds
-//! every activation under 2e-6. bf16 and f16 stores round to nearest even, NaN stays NaN.
+//! reduction by ln 2; +inf above ln(f32::MAX), subnormal results kept); sigmoid and silu through
+//! e^-|x|, so that their negative side never meets an overflow; `tanh` below 1e-7 (odd Taylor
+//! polynomial under |x| < 0.4, then `1 - 2 / (exp(2|x|) + 1)`); GELU through `erfc` (relative
+//! error below 1.2e-7) and the tanh GELU as `x / (1 + exp(-2y))`, so that neither cancels for
+//! negative x. Measured on [-12, 12] against the f64 definitions (error over `max(|f(x)|,
+//! 1e-3)`): gelu 1.4e-6, gelu_tanh 9e-7, silu, sigmoid and tanh below 1.5e-7; the test
+//! `activations_are_accurate_per_element` holds every activation under 2e-6, and
+//! `activations_at_the_ends_of_the_f32_line` the infinities, NaN and the limits. bf16 and f16
+//! stores round to nearest even, NaN stays NaN.
 
 use super::{Cg, R};
 use inkwell::values::VectorValue;
@@ -76,11 +79,17 @@ impl<'ctx> Cg<'ctx> {
             .into_vector_value())
     }
 
-    /// `e^x`; NaN stays NaN, the result saturates to 0 below -88.37 and to e^88.37 above it.
+    /// `e^x`; NaN stays NaN, +inf above ln(f32::MAX) (so that `1 / (1 + e^-x)` and
+    /// `x / (1 + e^-x)` reach 0 for every negative x, not a tiny value times a huge x), 0 (or the
+    /// smallest subnormal) below -104, subnormal results kept between. The scale 2^n is applied
+    /// as 2^(n >> 1) 2^(n - (n >> 1)), both halves normal numbers over that whole range.
     pub(crate) fn exp(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
-        const HI: f32 = 88.376_26;
+        // ln(f32::MAX) = 88.72284; e^x rounds to 0 below -103.98.
+        const HI: f32 = 88.722_84;
+        const LO: f32 = -104.0;
         let hi = self.splat_f(HI);
-        let lo = self.splat_f(-HI);
+        let lo = self.splat_f(LO);
+        let xin = x;
         let x = self.select_lt(hi, x, hi, x)?;
         let x = self.select_lt(x, lo, lo, x)?;
         let n = self.unary("llvm.floor", self.fma_c(x, std::f32::consts::LOG2_E, 0.5)?)?;
@@ -100,17 +109,30 @@ impl<'ctx> Cg<'ctx> {
         let r2 = self.mul(r, r)?;
         let y = self.fma(p, r2, r)?;
         let y = self.add(y, self.splat_f(1.0))?;
+        // n in [-150, 128]: halves in [-75, 64], each 2^half a normal number.
         let ni = self.b.build_float_to_signed_int(n, self.vi32, "n")?;
-        let e = self.b.build_int_add(ni, self.splat_i32(127), "e")?;
-        let e = self.b.build_left_shift(e, self.splat_i32(23), "e.bits")?;
-        self.mul(y, self.as_float(e)?)
+        let n1 = self
+            .b
+            .build_right_shift(ni, self.splat_i32(1), true, "n1")?;
+        let n2 = self.b.build_int_sub(ni, n1, "n2")?;
+        let scale = |k, name| -> R<VectorValue<'ctx>> {
+            let e = self.b.build_int_add(k, self.splat_i32(127), name)?;
+            let e = self.b.build_left_shift(e, self.splat_i32(23), name)?;
+            self.as_float(e)
+        };
+        let y = self.mul(self.mul(y, scale(n1, "e1")?)?, scale(n2, "e2")?)?;
+        let y = self.select_lt(xin, lo, self.splat_f(0.0), y)?;
+        self.select_lt(hi, xin, self.splat_f(f32::INFINITY), y)
     }
 
+    /// `1 / (1 + e^-x)` as `e^x / (1 + e^x)` for negative x: e^-|x| never overflows, so the
+    /// small values of the negative side (and silu's `x * sigmoid(x)` there) keep their size.
     fn sigmoid(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
-        let neg = self.b.build_float_neg(x, "neg")?;
-        let e = self.exp(neg)?;
+        let ax = self.unary("llvm.fabs", x)?;
+        let e = self.exp(self.b.build_float_neg(ax, "neg")?)?;
         let d = self.add(e, self.splat_f(1.0))?;
-        Ok(self.b.build_float_div(self.splat_f(1.0), d, "sig")?)
+        let s = self.b.build_float_div(self.splat_f(1.0), d, "sig")?;
+        self.select_lt(x, self.splat_f(0.0), self.mul(e, s)?, s)
     }
 
     fn tanh(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
