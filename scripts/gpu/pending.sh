@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The device work docs/perf-notes.md ("Next steps", block-sparse paragraph) still waits on, as one
-# call on a CUDA machine from the repository root (about 7 minutes with the defaults):
+# Checks of the newest cases and a block-sparse sweep as one call on a CUDA machine from the
+# repository root (about 7 minutes with the defaults; last run 2026-12-05 on an H100, results in
+# docs/perf-notes.md, block-sparse variants 47 and 48 and "Next steps"):
 #
 #   CUR=target/ab/mlpc-cur GUARDS=target/ab/gpu_guards-cur NEW=target/ab/mlpc-new \
 #       NEW2=target/ab/mlpc-new2 SWEEP_S=270 ROWS="bsr-0.25 bsr-0.1" bash scripts/gpu/pending.sh
@@ -12,7 +13,7 @@
 # and under compute-sanitizer; the guard cases (GUARDS, the gpu_guards example of the same
 # build, which since 2026-12-05 also offers a shape past its memory). Then, under SWEEP_S
 # seconds, scripts/gpu/sweep.sh over NEW, NEW with the per-T walk tables (MLPC_BSR_WALK=1) and
-# NEW2 (main with docs/experiments/bsr-short-192.patch; left out when unset) on ROWS.
+# NEW2 (any further build to compare; left out when unset) on ROWS.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader; date -u
 M=${CUR:-target/release/mlpc}

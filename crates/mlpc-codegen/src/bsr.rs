@@ -447,8 +447,8 @@ fn wide_group_cols(dual: bool, p: &BlockPattern) -> u32 {
 }
 
 /// The configurations of the short-grid entries beside the kernel's own, widest first: groups
-/// of at most 256, 128 and 64 accumulator columns (eight, four and two 32-row blocks), each
-/// kept where it has fewer block rows a group than the one before. The runtime launches one
+/// of at most 256, 192, 128 and 64 accumulator columns (eight, six, four and two 32-row
+/// blocks), each kept where it has fewer block rows a group than the one before. The runtime launches one
 /// where its waves of groups end sooner ([`crate::CudaKernel::short_grid_for`]): the eight-row
 /// groups beside eleven-row ones where the latter's waves come out uneven, the narrower ones at
 /// a few row tiles (T = 128-512 on the 4096^2 weight), where the wide groups leave most SMs
@@ -476,7 +476,9 @@ pub(crate) fn select_wgmma_short_grids(
 }
 
 /// The accumulator columns of the short-grid entries' groups ([`select_wgmma_short_grids`]).
-const SHORT_GRID_COLS: [u32; 3] = [256, 128, 64];
+/// The six-row groups (192) measured 4-17 % faster at T = 768-2304 and on geglu-sparse
+/// (docs/perf-notes.md, block-sparse variant 48).
+const SHORT_GRID_COLS: [u32; 4] = [256, 192, 128, 64];
 
 /// What a tile of the grouped kernel costs beyond its area, in output columns
 /// ([`crate::CudaKernel::tile_fixed_cols`]): each tile copies its rows' A pieces whatever its
@@ -2355,7 +2357,11 @@ mod tests {
             let short = select_wgmma_short_grids(Arch::Sm90a, DType::Bf16, false, la, &p);
             assert_eq!(
                 short.iter().map(|s| s.g).collect::<Vec<_>>(),
-                if g == 11 { vec![8, 4, 2] } else { vec![4, 2] },
+                if g == 11 {
+                    vec![8, 6, 4, 2]
+                } else {
+                    vec![6, 4, 2]
+                },
                 "density {density}"
             );
         }
@@ -2760,11 +2766,11 @@ mod tests {
         // keep the register stores; with 11 slots (the 4096^2 weight at density 0.25) the 5
         // stages stay, and the staging with them.
         // (Of eight block rows a group: the first short-grid entry's, which only patterns of
-        // 32-row blocks whose own groups are wider have; then four and two rows.)
+        // 32-row blocks whose own groups are wider have; then six, four and two rows.)
         let short = select_wgmma_short_grids(Arch::Sm90a, DType::Bf16, false, n4096, &wide);
         assert_eq!((short[0].g, short[0].wb, short[0].slots), (8, 2, 15));
         let gs = |s: Vec<WgmmaBsr>| s.iter().map(|s| s.g).collect::<Vec<_>>();
-        assert_eq!(gs(short), [8, 4, 2]);
+        assert_eq!(gs(short), [8, 6, 4, 2]);
         // Dual GEMMs (groups of four) and shorter K (groups of eight): the narrower ones only.
         assert_eq!(
             gs(select_wgmma_short_grids(
@@ -2786,9 +2792,9 @@ mod tests {
                 n,
                 &b32
             )),
-            [4, 2]
+            [6, 4, 2]
         );
-        // 64-row blocks: groups of four, then two and one.
+        // 64-row blocks: groups of four, then three, two and one.
         assert_eq!(
             gs(select_wgmma_short_grids(
                 Arch::Sm90a,
@@ -2797,7 +2803,7 @@ mod tests {
                 n,
                 &p([64, 64])
             )),
-            [2, 1]
+            [3, 2, 1]
         );
         let h = WgmmaBsr {
             g: 8,

@@ -195,8 +195,9 @@ impl Compiler {
     /// Give the Hopper block-sparse GEMMs' persistent entries a work-item table the runtime
     /// computes for each launch: each round of tiles goes to the CTAs least loaded so far by the
     /// groups' modelled costs, instead of the kernel's fixed snake (`CodegenOptions::bsr_walk`).
-    /// Off by default, and `MLPC_BSR_WALK=1` turns it on where this is not called, until a GPU
-    /// has checked and timed it (docs/perf-notes.md, block-sparse variant 47).
+    /// Off by default, and `MLPC_BSR_WALK=1` turns it on where this is not called: checked and
+    /// timed on a GPU, it won 1-4 % at some sizes and lost up to 2.6 % at others
+    /// (docs/perf-notes.md, block-sparse variant 47).
     pub fn bsr_walk(mut self, on: bool) -> Compiler {
         self.bsr_walk = Some(on);
         self
