@@ -237,6 +237,35 @@ fn a_selected_weight_read_dense_is_a_warning() {
 }
 
 #[test]
+fn f32_kernel_options_with_two_block_shapes_of_one_k_and_n() {
+    // Two block-sparse f32 GEMMs of one K and N whose blocks (16 and 32 rows) take tiles of
+    // other widths: each keeps its own. They once shared a tuning key, and forcing the FFMA or
+    // FP64 kernel put the last one's tile on the first ("the tile 128x32 x1 CTA is not valid").
+    let dir = scratch(&["models/f32-sparse-two-blocks.json"]);
+    for opt in ["--f32-ffma", "--f32-fp64-tensor-cores"] {
+        let args = [
+            "compile",
+            "f32-sparse-two-blocks.json",
+            "-o",
+            "out",
+            "--target",
+            "cuda:sm_90a",
+            "--no-cache",
+            opt,
+        ];
+        let o = mlpc(dir.path(), &args);
+        assert_eq!(o.code, 0, "{}", o.transcript(&args));
+        for k in [
+            "bsr_gemm_bias_relu_f32_nt_b16x16",
+            "bsr_gemm_bias_f32_nt_b32x32",
+        ] {
+            let cubin = dir.path().join(format!("out/kernels/{k}.cubin"));
+            assert!(cubin.is_file(), "{opt}: no {}", cubin.display());
+        }
+    }
+}
+
+#[test]
 fn malformed_models_fail_with_one_message_each() {
     let mut names: Vec<String> = fs::read_dir(cases().join("bad-models"))
         .unwrap()

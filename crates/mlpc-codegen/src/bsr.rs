@@ -782,6 +782,7 @@ fn f32_key(ctx: &Ctx<'_>, sg: &SparseGemm) -> Option<TileKey> {
         k: sg.pattern.inp,
         n: sg.pattern.out,
         sparse: true,
+        block: sg.pattern.block,
     })
 }
 

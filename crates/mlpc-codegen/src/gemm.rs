@@ -363,6 +363,7 @@ impl Operands {
             k: self.a.cols.as_constant()?,
             n: self.c.cols.as_constant()?,
             sparse: false,
+            block: [0, 0],
         })
     }
 
@@ -375,6 +376,7 @@ impl Operands {
             k: self.a.cols.as_constant()?,
             n: self.c.cols.as_constant()?,
             sparse: false,
+            block: [0, 0],
         };
         Some((key, h))
     }

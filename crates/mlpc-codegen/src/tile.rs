@@ -38,6 +38,16 @@ pub struct TileKey {
     /// before it existed: `false`.
     #[serde(default, skip_serializing_if = "crate::is_false")]
     pub sparse: bool,
+    /// A block-sparse GEMM's block shape (rows, columns of `B^T`'s blocks), `[0, 0]` for a dense
+    /// one: its tiles depend on the block height, so two weights of one K and N but other blocks
+    /// must not share a choice. Absent in caches written before it existed: `[0, 0]`, which no
+    /// block-sparse key has (such entries are skipped).
+    #[serde(default, skip_serializing_if = "is_dense_block")]
+    pub block: [u32; 2],
+}
+
+fn is_dense_block(b: &[u32; 2]) -> bool {
+    *b == [0, 0]
 }
 
 impl fmt::Display for TileKey {
@@ -47,7 +57,11 @@ impl fmt::Display for TileKey {
             "{} {}{} K={} N={}",
             self.dtype.name(),
             if self.dual { "dual" } else { "plain" },
-            if self.sparse { " block-sparse" } else { "" },
+            if self.sparse {
+                format!(" block-sparse ({}x{} blocks)", self.block[0], self.block[1])
+            } else {
+                String::new()
+            },
             self.k,
             self.n
         )

@@ -120,6 +120,7 @@ fn candidates_follow_the_heuristics_rules() {
             k: 768,
             n: 768,
             sparse: false,
+            block: [0, 0],
         }
     );
     // The heuristic (128 x 192 ping-pong for a shallow plain GEMM whose N 192 divides) first.
@@ -485,6 +486,7 @@ fn overrides_round_trip_through_json() {
         k: 4096,
         n: 11008,
         sparse: false,
+        block: [0, 0],
     };
     tiles.insert(key, c(128, 1));
     tiles.insert(TileKey { dual: false, ..key }, c(256, 1));
@@ -505,7 +507,7 @@ fn overrides_round_trip_through_json() {
     assert!(!serde_json::to_string(&old).unwrap().contains("bm"));
     // The FP64 tensor cores and block-sparse keys name themselves; older entries are neither.
     assert!(
-        !text.contains("sparse") && !text.contains("fp64_tensor"),
+        !text.contains("sparse") && !text.contains("fp64_tensor") && !text.contains("block"),
         "{text}"
     );
     let mut f32_tiles = TileOverrides::new();
@@ -515,10 +517,12 @@ fn overrides_round_trip_through_json() {
         k: 4096,
         n: 4096,
         sparse: true,
+        block: [32, 32],
     };
     f32_tiles.insert(sparse, c(128, 1).on_fp64_tensor_cores());
     let f32_text = serde_json::to_string(&f32_tiles).unwrap();
     assert!(f32_text.contains("\"sparse\":true"), "{f32_text}");
+    assert!(f32_text.contains("\"block\":[32,32]"), "{f32_text}");
     assert!(f32_text.contains("\"fp64_tensor\":true"), "{f32_text}");
     let back: TileOverrides = serde_json::from_str(&f32_text).unwrap();
     assert_eq!(back.get(&sparse), Some(c(128, 1).on_fp64_tensor_cores()));
@@ -529,7 +533,15 @@ fn overrides_round_trip_through_json() {
         }),
         None
     );
-    assert_eq!(sparse.to_string(), "f32 plain block-sparse K=4096 N=4096");
+    assert_eq!(
+        sparse.to_string(),
+        "f32 plain block-sparse (32x32 blocks) K=4096 N=4096"
+    );
+    // A block-sparse entry written before keys had blocks matches no block-sparse key.
+    let older = f32_text.replace(",\"block\":[32,32]", "");
+    assert_ne!(older, f32_text);
+    let back: TileOverrides = serde_json::from_str(&older).unwrap();
+    assert_eq!(back.get(&sparse), None);
 }
 
 /// Every candidate tile of a plain and a dual GEMM compiles for sm_90a with NVRTC: the

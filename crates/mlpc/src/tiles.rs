@@ -304,6 +304,7 @@ mod tests {
             k: 768,
             n,
             sparse: false,
+            block: [0, 0],
         }
     }
 
