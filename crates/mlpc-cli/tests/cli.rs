@@ -1018,3 +1018,40 @@ fn a_failed_check_says_when_fused_rounding_explains_it() {
     let o = succeeds(dir.path(), &args("2"));
     assert_eq!(o.stdout.lines().count(), 1, "{}", o.stdout);
 }
+
+/// An output no machine holds (2^40 elements from two 4 MiB operands) is an error that names the
+/// node or buffer, on the reference interpreter and on the CPU backend, not an abort in the
+/// allocator.
+#[test]
+fn outputs_past_memory_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(
+        d.join("outer.json"),
+        r#"{"mlpc": 1, "name": "outer", "dtype": "f32", "params": {"w": [1048576, 1]},
+            "inputs": {"x": {"shape": ["T", 1]}},
+            "nodes": [{"name": "wt", "op": "transpose", "inputs": ["w"]},
+                      {"name": "y", "op": "matmul", "inputs": ["x", "wt"]}],
+            "outputs": ["y"]}"#,
+    )
+    .unwrap();
+    let x = tensors(&[("x", DType::F32, &[1 << 20, 1], 0.0)]);
+    mlpc_frontend::write_tensors(&d.join("in.safetensors"), &x).unwrap();
+    for (backend, what) in [("reference", "node `y`"), ("cpu", "buffer `y`")] {
+        let args = [
+            "run",
+            "outer.json",
+            "--input",
+            "in.safetensors",
+            "--output",
+            "out.safetensors",
+            "--backend",
+            backend,
+        ];
+        let t = fails(d, &args);
+        assert!(
+            t.contains(what) && t.contains("1099511627776 elements do not fit in memory"),
+            "{t}"
+        );
+    }
+}

@@ -262,7 +262,10 @@ impl Executable {
                 .try_fold(b.ty.dtype.size_bytes() as u64, |a, &d| {
                     a.checked_mul(d as u64)
                 })
-                .filter(|&n| n <= isize::MAX as u64 / 2);
+                .filter(|&n| n <= isize::MAX as u64 / 2)
+                // Asked of the allocator and given back at once (no page is touched): a buffer
+                // the machine cannot hold is an error here, not an abort in the allocation below.
+                .filter(|&n| Vec::<u8>::new().try_reserve_exact(n as usize).is_ok());
             let Some(bytes) = bytes else {
                 return Err(CpuError::TooLarge {
                     buffer: b.name.clone(),

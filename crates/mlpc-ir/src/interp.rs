@@ -298,12 +298,20 @@ fn concrete(g: &Graph, id: NodeId, b: &Bindings) -> Result<Vec<usize>, InterpErr
         })?;
     let elements = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
     match elements {
-        Some(e) if e <= (isize::MAX as u64) / 8 => Ok(shape),
+        // The node's f64 buffer asked of the allocator and given back at once: a size the
+        // machine cannot hold is refused here instead of aborting the process in the kernel's
+        // own allocation (pages are neither touched nor committed by the probe).
+        Some(e) if e <= (isize::MAX as u64) / 8 && can_allocate::<f64>(e as usize) => Ok(shape),
         e => Err(InterpError::TooLarge {
             node: node.name.clone(),
             elements: e.unwrap_or(u64::MAX),
         }),
     }
+}
+
+/// Whether the allocator grants `len` elements of `T` now (the reservation is released again).
+fn can_allocate<T>(len: usize) -> bool {
+    Vec::<T>::new().try_reserve_exact(len).is_ok()
 }
 
 /// Runs the graph on `inputs` (by input name) and returns every output by output name, in the
