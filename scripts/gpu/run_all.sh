@@ -2,6 +2,10 @@
 # One call on a CUDA machine: a smoke check under a time limit (a kernel that deadlocks must not
 # eat the session), then the full validation, then the benchmark. Run from the repository root
 # after `scripts/gpu/build.sh` (binaries carried over); results go to $OUT (default /tmp/mlpc-gpu).
+# A failing smoke check stops the run, and so does a failing validation before the benchmark (it
+# would rewrite docs/benchmarks.md with timings of a binary that failed its checks); the exit
+# status is nonzero when any step failed or timed out. A step's report is copied into $OUT only
+# when the step wrote it: after a crash or a timeout docs/ still holds the committed one.
 #
 #   scripts/gpu/run_all.sh [validate|validate-sm90|validate-f32|bench|all|tune|micro|power|counters|survey] [extra arguments...]
 #
@@ -59,6 +63,14 @@
 set -uo pipefail
 what=${1:-all}
 shift || true
+case $what in
+    validate | validate-sm90 | validate-f32 | bench | all | tune | micro | power | counters | survey) ;;
+    *)
+        # A misspelt step would otherwise run the smoke check alone and report success.
+        echo "run_all.sh: unknown step \`$what\` (validate, validate-sm90, validate-f32, bench, all, tune, micro, power, counters, survey)" >&2
+        exit 2
+        ;;
+esac
 bench_args=("$@")
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH
@@ -102,13 +114,44 @@ if [ "$what" = micro ]; then
     exit "$rc"
 fi
 
+# The script's exit status: 1 once any step failed or timed out (the tails are printed all the same).
+rc=0
+
+# "NAME exit STATUS" (124: timeout killed it), and a nonzero STATUS fails the script.
+note_exit() {
+    if [ "$2" -eq 124 ]; then echo "$1 exit 124 (timed out)"; else echo "$1 exit $2"; fi
+    [ "$2" -eq 0 ] || rc=1
+}
+
+# Copies into $OUT those of the REPORTs (files of docs/) that are newer than STAMP, a file touched
+# just before the step ran: after a crash or a timeout docs/ holds the committed report, which must
+# not pass for this run's; nor may a copy left in $OUT by an earlier run.
+keep_reports() {
+    local stamp=$1 f
+    shift
+    for f in "$@"; do
+        rm -f "$OUT/${f##*/}"
+        if [ "$f" -nt "$stamp" ]; then
+            cp "$f" "$OUT/"
+        else
+            echo "$f was not written by this run: not copied to $OUT"
+        fi
+    done
+    rm -f "$stamp"
+}
+
 echo "== smoke: tiled kernels (T > 64) of gpt2-mlp and seed-geglu on the default target"
+# Emptied first: the failure's tail must not show an earlier run's lines.
+: >"$OUT/smoke.txt"
 # T = 2048: every persistent CTA computes several tiles (both ping-pong warpgroups work).
 for spec in "examples/gpt2-mlp/model.json 129" "examples/gpt2-mlp/model.json 2048" "examples/seed-geglu/model.json 300"; do
     model=${spec% *}
     t=${spec#* }
-    if ! timeout 180 "$MLPC" check "$model" --backend cuda --bind T="$t" >>"$OUT/smoke.txt" 2>&1; then
-        echo "smoke check of $model failed or timed out; stopping" | tee -a "$OUT/smoke.txt"
+    timeout 180 "$MLPC" check "$model" --backend cuda --bind T="$t" >>"$OUT/smoke.txt" 2>&1
+    status=$?
+    if [ "$status" -ne 0 ]; then
+        note_exit "smoke check of $model T=$t" "$status" | tee -a "$OUT/smoke.txt"
+        echo "stopping" | tee -a "$OUT/smoke.txt"
         tail -20 "$OUT/smoke.txt"
         exit 1
     fi
@@ -140,46 +183,59 @@ if [ "$what" = tune ]; then
 fi
 if [ "$what" = validate ] || [ "$what" = all ]; then
     echo "== validate"
+    touch "$OUT/.stamp"
     timeout 480 python3 scripts/gpu/validate.py --mlpc "$MLPC" \
         --guards target/release/examples/gpu_guards --out docs/gpu-validation.md --target auto \
         >"$OUT/validate.log" 2>&1
-    echo "validate exit $?"
+    status=$?
+    note_exit validate "$status"
     tail -5 "$OUT/validate.log"
-    cp docs/gpu-validation.md "$OUT/"
+    # A report with failing rows is this run's and is kept; one not written is not.
+    keep_reports "$OUT/.stamp" docs/gpu-validation.md
+    if [ "$status" -ne 0 ] && [ "$what" = all ]; then
+        echo "validation failed: no benchmark (docs/benchmarks.md left as it was)"
+        rm -f "$OUT/benchmarks.md" "$OUT/benchmarks.json"
+        exit 1
+    fi
 fi
 if [ "$what" = validate-sm90 ]; then
     # The portable kernels (`mma.sync`, no TMA or wgmma) of every model and case, as `--target
     # cuda:sm_90` compiles them on a Hopper machine; report in docs/gpu-validation-sm90.md.
     echo "== validate the portable sm_90 kernels"
+    touch "$OUT/.stamp"
     timeout 480 python3 scripts/gpu/validate.py --mlpc "$MLPC" \
         --guards target/release/examples/gpu_guards --out docs/gpu-validation-sm90.md \
         --target cuda:sm_90 >"$OUT/validate-sm90.log" 2>&1
-    status=$?
-    echo "validate exit $status"
+    note_exit validate $?
     tail -5 "$OUT/validate-sm90.log"
-    cp docs/gpu-validation-sm90.md "$OUT/"
-    exit "$status"
+    keep_reports "$OUT/.stamp" docs/gpu-validation-sm90.md
+    exit "$rc"
 fi
 if [ "$what" = validate-f32 ]; then
-    rc=0
     for kernel in fp64 ffma; do
         echo "== validate the f32 models with their GEMMs forced onto $kernel"
+        touch "$OUT/.stamp"
         timeout 300 python3 scripts/gpu/validate.py --mlpc "$MLPC" \
             --guards target/release/examples/gpu_guards --out "docs/gpu-validation-$kernel.md" \
             --target auto --f32-kernel "$kernel" >"$OUT/validate-$kernel.log" 2>&1
-        status=$?
-        echo "validate exit $status"
-        [ "$status" -eq 0 ] || rc=1
+        note_exit validate $?
         tail -5 "$OUT/validate-$kernel.log"
-        cp "docs/gpu-validation-$kernel.md" "$OUT/"
+        keep_reports "$OUT/.stamp" "docs/gpu-validation-$kernel.md"
     done
     exit "$rc"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     echo "== bench"
+    touch "$OUT/.stamp"
     timeout 500 python3 scripts/gpu/bench.py --mlpc "$MLPC" --out docs/benchmarks.md "${bench_args[@]}" \
         >"$OUT/bench.log" 2>&1
-    echo "bench exit $?"
-    cp docs/benchmarks.md docs/benchmarks.json "$OUT/" 2>/dev/null
-    grep -E "^\| " docs/benchmarks.md | head -40
+    status=$?
+    note_exit bench "$status"
+    [ "$status" -eq 0 ] || tail -5 "$OUT/bench.log"
+    # The table only where this run wrote it: otherwise it is the committed one.
+    if [ docs/benchmarks.md -nt "$OUT/.stamp" ]; then
+        grep -E "^\| " docs/benchmarks.md | head -40
+    fi
+    keep_reports "$OUT/.stamp" docs/benchmarks.md docs/benchmarks.json
 fi
+exit "$rc"

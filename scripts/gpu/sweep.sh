@@ -19,9 +19,8 @@
 #
 # Checks: when a block-sparse row is timed, the block-sparse cases (tests/cases at T = 1, 77,
 # 129, 1000, bert-sparse-ffn at 67 and 2048, the generated weights at a few hundred rows, the
-# 4096^2 ones at 300, 1000 and 4200, at density 0.16 too); for a
-# MODEL.json:T or ROW@T row, the model at T = 200 and at T, and at every T of CHECK_T ("1 9 16",
-# say) too.
+# 4096^2 ones at 300, 1000 and 4200, at density 0.16 too); every row's model at T = 200, at the T
+# it is timed at, and at every T of CHECK_T ("1 9 16", say) too.
 # CHECKS=0 skips them all (timing-only probes whose results are wrong by design).
 #
 # Prints, per round, a header naming the sides and one line per row: `ROW | MEDIAN | MEDIAN ...`
@@ -101,7 +100,8 @@ failed=0
 check() {
     local i=$1
     shift
-    if out=$(side "${sides[$i]}" "$caches/$i" check "$@" 2>&1); then
+    # --backend cuda: without a usable driver the CLI would check on the CPU instead.
+    if out=$(side "${sides[$i]}" "$caches/$i" check --backend cuda "$@" 2>&1); then
         echo "ok   [${sides[$i]}] $*"
     else
         echo "FAIL [${sides[$i]}] $*"
@@ -137,14 +137,12 @@ checks() {
             check "$i" "$models/geglu-sparse.json" --bind T=100
             check "$i" "$models/mlp3-sparse.json" --bind T=700
         fi
+        # Every row at T = 200, at the T it is timed at (its kernel entries depend on T: the
+        # short grids, the groups) and at every T of CHECK_T.
         for row in "${rows[@]}"; do
-            case $row in
-                *.json:* | *@*)
-                    for t in 200 "$(t_of "$row")" ${CHECK_T:-}; do
-                        check "$i" "$(model_of "$row")" --bind T="$t"
-                    done
-                    ;;
-            esac
+            for t in 200 "$(t_of "$row")" ${CHECK_T:-}; do
+                check "$i" "$(model_of "$row")" --bind T="$t"
+            done
         done
     done
 }

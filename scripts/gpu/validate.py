@@ -231,10 +231,9 @@ def main():
     ap.add_argument("--f32-kernel", choices=sorted(F32_FLAGS),
                     help="f32 models only, their GEMMs forced onto this kernel (see the module docs)")
     ap.add_argument("--only", help="check only the models whose label or path contains one of these "
-                    "comma-separated texts (e.g. `portable`, `sparse`); the guards and the sanitizer still run")
+                    "comma-separated texts (e.g. `portable`, `sparse`; a text that matches no model is an "
+                    "error); the guards and the sanitizer still run")
     a = ap.parse_args()
-    dev = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip()
     cache = os.path.abspath(os.path.join(os.path.dirname(a.out) or ".", "kernel-cache"))
     # Compile every model once (fills the kernel cache) so the parallel checks do not race on it.
     f32 = a.f32_kernel
@@ -248,9 +247,25 @@ def main():
                 + portable_bsr(os.path.join(cache, "portable-models"))
                 + sparse_gemv(os.path.join(cache, "sparse-gemv-models")) + jobs
                 + [(p, t, label, None, []) for p, t, label in f16_copies(os.path.join(cache, "f16-models"))])
-    if a.only:
+    if a.only is not None:
+        # A text that matches nothing is an error, not a report of "0 of 0 outputs" (or, one text
+        # of several misspelt, a report that silently lacks its rows).
         keys = [k for k in a.only.split(",") if k]
-        jobs = [j for j in jobs if any(k in (j[2] or "") or k in j[0] for k in keys)]
+
+        def hit(k, j):
+            return k in (j[2] or "") or k in j[0]
+        missed = [k for k in keys if not any(hit(k, j) for j in jobs)]
+        if not keys or missed:
+            names = sorted(set(j[2] or j[0] for j in jobs))
+            sys.exit(f"validate.py: --only \"{a.only}\": "
+                     + (f"no model's label or path contains {', '.join(repr(k) for k in missed)}" if keys
+                        else "no text given")
+                     + (" (with --quick)" if a.quick else "") + (f" (with --f32-kernel {f32})" if f32 else "")
+                     + f"; the {len(names)} models of this run (labels, or paths where they have none):\n  "
+                     + "\n  ".join(names))
+        jobs = [j for j in jobs if any(hit(k, j) for k in keys)]
+    dev = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip()
     if f32:
         a.sanitize = ",".join(j[0] for j in jobs if j[0].endswith(("gpt2-mlp-f32.json", "bert-sparse-ffn-f32.json")))
         a.sanitize = ",".join(sorted(set(a.sanitize.split(","))))
