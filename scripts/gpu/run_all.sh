@@ -175,11 +175,11 @@ if [ "$what" = tune ]; then
         echo "== autotune $name T=$t"
         timeout 240 "$MLPC" compile "$src" --autotune --bind T="$t" \
             -o "/tmp/mlpc-tune-out/$name" >"$OUT/tune-$name.txt" 2>&1
-        echo "exit $?"
+        note_exit "autotune $name" $?
         grep -E " ms|error" "$OUT/tune-$name.txt"
     done
     cp "$MLPC_CACHE_DIR/autotune.json" "$OUT/" 2>/dev/null
-    exit 0
+    exit "$rc"
 fi
 if [ "$what" = validate ] || [ "$what" = all ]; then
     echo "== validate"
