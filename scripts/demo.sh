@@ -15,7 +15,10 @@ model="examples/$example/model.json"
 [ -f "$model" ] || { echo "no such example: $model (see examples/)" >&2; exit 1; }
 
 cargo build -q -p mlpc-cli
-mlpc="$MLPC_ROOT/target/debug/mlpc"
+# Where cargo put it: CARGO_TARGET_DIR (relative to the repository root) moves the build.
+target="${CARGO_TARGET_DIR:-target}"
+case $target in /*) ;; *) target="$MLPC_ROOT/$target" ;; esac
+mlpc="$target/debug/mlpc"
 set -x
 "$mlpc" compile "$model" -o "out/$example" --explain
 "$mlpc" gen-inputs "$model" --bind "T=$tokens" -o "out/$example.inputs.safetensors"

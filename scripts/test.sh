@@ -9,6 +9,14 @@ cd "$MLPC_ROOT"
 # way on every run (a plain `cargo test` draws fresh cases each time: that is where they explore).
 # Set PROPTEST_RNG_SEED to draw other cases.
 export PROPTEST_RNG_SEED=${PROPTEST_RNG_SEED:-20261201}
+# proptest takes a value it cannot parse for "no seed" and draws at random, saying so only inside
+# the captured test output.
+case $PROPTEST_RNG_SEED in
+    '' | *[!0-9]*)
+        echo "PROPTEST_RNG_SEED=$PROPTEST_RNG_SEED: expected a decimal number" >&2
+        exit 1
+        ;;
+esac
 
 echo "== cargo fmt --check"
 cargo fmt --all --check

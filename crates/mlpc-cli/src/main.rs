@@ -372,6 +372,8 @@ fn bindings_of(b: &[(String, u64)]) -> Vec<(&str, u64)> {
 }
 
 fn execute(command: Command) -> Result<(), mlpc::Error> {
+    // Every command, whatever it reads: a misspelt switch must not pass for its default.
+    mlpc::check_environment()?;
     match command {
         Command::Compile {
             model,

@@ -1055,3 +1055,103 @@ fn outputs_past_memory_are_errors() {
         );
     }
 }
+
+/// An on / off switch in the environment with a value that is none of its spellings stops every
+/// command with one message naming it (before, `MLPC_F32_FP64_TENSOR_CORES=false` forced the
+/// FP64 tensor cores and `MLPC_BSR_WALK=true` was ignored); `false` is off.
+#[test]
+fn misspelt_switches_in_the_environment_are_errors() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    let with = |name: &str, value: &str, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_mlpc"))
+            .args(args)
+            .current_dir(d)
+            .env("NO_COLOR", "1")
+            .env(name, value)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let gen = [
+        "gen-inputs",
+        "residual.json",
+        "--bind",
+        "T=2",
+        "-o",
+        "in.safetensors",
+    ];
+    for name in [
+        "MLPC_F32_FP64_TENSOR_CORES",
+        "MLPC_SPARSE_GEMV",
+        "MLPC_BSR_WALK",
+        "MLPC_NO_GRAPHS",
+        "MLPC_NO_EARLY_LAUNCH",
+    ] {
+        let (code, stdout, stderr) = with(name, "maybe", &gen);
+        assert_eq!(code, Some(1), "{name}: {stderr}");
+        assert!(stdout.is_empty(), "{name}: {stdout}");
+        assert_eq!(
+            stderr,
+            format!(
+                "error: environment variable {name}=\"maybe\": expected 1 or 0 (or true / \
+                 false, on / off, yes / no; empty is the same as unset)\n"
+            )
+        );
+        assert!(!d.join("in.safetensors").exists());
+        let (code, _, stderr) = with(name, "false", &gen);
+        assert_eq!(code, Some(0), "{name}: {stderr}");
+        fs::remove_file(d.join("in.safetensors")).unwrap();
+    }
+}
+
+/// `MLPC_NVRTC_LIB` naming a library that is not NVRTC (the C library) is an error naming it on
+/// every compile, the default one that compiles CUDA only where NVRTC is found included (it used
+/// to pass with an explicit target and read as "NVRTC was not found" without one); empty is unset.
+#[test]
+fn an_nvrtc_library_that_is_not_nvrtc_is_an_error() {
+    let maps = fs::read_to_string("/proc/self/maps").unwrap();
+    let libc = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.ends_with("/libc.so.6"))
+        .expect("the C library in this process's maps")
+        .to_string();
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    let compile = |value: &str, extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_mlpc"))
+            .args(["compile", "residual.json", "-o", "out", "--no-cache"])
+            .args(extra)
+            .current_dir(d)
+            .env("NO_COLOR", "1")
+            .env("MLPC_NVRTC_LIB", value)
+            .output()
+            .unwrap()
+    };
+    for extra in [&[][..], &["--target", "cuda:sm_90a"][..]] {
+        let out = compile(&libc, extra);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
+        assert_eq!(
+            stderr,
+            format!(
+                "error: MLPC_NVRTC_LIB names `{libc}`, which could not be loaded: it has no \
+                 nvrtcVersion: not an NVRTC library\n"
+            ),
+            "{extra:?}"
+        );
+        assert!(!d.join("out").exists());
+    }
+    let out = compile("", &["--target", "cuda:sm_90a"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -8,11 +8,12 @@
 //! the builtins library from the same directory is loaded first.
 //!
 //! Search order:
-//! 1. `MLPC_NVRTC_LIB`: the path of `libnvrtc.so.13` (an error if it cannot be loaded);
+//! 1. `MLPC_NVRTC_LIB` (empty is unset): the path of `libnvrtc.so.13` (an error if it cannot be
+//!    loaded, is not NVRTC, or is not the NVRTC cudarc then finds by name);
 //! 2. the dynamic loader's own search (`LD_LIBRARY_PATH`, the ld cache);
-//! 3. `$CUDA_HOME/lib64`, `$CUDA_PATH/lib64`, `/usr/local/cuda/lib64`;
+//! 3. `$CUDA_HOME/lib64`, `$CUDA_PATH/lib64` (absolute values only), `/usr/local/cuda/lib64`;
 //! 4. the `nvidia/cu13/lib` directory of the `nvidia-cuda-nvrtc` Python package, in the
-//!    site-packages of `$VIRTUAL_ENV`, `~/.local`, pyenv versions, `/usr/local/lib` and `/usr/lib`.
+//!    site-packages of `$VIRTUAL_ENV` (absolute), `~/.local`, pyenv versions, `/usr/local/lib` and `/usr/lib`.
 
 use crate::JitError;
 use std::path::{Path, PathBuf};
@@ -46,23 +47,29 @@ enum LoadFailure {
 }
 
 fn load() -> Result<NvrtcInfo, LoadFailure> {
-    if let Some(path) = std::env::var_os("MLPC_NVRTC_LIB").map(PathBuf::from) {
-        preload(&path).map_err(|reason| LoadFailure::Invalid {
+    // Empty is the same as unset.
+    if let Some(path) = std::env::var_os("MLPC_NVRTC_LIB")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+    {
+        let version = preload(&path).map_err(|reason| LoadFailure::Invalid {
             path: path.clone(),
             reason,
         })?;
-        return finish(&path);
+        return finish(&path, Some(version));
     }
     // SAFETY: loading NVRTC runs no initialisation code with preconditions.
     if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return finish(Path::new(LIB_NAME));
+        return finish(Path::new(LIB_NAME), None);
     }
     let mut searched = vec!["LD_LIBRARY_PATH and the ld cache".to_string()];
     for dir in candidate_dirs() {
         let lib = dir.join(LIB_NAME);
         searched.push(dir.display().to_string());
-        if lib.is_file() && preload(&lib).is_ok() {
-            return finish(&lib);
+        if lib.is_file() {
+            if let Ok(version) = preload(&lib) {
+                return finish(&lib, Some(version));
+            }
         }
     }
     Err(LoadFailure::Missing {
@@ -70,7 +77,9 @@ fn load() -> Result<NvrtcInfo, LoadFailure> {
     })
 }
 
-fn finish(origin: &Path) -> Result<NvrtcInfo, LoadFailure> {
+/// Checks that cudarc reaches an NVRTC and asks its version: the version of the library loaded
+/// from `origin` where that was loaded by path (`preloaded`), which cudarc must see too.
+fn finish(origin: &Path, preloaded: Option<(i32, i32)>) -> Result<NvrtcInfo, LoadFailure> {
     let invalid = |reason: String| LoadFailure::Invalid {
         path: origin.to_path_buf(),
         reason,
@@ -87,14 +96,23 @@ fn finish(origin: &Path) -> Result<NvrtcInfo, LoadFailure> {
     if rc != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
         return Err(invalid(format!("nvrtcVersion failed with {rc:?}")));
     }
+    // cudarc opens NVRTC by name, trying `libnvrtc.so` before `libnvrtc.so.13`: a `libnvrtc.so`
+    // on the loader's path is taken over the library loaded by path.
+    if let Some((pm, pn)) = preloaded.filter(|&v| v != (major, minor)) {
+        return Err(invalid(format!(
+            "it is NVRTC {pm}.{pn}, but NVRTC {major}.{minor} was found by name on the loader's \
+             path (a libnvrtc.so in LD_LIBRARY_PATH?) and is the one that would run"
+        )));
+    }
     Ok(NvrtcInfo {
         version: (major, minor),
         origin: origin.display().to_string(),
     })
 }
 
-/// Loads `lib` (and the builtins library beside it) for the rest of the process.
-fn preload(lib: &Path) -> Result<(), String> {
+/// Loads `lib` (and the builtins library beside it) for the rest of the process and returns its
+/// `nvrtcVersion`; an error where it does not load or is not NVRTC.
+fn preload(lib: &Path) -> Result<(i32, i32), String> {
     if let Some(dir) = lib.parent() {
         if let Ok(entries) = std::fs::read_dir(dir) {
             let mut builtins: Vec<PathBuf> = entries
@@ -116,22 +134,42 @@ fn preload(lib: &Path) -> Result<(), String> {
     }
     // SAFETY: as above. The handle is leaked on purpose: NVRTC stays loaded for the process.
     let l = unsafe { libloading::Library::new(lib) }.map_err(|e| e.to_string())?;
+    let (mut major, mut minor) = (0, 0);
+    {
+        type Version = unsafe extern "C" fn(*mut i32, *mut i32) -> i32;
+        // SAFETY: `nvrtcVersion` has this signature in every NVRTC; a library without the
+        // symbol is refused before anything is called.
+        let version = unsafe { l.get::<Version>(b"nvrtcVersion\0") }
+            .map_err(|_| "it has no nvrtcVersion: not an NVRTC library".to_string())?;
+        // SAFETY: nvrtcVersion writes two ints and returns a status (0: success).
+        let rc = unsafe { version(&mut major, &mut minor) };
+        if rc != 0 {
+            return Err(format!("its nvrtcVersion failed with status {rc}"));
+        }
+    }
     std::mem::forget(l);
-    Ok(())
+    Ok((major, minor))
 }
 
 fn candidate_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
+    // Only absolute directories: an empty or relative value would load a library from
+    // wherever the command happens to run.
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
     for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Some(v) = std::env::var_os(var) {
-            dirs.push(PathBuf::from(v).join("lib64"));
+        if let Some(v) = absolute(var) {
+            dirs.push(v.join("lib64"));
         }
     }
     dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
 
     let mut prefixes: Vec<PathBuf> = Vec::new();
-    if let Some(v) = std::env::var_os("VIRTUAL_ENV") {
-        prefixes.push(PathBuf::from(v).join("lib"));
+    if let Some(v) = absolute("VIRTUAL_ENV") {
+        prefixes.push(v.join("lib"));
     }
     if let Some(home) = dirs::home_dir() {
         prefixes.push(home.join(".local/lib"));

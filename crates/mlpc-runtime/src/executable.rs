@@ -171,24 +171,26 @@ impl Default for RunOptions {
     }
 }
 
-/// Whether runs replay CUDA graphs unless told otherwise: yes, unless `MLPC_NO_GRAPHS` is set to
-/// a value other than empty or `0` (read once per process). Explicit [`RunOptions`] are obeyed
+/// Whether runs replay CUDA graphs unless told otherwise: yes, unless the switch `MLPC_NO_GRAPHS`
+/// is on (`1`, `true`, `on`, `yes`: [`crate::switch`]; read once per process). Explicit [`RunOptions`] are obeyed
 /// whatever the variable says.
 pub fn graphs_by_default() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !turned_off(std::env::var("MLPC_NO_GRAPHS").ok().as_deref()))
+    *ON.get_or_init(|| !turned_off("MLPC_NO_GRAPHS"))
 }
 
-/// Whether runs let kernels start early unless told otherwise: yes, unless `MLPC_NO_EARLY_LAUNCH`
-/// is set to a value other than empty or `0` (read once per process).
+/// Whether runs let kernels start early unless told otherwise: yes, unless the switch
+/// `MLPC_NO_EARLY_LAUNCH` is on ([`crate::switch`]; read once per process).
 pub fn early_launch_by_default() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !turned_off(std::env::var("MLPC_NO_EARLY_LAUNCH").ok().as_deref()))
+    *ON.get_or_init(|| !turned_off("MLPC_NO_EARLY_LAUNCH"))
 }
 
-/// Whether a value of an `MLPC_NO_...` variable turns its feature off.
-fn turned_off(value: Option<&str>) -> bool {
-    value.is_some_and(|v| !v.trim().is_empty() && v.trim() != "0")
+/// Whether the `MLPC_NO_...` switch `name` turns its feature off ([`crate::switch`]'s values; a
+/// value it refuses leaves the default here, and `mlpc::check_environment`, which the CLI and
+/// every compile call first, reports it).
+fn turned_off(name: &str) -> bool {
+    crate::switch(name).ok().flatten().unwrap_or(false)
 }
 
 /// How one kernel runs under given bindings (see [`Executable::launches_for`]).
@@ -1071,16 +1073,6 @@ mod tests {
         // A count is a count, whatever the estimate.
         assert_eq!(Runs::Count(200).count(0.135), 200);
         assert_eq!(Runs::Count(0).count(f64::NAN), 0);
-    }
-
-    #[test]
-    fn mlpc_no_variables_turn_off_unless_empty_or_zero() {
-        assert!(!turned_off(None));
-        assert!(!turned_off(Some("")));
-        assert!(!turned_off(Some("0")));
-        assert!(!turned_off(Some(" 0 ")));
-        assert!(turned_off(Some("1")));
-        assert!(turned_off(Some("yes")));
     }
 
     fn kernel(name: &str, params: Vec<Param>, relayouts: Vec<Relayout>) -> CudaKernel {

@@ -26,21 +26,36 @@ pub enum CudaKernels {
     Skip,
 }
 
-/// The f32 GEMM kernel forced when the compiler is not told
-/// ([`Compiler::f32_on_fp64_tensor_cores`]), from the environment variable
-/// `MLPC_F32_FP64_TENSOR_CORES`: `0` forces the FFMA kernels, anything else but empty the FP64
-/// tensor cores; unset or empty forces neither.
-pub(crate) fn f32_fp64_tensor_from_env() -> Option<bool> {
-    f32_fp64_tensor_setting(std::env::var("MLPC_F32_FP64_TENSOR_CORES").ok()?.as_str())
+/// The on / off switches the compiler reads from the environment ([`mlpc_runtime::switch`]):
+/// [`f32_fp64_tensor_from_env`], [`sparse_gemv_from_env`], [`bsr_walk_from_env`].
+pub(crate) const COMPILER_SWITCHES: [&str; 3] = [
+    "MLPC_F32_FP64_TENSOR_CORES",
+    "MLPC_SPARSE_GEMV",
+    "MLPC_BSR_WALK",
+];
+
+/// Every on / off switch mlpc reads from the environment, checked: the first whose value is
+/// none of `1`, `0`, `true`, `false`, `on`, `off`, `yes`, `no` or empty is an error naming it.
+/// The CLI calls this before any command and [`Compiler::compile_model`] before compiling, so
+/// that a misspelt value never silently reads as its default (the readers below take a refused
+/// value for unset).
+pub fn check_environment() -> Result<(), Error> {
+    for name in COMPILER_SWITCHES
+        .iter()
+        .chain(mlpc_runtime::RUNTIME_SWITCHES.iter())
+    {
+        mlpc_runtime::switch(name)?;
+    }
+    Ok(())
 }
 
-/// [`f32_fp64_tensor_from_env`] of the variable's value.
-fn f32_fp64_tensor_setting(value: &str) -> Option<bool> {
-    match value.trim() {
-        "" => None,
-        "0" => Some(false),
-        _ => Some(true),
-    }
+/// The f32 GEMM kernel forced when the compiler is not told
+/// ([`Compiler::f32_on_fp64_tensor_cores`]), from the switch `MLPC_F32_FP64_TENSOR_CORES`: on
+/// forces the FP64 tensor cores, off the FFMA kernels; unset or empty forces neither.
+pub(crate) fn f32_fp64_tensor_from_env() -> Option<bool> {
+    mlpc_runtime::switch("MLPC_F32_FP64_TENSOR_CORES")
+        .ok()
+        .flatten()
 }
 
 /// Compiles models. Every option has a sane default; [`Compiler::new`] gives the standard
@@ -75,15 +90,21 @@ pub struct Compiler {
 }
 
 /// Whether the block-sparse GEMMs get their small-M entries when the compiler is not told
-/// ([`Compiler::sparse_gemv`]): yes, unless the environment variable `MLPC_SPARSE_GEMV` is `0`.
+/// ([`Compiler::sparse_gemv`]): yes, unless the switch `MLPC_SPARSE_GEMV` is off (`0`).
 fn sparse_gemv_from_env() -> bool {
-    std::env::var("MLPC_SPARSE_GEMV").map_or(true, |v| v.trim() != "0")
+    mlpc_runtime::switch("MLPC_SPARSE_GEMV")
+        .ok()
+        .flatten()
+        .unwrap_or(true)
 }
 
 /// Whether the Hopper block-sparse GEMMs take work-item tables when the compiler is not told
-/// ([`Compiler::bsr_walk`]): only where the environment variable `MLPC_BSR_WALK` is `1`.
+/// ([`Compiler::bsr_walk`]): only where the switch `MLPC_BSR_WALK` is on (`1`).
 fn bsr_walk_from_env() -> bool {
-    std::env::var("MLPC_BSR_WALK").is_ok_and(|v| v.trim() == "1")
+    mlpc_runtime::switch("MLPC_BSR_WALK")
+        .ok()
+        .flatten()
+        .unwrap_or(false)
 }
 
 impl Compiler {
@@ -239,6 +260,7 @@ impl Compiler {
     /// Compiles a model that is already in memory, e.g. one a framework built from its own
     /// module tree.
     pub fn compile_model(&self, model: Model) -> Result<Compiled, Error> {
+        check_environment()?;
         mlpc_ir::verify(&model.graph)?;
         let sparse: Vec<SparseWeight> = model
             .sparsity
@@ -283,10 +305,13 @@ impl Compiler {
                 let jit = self.jit_options();
                 let compiled = match mode {
                     CudaKernels::Require => Some(mlpc_jit::compile_all(&kernels, &jit)?),
-                    _ if mlpc_jit::ensure_nvrtc().is_ok() => {
-                        Some(mlpc_jit::compile_all(&kernels, &jit)?)
-                    }
-                    _ => None,
+                    _ => match mlpc_jit::ensure_nvrtc() {
+                        Ok(_) => Some(mlpc_jit::compile_all(&kernels, &jit)?),
+                        // A library named (MLPC_NVRTC_LIB) or found that is not usable NVRTC
+                        // is an error, not a quiet "sources only".
+                        Err(e @ mlpc_jit::JitError::NvrtcLibInvalid { .. }) => return Err(e.into()),
+                        Err(_) => None,
+                    },
                 };
                 Some(CudaBuild {
                     kernels,
@@ -1183,17 +1208,6 @@ mod tests {
             "128x256x64_gemv_m8"
         );
         assert_eq!(entry_tag("gemm_a", "other"), "other");
-    }
-
-    #[test]
-    fn the_f32_kernel_variable_forces_fp64_with_1_and_ffma_with_0() {
-        use super::f32_fp64_tensor_setting as setting;
-        assert_eq!(setting("1"), Some(true));
-        assert_eq!(setting(" yes "), Some(true));
-        assert_eq!(setting("0"), Some(false));
-        assert_eq!(setting(" 0\n"), Some(false));
-        assert_eq!(setting(""), None);
-        assert_eq!(setting("  "), None);
     }
 
     #[test]

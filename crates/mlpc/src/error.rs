@@ -33,6 +33,9 @@ pub enum Error {
     /// The CUDA runtime failed: no GPU, a guard refused an input, or a driver error.
     #[error(transparent)]
     Runtime(#[from] mlpc_runtime::RuntimeError),
+    /// An on / off switch in the environment has a value that is none of its spellings.
+    #[error(transparent)]
+    Environment(#[from] mlpc_runtime::SwitchError),
     /// The kernels' launches cannot be resolved under the given bindings.
     #[error("launches: {0}")]
     Launches(String),

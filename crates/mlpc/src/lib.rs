@@ -39,7 +39,9 @@ pub use autotune::{
 pub use backend::{Backend, UnknownBackend};
 pub use bundle::Bundle;
 pub use check::{plan_flops, tolerance, BenchOptions, BenchReport, CheckReport, OutputCheck};
-pub use compiler::{Compiled, Compiler, CudaKernels, CudaStatus, Summary, ENTRY_MAP_LIMIT};
+pub use compiler::{
+    check_environment, Compiled, Compiler, CudaKernels, CudaStatus, Summary, ENTRY_MAP_LIMIT,
+};
 pub use error::Error;
 pub use mlpc_codegen::{Arch, TileChoice, TileKey, TileOverrides};
 pub use mlpc_passes::PrintAfter;
