@@ -600,7 +600,9 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     .map_err(|e| {
                         mlpc::Error::Bench(format!("cannot open `{}`: {e}", path.display()))
                     })?;
-                writeln!(f, "{line}").map_err(|e| {
+                // One write of the whole line: appends of concurrent runs stay whole lines
+                // (`writeln!` on a `File` writes it in pieces).
+                f.write_all(format!("{line}\n").as_bytes()).map_err(|e| {
                     mlpc::Error::Bench(format!("cannot write `{}`: {e}", path.display()))
                 })?;
             }

@@ -65,30 +65,29 @@ impl Artifacts {
         let name = dir
             .file_name()
             .ok_or_else(|| bad("it does not end in a directory name"))?;
-        let parent = match dir.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let exists = match fs::symlink_metadata(dir) {
-            Ok(m) if m.is_dir() => {
-                match foreign_entry(dir).map_err(Error::io("read directory", dir))? {
-                    None => {}
-                    Some(Foreign::NoMarker) => return Err(bad(
-                        "it exists, is not empty and holds no graph.txt (it is not an mlpc output)",
-                    )),
-                    Some(Foreign::Entry(entry)) => {
-                        return Err(bad(&format!(
+        let parent = ParentLock::parent_of(dir);
+        // Whether `dir` exists, and an error where it is not an mlpc output to replace.
+        let inspect = || -> Result<bool, Error> {
+            match fs::symlink_metadata(dir) {
+                Ok(m) if m.is_dir() => {
+                    match foreign_entry(dir).map_err(Error::io("read directory", dir))? {
+                        None => Ok(true),
+                        Some(Foreign::NoMarker) => Err(bad(
+                            "it exists, is not empty and holds no graph.txt (it is not an mlpc output)",
+                        )),
+                        Some(Foreign::Entry(entry)) => Err(bad(&format!(
                             "it holds `{entry}`, which no mlpc output has (only {})",
                             Artifacts::OUTPUT_NAMES.join(", ")
-                        )))
+                        ))),
                     }
                 }
-                true
+                Ok(_) => Err(bad("it exists and is not a directory")),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(Error::io("inspect", dir)(e)),
             }
-            Ok(_) => return Err(bad("it exists and is not a directory")),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-            Err(e) => return Err(Error::io("inspect", dir)(e)),
         };
+        // Before writing anything, so that a refusal costs nothing; again under the lock below.
+        inspect()?;
         fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
         let prefix = format!(".{}.", name.to_string_lossy());
         let staging = tempfile::Builder::new()
@@ -107,6 +106,10 @@ impl Artifacts {
         }
         set_public(staging.path()).map_err(Error::io("set permissions of", dir))?;
 
+        // Another process may be replacing or reading `dir` now: the swap below happens under
+        // the parent's exclusive lock, and what it replaces is inspected under it.
+        let _lock = ParentLock::exclusive(&parent);
+        let exists = inspect()?;
         // Move the previous directory aside (into an empty temporary directory, which takes it
         // away when dropped), then move the new one in; put the old one back if that fails.
         let old = if exists {
@@ -131,6 +134,36 @@ impl Artifacts {
         }
         drop(old);
         Ok(written)
+    }
+}
+
+/// An advisory lock (`flock`) on the directory that holds output directories: [`Artifacts::write_to`]
+/// swaps an output in under the exclusive lock and [`crate::Bundle::load`] reads one under the
+/// shared lock, so that concurrent compiles into one directory each replace it whole (none
+/// fails on another's half-done swap) and a reader never mixes the files of two compilations.
+/// Best effort: where the directory cannot be opened or the file system has no locks, nothing
+/// is held. Released when dropped.
+pub(crate) struct ParentLock(#[allow(dead_code)] Option<fs::File>);
+
+impl ParentLock {
+    pub(crate) fn exclusive(parent: &Path) -> ParentLock {
+        ParentLock(fs::File::open(parent).ok().filter(|f| f.lock().is_ok()))
+    }
+
+    pub(crate) fn shared(parent: &Path) -> ParentLock {
+        ParentLock(
+            fs::File::open(parent)
+                .ok()
+                .filter(|f| f.lock_shared().is_ok()),
+        )
+    }
+
+    /// The lock's directory for an output directory `dir`: its parent, `.` for a bare name.
+    pub(crate) fn parent_of(dir: &Path) -> PathBuf {
+        match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
     }
 }
 

@@ -399,18 +399,18 @@ impl Compiled {
         });
         let cache = if self.compiler().uses_autotune_cache() {
             let path = default_tile_cache_path()?;
-            let mut cache = TileCache::load(&path)?;
-            for k in &kernels {
-                cache.record(TileCacheEntry {
-                    key: k.key,
-                    arch,
-                    device: device.clone(),
-                    m_bucket: k.m_bucket,
-                    choice: k.winner,
-                    median_ms: k.winner_ms,
-                });
-            }
-            cache.save(&path)?;
+            TileCache::update(&path, |cache| {
+                for k in &kernels {
+                    cache.record(TileCacheEntry {
+                        key: k.key,
+                        arch,
+                        device: device.clone(),
+                        m_bucket: k.m_bucket,
+                        choice: k.winner,
+                        median_ms: k.winner_ms,
+                    });
+                }
+            })?;
             Some(path)
         } else {
             None

@@ -31,6 +31,9 @@ fn bad(dir: &Path, what: String) -> Error {
 impl Bundle {
     /// Reads `dir`: the plan, every kernel it names, and the weights it reads.
     pub fn load(dir: &Path) -> Result<Bundle, Error> {
+        // Every file from one compilation: a compile replacing `dir` now waits, or is waited for.
+        let _lock =
+            crate::artifacts::ParentLock::shared(&crate::artifacts::ParentLock::parent_of(dir));
         let read = |name: &Path| -> Result<Vec<u8>, Error> {
             let p = dir.join(name);
             std::fs::read(&p).map_err(Error::io("read", p))

@@ -95,6 +95,18 @@ impl TileCache {
         })
     }
 
+    /// Reads the cache at `path`, applies `change` and writes it back, under an exclusive lock
+    /// on its directory: two processes recording their winners at once both keep theirs (a
+    /// plain load, record and save by each would keep only the last writer's).
+    pub fn update(path: &Path, change: impl FnOnce(&mut TileCache)) -> Result<(), Error> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(Error::io("create the cache directory", dir))?;
+        let _lock = crate::artifacts::ParentLock::exclusive(dir);
+        let mut cache = TileCache::load(path)?;
+        change(&mut cache);
+        cache.save(path)
+    }
+
     /// Writes the cache to `path` (creating its directory), all at once: a concurrent reader
     /// sees the old file or the new one.
     pub fn save(&self, path: &Path) -> Result<(), Error> {
@@ -383,6 +395,39 @@ mod tests {
         });
         cache.save(&path).unwrap();
         assert_eq!(TileCache::load(&path).unwrap().entries[0].choice, pp);
+    }
+
+    /// Eight writers recording at once, each through its own load and save of the file, keep
+    /// all eight entries (unlocked, the last save dropped the others': 30 of 30 rounds of eight
+    /// processes lost entries).
+    #[test]
+    fn concurrent_updates_keep_every_entry() {
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(TILE_CACHE_FILE);
+            std::thread::scope(|s| {
+                for n in 0..8u64 {
+                    let path = &path;
+                    s.spawn(move || {
+                        TileCache::update(path, |c| {
+                            // Widen the window between the load and the save.
+                            std::thread::sleep(std::time::Duration::from_millis(2));
+                            c.record(entry(n + 1, "GPU", 8192, 128));
+                        })
+                        .unwrap()
+                    });
+                }
+            });
+            let mut keys: Vec<TileKey> = TileCache::load(&path)
+                .unwrap()
+                .entries
+                .iter()
+                .map(|e| e.key)
+                .collect();
+            keys.sort_by_key(|k| format!("{k:?}"));
+            keys.dedup();
+            assert_eq!(keys.len(), 8);
+        }
     }
 
     #[test]
