@@ -86,9 +86,11 @@ def median_ms(f, runs, warmup=3):
 def numpy_rows(tokens, runs):
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (tokens, D)).astype(np.float32)
-    w1 = rng.uniform(-1, 1, (H, D)).astype(np.float32) / np.sqrt(D)
+    # Scaled before the cast: numpy 2 divides an f32 array by an f64 scalar in f64, which would
+    # time numpy's f64 GEMMs against mlpc's f32 ones.
+    w1 = (rng.uniform(-1, 1, (H, D)) / np.sqrt(D)).astype(np.float32)
     b1 = rng.uniform(-0.1, 0.1, H).astype(np.float32)
-    w2 = rng.uniform(-1, 1, (D, H)).astype(np.float32) / np.sqrt(H)
+    w2 = (rng.uniform(-1, 1, (D, H)) / np.sqrt(H)).astype(np.float32)
     b2 = rng.uniform(-0.1, 0.1, D).astype(np.float32)
     a = rng.uniform(-1, 1, (tokens, H)).astype(np.float32)
     c = np.float32(np.sqrt(2.0 / np.pi))
@@ -98,11 +100,19 @@ def numpy_rows(tokens, runs):
         h = 0.5 * h * (1.0 + np.tanh(c * (h + np.float32(0.044715) * h * h * h)))
         return h @ w2.T + b2
 
+    f32(x, w1, b1, w2, b2, a, mlp(), x @ w1.T, a @ w2.T)
+
     return {
         "mlp": median_ms(mlp, runs),
         "gemm_768x3072": median_ms(lambda: x @ w1.T, runs),
         "gemm_3072x768": median_ms(lambda: a @ w2.T, runs),
     }
+
+
+def f32(*arrays):
+    """Every side of the tables computes in f32, as mlpc does: no array promoted to f64."""
+    for a in arrays:
+        assert a.dtype == np.float32, "an operand or result is {}, not float32".format(a.dtype)
 
 
 def pruned(w, block, density):
@@ -124,10 +134,12 @@ def sparse_rows(tokens, runs):
 
     rng = np.random.default_rng(1)
     x = rng.uniform(-1, 1, (tokens, S)).astype(np.float32)
-    w = rng.uniform(-1, 1, (S, S)).astype(np.float32) / np.sqrt(S)
+    w = (rng.uniform(-1, 1, (S, S)) / np.sqrt(S)).astype(np.float32)
+    f32(x, w, x @ w.T)
     rows = {"linear_4096_dense": median_ms(lambda: x @ w.T, runs)}
     for d in DENSITIES:
         wb = bsr_matrix(pruned(w, BLOCK, d), blocksize=(BLOCK, BLOCK))
+        f32(wb, wb @ x.T)
         assert abs(wb.nnz / (S * S) - d) < 1e-3, "the pruned weight keeps {} of its blocks".format(d)
         # Seconds a call: a few runs are enough to tell its time.
         rows["scipy_bsr_d{}".format(d)] = median_ms(lambda: (wb @ x.T).T, SCIPY_RUNS, warmup=1)
@@ -150,7 +162,7 @@ def mlpc_rows(root, tokens, runs, bench_bin):
     return rows
 
 
-def table(tokens, ours, theirs):
+def table(tokens, ours, theirs, load):
     flops = {
         "mlp": 2 * 2.0 * tokens * D * H,
         "gemm_768x3072": 2.0 * tokens * D * H,
@@ -165,7 +177,7 @@ def table(tokens, ours, theirs):
     lines = [
         "Date: {}; machine: {}; numpy {} with {}; load average before the run: {}.".format(
             datetime.date.today().isoformat(), machine(), np.__version__, blas_info(),
-            ", ".join("{:.2f}".format(v) for v in os.getloadavg()),
+            ", ".join("{:.2f}".format(v) for v in load),
         ),
         "",
         "| what | mlpc-cpu ms | mlpc-cpu GFLOP/s | numpy ms | numpy GFLOP/s | numpy time / mlpc time | goal |",
@@ -186,8 +198,8 @@ def sparse_table(tokens, ours, theirs):
     dense = ours["linear_4096_dense"]
     lines = [
         "Block-sparse Linear 4096 -> 4096, f32, T = {}, 32 x 32 blocks (pruned by block L2 norm); "
-        "scipy {} (its BSR product runs on one thread; median of {} runs). GFLOP/s count the kept "
-        "blocks' work.".format(tokens, scipy_version, SCIPY_RUNS),
+        "scipy {} (its BSR product runs on one thread; the best of the rounds' medians of {} runs). "
+        "Every side in f32. GFLOP/s count the kept blocks' work.".format(tokens, scipy_version, SCIPY_RUNS),
         "",
         "| density | mlpc-cpu ms | mlpc-cpu GFLOP/s | mlpc-cpu dense / sparse (limit 1 / density) "
         "| numpy dense ms | scipy BSR ms | scipy BSR / mlpc-cpu |",
@@ -225,12 +237,13 @@ def main():
     a = p.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ours, theirs = {}, {}
+    load = os.getloadavg()
     for _ in range(max(1, a.rounds)):
         for k, v in mlpc_rows(root, a.tokens, a.runs, a.bench_bin).items():
             ours[k] = min(v, ours.get(k, v))
         for k, v in list(numpy_rows(a.tokens, a.runs).items()) + list(sparse_rows(a.tokens, a.runs).items()):
             theirs[k] = min(v, theirs.get(k, v))
-    text = table(a.tokens, ours, theirs) + "\n\n" + sparse_table(a.tokens, ours, theirs)
+    text = table(a.tokens, ours, theirs, load) + "\n\n" + sparse_table(a.tokens, ours, theirs)
     print(text)
     if a.update_docs:
         update_docs(os.path.join(root, a.update_docs) if not os.path.isabs(a.update_docs) else a.update_docs, text)
