@@ -27,6 +27,12 @@ pub fn switch(name: &str) -> Result<Option<bool>, SwitchError> {
     }
 }
 
+/// The switch `name` where a value [`switch`] refuses reads as unset: for the readers of a
+/// default, whose callers report refused values first (`mlpc::check_environment`).
+pub fn switch_setting(name: &str) -> Option<bool> {
+    switch(name).ok().flatten()
+}
+
 /// [`switch`] of a given value.
 pub fn parse_switch(name: &str, value: &OsStr) -> Result<Option<bool>, SwitchError> {
     let word = value.to_str().map(|v| v.trim().to_ascii_lowercase());

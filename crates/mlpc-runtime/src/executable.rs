@@ -190,7 +190,7 @@ pub fn early_launch_by_default() -> bool {
 /// value it refuses leaves the default here, and `mlpc::check_environment`, which the CLI and
 /// every compile call first, reports it).
 fn turned_off(name: &str) -> bool {
-    crate::switch(name).ok().flatten().unwrap_or(false)
+    crate::switch_setting(name).unwrap_or(false)
 }
 
 /// How one kernel runs under given bindings (see [`Executable::launches_for`]).

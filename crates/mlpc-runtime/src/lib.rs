@@ -18,7 +18,7 @@ pub mod launch;
 pub mod tensor_map;
 
 pub use device::{driver_present, Device, DeviceError, DeviceTensor, TensorRef};
-pub use env::{switch, SwitchError, RUNTIME_SWITCHES};
+pub use env::{switch, switch_setting, SwitchError, RUNTIME_SWITCHES};
 pub use executable::{
     early_launch_by_default, graphs_by_default, time_runs, Executable, KernelImage, PlannedLaunch,
     RunOptions, Runs, RuntimeError, TimingOptions, Timings,

@@ -53,9 +53,7 @@ pub fn check_environment() -> Result<(), Error> {
 /// ([`Compiler::f32_on_fp64_tensor_cores`]), from the switch `MLPC_F32_FP64_TENSOR_CORES`: on
 /// forces the FP64 tensor cores, off the FFMA kernels; unset or empty forces neither.
 pub(crate) fn f32_fp64_tensor_from_env() -> Option<bool> {
-    mlpc_runtime::switch("MLPC_F32_FP64_TENSOR_CORES")
-        .ok()
-        .flatten()
+    mlpc_runtime::switch_setting("MLPC_F32_FP64_TENSOR_CORES")
 }
 
 /// Compiles models. Every option has a sane default; [`Compiler::new`] gives the standard
@@ -92,19 +90,13 @@ pub struct Compiler {
 /// Whether the block-sparse GEMMs get their small-M entries when the compiler is not told
 /// ([`Compiler::sparse_gemv`]): yes, unless the switch `MLPC_SPARSE_GEMV` is off (`0`).
 fn sparse_gemv_from_env() -> bool {
-    mlpc_runtime::switch("MLPC_SPARSE_GEMV")
-        .ok()
-        .flatten()
-        .unwrap_or(true)
+    mlpc_runtime::switch_setting("MLPC_SPARSE_GEMV").unwrap_or(true)
 }
 
 /// Whether the Hopper block-sparse GEMMs take work-item tables when the compiler is not told
 /// ([`Compiler::bsr_walk`]): only where the switch `MLPC_BSR_WALK` is on (`1`).
 fn bsr_walk_from_env() -> bool {
-    mlpc_runtime::switch("MLPC_BSR_WALK")
-        .ok()
-        .flatten()
-        .unwrap_or(false)
+    mlpc_runtime::switch_setting("MLPC_BSR_WALK").unwrap_or(false)
 }
 
 impl Compiler {
