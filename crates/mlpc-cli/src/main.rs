@@ -461,7 +461,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             opts,
             graphs,
         } => {
-            if model.is_dir() {
+            if mlpc::Bundle::is_dir(&model) {
                 // A compiled directory: its CUBINs run on the CUDA backend only.
                 if let Some(b) = backend.map(Backend::from).filter(|&b| b != Backend::Cuda) {
                     return Err(mlpc::Error::Bundle {

@@ -1205,3 +1205,68 @@ fn concurrent_compiles_into_one_directory_all_succeed() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// `mlpc run DIR` decides between a compiled directory and a model file under the lock a
+/// compile swaps `DIR` in under: while other compiles replace `DIR`, every run reads it as the
+/// directory it is (before, a run during a swap found no `DIR` and reported a missing model
+/// file). A directory compiled for the CPU holds no CUDA kernels, and the error says so.
+#[test]
+fn runs_of_a_directory_being_replaced_see_the_directory() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    let x = tensors(&[
+        ("x", DType::F32, &[2, 8], 0.0),
+        ("r", DType::F32, &[2, 8], 1.0),
+    ]);
+    mlpc_frontend::write_tensors(&d.join("in.safetensors"), &x).unwrap();
+    let compile = || {
+        Command::new(env!("CARGO_BIN_EXE_mlpc"))
+            .args(["compile", "residual.json", "-o", "out", "--target", "cpu"])
+            .current_dir(d)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let compiled = |c: std::process::Child| {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    compiled(compile());
+    let run = ["run", "out", "-i", "in.safetensors", "-o", "y.safetensors"];
+    let t = fails(d, &run);
+    assert!(
+        t.contains("holds no kernels/") && t.contains("--backend cpu"),
+        "{t}"
+    );
+    for _ in 0..16 {
+        let compiles: Vec<_> = (0..3).map(|_| compile()).collect();
+        let runs: Vec<_> = (0..3)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_mlpc"))
+                    .args(run)
+                    .current_dir(d)
+                    .env("NO_COLOR", "1")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for r in runs {
+            let out = r.wait_with_output().unwrap();
+            let t = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.code() == Some(1) && t.contains("holds no kernels/"),
+                "{t}"
+            );
+        }
+        for c in compiles {
+            compiled(c);
+        }
+    }
+}

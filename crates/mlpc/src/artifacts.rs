@@ -86,8 +86,13 @@ impl Artifacts {
                 Err(e) => Err(Error::io("inspect", dir)(e)),
             }
         };
-        // Before writing anything, so that a refusal costs nothing; again under the lock below.
-        inspect()?;
+        // Before writing anything, so that a refusal costs nothing; again under the exclusive
+        // lock below. Under the shared one here: mid-swap, another compile's `dir` is briefly
+        // absent, or listed before the swap and its marker looked for after it.
+        {
+            let _lock = ParentLock::shared(&parent);
+            inspect()?;
+        }
         fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
         let prefix = format!(".{}.", name.to_string_lossy());
         let staging = tempfile::Builder::new()

@@ -29,6 +29,16 @@ fn bad(dir: &Path, what: String) -> Error {
 }
 
 impl Bundle {
+    /// Whether `path` is a directory (a compiled output, for [`Bundle::load`]) rather than a
+    /// model file. Decided under the lock that [`crate::Compiled::write_to`] replaces outputs
+    /// under, so that a compile swapping `path` in at this moment is waited for: mid-swap the
+    /// directory is briefly absent, and a plain `is_dir` would then take it for a model file.
+    pub fn is_dir(path: &Path) -> bool {
+        let _lock =
+            crate::artifacts::ParentLock::shared(&crate::artifacts::ParentLock::parent_of(path));
+        path.is_dir()
+    }
+
     /// Reads `dir`: the plan, every kernel it names, and the weights it reads.
     pub fn load(dir: &Path) -> Result<Bundle, Error> {
         // Every file from one compilation: a compile replacing `dir` now waits, or is waited for.
@@ -42,6 +52,15 @@ impl Bundle {
             .map_err(|e| bad(dir, format!("plan.json is not a plan: {e}")))?;
         plan.check()
             .map_err(|e| bad(dir, format!("plan.json is inconsistent: {}", e.join("; "))))?;
+        if !plan.kernels.is_empty() && !dir.join("kernels").is_dir() {
+            // What `--target cpu` writes: the plan and its reports, no CUDA kernels.
+            return Err(bad(
+                dir,
+                "it holds no kernels/ (compiled with `--target cpu`?): a compiled directory runs \
+                 its CUDA kernels; run the model file with `--backend cpu` instead"
+                    .into(),
+            ));
+        }
         let mut images = Vec::with_capacity(plan.kernels.len());
         for k in &plan.kernels {
             let file = |ext: &str| Path::new("kernels").join(format!("{}.{ext}", k.name));
