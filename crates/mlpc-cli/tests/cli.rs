@@ -1156,6 +1156,107 @@ fn an_nvrtc_library_that_is_not_nvrtc_is_an_error() {
     );
 }
 
+/// A copy of the C++ runtime's unwinder under `name` in a directory put first on the loader's
+/// path: a library named like NVRTC or the CUDA driver that is neither. Returns the directory
+/// (kept alive by the caller's scratch directory) and the `LD_LIBRARY_PATH` value.
+fn impostor_library(d: &Path, name: &str) -> String {
+    let maps = fs::read_to_string("/proc/self/maps").unwrap();
+    let unwinder = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.ends_with("/libgcc_s.so.1"))
+        .expect("the unwinder in this process's maps")
+        .to_string();
+    let libs = d.join("libs");
+    fs::create_dir_all(&libs).unwrap();
+    fs::copy(&unwinder, libs.join(name)).unwrap();
+    match std::env::var("LD_LIBRARY_PATH") {
+        Ok(p) if !p.is_empty() => format!("{}:{p}", libs.display()),
+        _ => libs.display().to_string(),
+    }
+}
+
+/// A library named like NVRTC on the loader's path that is not NVRTC (`libnvrtc.so`, the first
+/// name cudarc opens) is an error naming it, on the default compile too (before, cudarc
+/// panicked looking up `nvrtcVersion` in it: exit 101).
+#[test]
+fn a_library_named_nvrtc_on_the_loader_path_that_is_not_nvrtc_is_an_error() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    let path = impostor_library(d, "libnvrtc.so");
+    for extra in [&[][..], &["--target", "cuda:sm_90a"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mlpc"))
+            .args(["compile", "residual.json", "-o", "out", "--no-cache"])
+            .args(extra)
+            .current_dir(d)
+            .env("NO_COLOR", "1")
+            .env("LD_LIBRARY_PATH", &path)
+            .env_remove("MLPC_NVRTC_LIB")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
+        assert!(
+            stderr.starts_with(
+                "error: `libnvrtc.so`, the NVRTC library the dynamic loader finds by name \
+                 (LD_LIBRARY_PATH, the ld cache), cannot be used: it has no nvrtcVersion: not \
+                 an NVRTC library"
+            ),
+            "{extra:?}: {stderr}"
+        );
+        assert!(!d.join("out").exists());
+    }
+}
+
+/// The same for the CUDA driver (`libcuda.so`): `--backend cuda` is an error naming the
+/// library, and a run left to pick its backend takes the CPU (before, cudarc panicked in
+/// `cuInit`'s lookup: exit 101).
+#[test]
+fn a_library_named_like_the_driver_that_is_not_one_is_an_error() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    let x = tensors(&[
+        ("x", DType::F32, &[2, 8], 0.0),
+        ("r", DType::F32, &[2, 8], 1.0),
+    ]);
+    mlpc_frontend::write_tensors(&d.join("in.safetensors"), &x).unwrap();
+    let path = impostor_library(d, "libcuda.so");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_mlpc"))
+            .args([
+                "run",
+                "residual.json",
+                "-i",
+                "in.safetensors",
+                "-o",
+                "y.safetensors",
+            ])
+            .args(extra)
+            .current_dir(d)
+            .env("NO_COLOR", "1")
+            .env("LD_LIBRARY_PATH", &path)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--backend", "cuda"]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "`libcuda.so`, the CUDA driver library the dynamic loader finds by name \
+             (LD_LIBRARY_PATH, the ld cache), cannot be used: it has no cuInit: not the CUDA \
+             driver"
+        ),
+        "{stderr}"
+    );
+    let out = run(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Compiles of two models into one output directory at once each replace it whole: none fails
 /// on another's half-done swap (before: about one in four of four concurrent compiles failed
 /// with "Directory not empty" or "No such file"), and the directory ends as one compilation.

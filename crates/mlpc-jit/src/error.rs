@@ -12,6 +12,13 @@ pub enum JitError {
     #[error("MLPC_NVRTC_LIB names `{path}`, which could not be loaded: {reason}")]
     NvrtcLibInvalid { path: PathBuf, reason: String },
 
+    #[error(
+        "`{name}`, the NVRTC library the dynamic loader finds by name (LD_LIBRARY_PATH, the ld \
+         cache), cannot be used: {reason}; take it off the loader's path, or set \
+         MLPC_NVRTC_LIB to the path of libnvrtc.so.13"
+    )]
+    NvrtcByNameInvalid { name: String, reason: String },
+
     #[error("kernel `{kernel}`: NVRTC failed to compile it:\n{log}")]
     Compile { kernel: String, log: String },
 

@@ -10,7 +10,9 @@
 //! Search order:
 //! 1. `MLPC_NVRTC_LIB` (empty is unset): the path of `libnvrtc.so.13` (an error if it cannot be
 //!    loaded, is not NVRTC, or is not the NVRTC cudarc then finds by name);
-//! 2. the dynamic loader's own search (`LD_LIBRARY_PATH`, the ld cache);
+//! 2. the dynamic loader's own search (`LD_LIBRARY_PATH`, the ld cache), as cudarc does it: the
+//!    first of its names that opens must hold every NVRTC function mlpc calls (else an error
+//!    naming it, where cudarc would panic);
 //! 3. `$CUDA_HOME/lib64`, `$CUDA_PATH/lib64` (absolute values only), `/usr/local/cuda/lib64`;
 //! 4. the `nvidia/cu13/lib` directory of the `nvidia-cuda-nvrtc` Python package, in the
 //!    site-packages of `$VIRTUAL_ENV` (absolute), `~/.local`, pyenv versions, `/usr/local/lib` and `/usr/lib`.
@@ -37,13 +39,62 @@ pub fn ensure_nvrtc() -> Result<NvrtcInfo, JitError> {
     LOADED.get_or_init(load).clone().map_err(|f| match f {
         LoadFailure::Missing { searched } => JitError::NvrtcUnavailable { searched },
         LoadFailure::Invalid { path, reason } => JitError::NvrtcLibInvalid { path, reason },
+        LoadFailure::ByName { name, reason } => JitError::NvrtcByNameInvalid { name, reason },
     })
 }
 
 #[derive(Clone, Debug)]
 enum LoadFailure {
-    Missing { searched: String },
-    Invalid { path: PathBuf, reason: String },
+    Missing {
+        searched: String,
+    },
+    Invalid {
+        path: PathBuf,
+        reason: String,
+    },
+    /// The first library of cudarc's names that the dynamic loader opens is not NVRTC.
+    ByName {
+        name: String,
+        reason: String,
+    },
+}
+
+/// The NVRTC functions mlpc calls through cudarc, which looks each one up on its first call and
+/// panics where the library lacks it.
+const SYMBOLS: [&str; 10] = [
+    "nvrtcVersion",
+    "nvrtcCreateProgram",
+    "nvrtcCompileProgram",
+    "nvrtcDestroyProgram",
+    "nvrtcGetProgramLogSize",
+    "nvrtcGetProgramLog",
+    "nvrtcGetPTXSize",
+    "nvrtcGetPTX",
+    "nvrtcGetCUBINSize",
+    "nvrtcGetCUBIN",
+];
+
+/// The library cudarc opens by name: the first of its candidate names (`libnvrtc.so`, then
+/// versioned ones) that the dynamic loader opens, once checked to hold every function in
+/// [`SYMBOLS`]; `None` where no name opens.
+fn by_name() -> Result<Option<String>, LoadFailure> {
+    for name in cudarc::get_lib_name_candidates("nvrtc") {
+        // SAFETY: as in `preload`; the handle is closed again (cudarc opens its own).
+        let Ok(lib) = (unsafe { libloading::Library::new(&name) }) else {
+            continue;
+        };
+        for sym in SYMBOLS {
+            // SAFETY: only the symbol's address is looked up; nothing is called.
+            if unsafe { lib.get::<*const ()>(sym) }.is_err() {
+                return Err(LoadFailure::ByName {
+                    name,
+                    reason: format!("it has no {sym}: not an NVRTC library"),
+                });
+            }
+        }
+        return Ok(Some(name));
+    }
+    Ok(None)
 }
 
 fn load() -> Result<NvrtcInfo, LoadFailure> {
@@ -58,9 +109,8 @@ fn load() -> Result<NvrtcInfo, LoadFailure> {
         })?;
         return finish(&path, Some(version));
     }
-    // SAFETY: loading NVRTC runs no initialisation code with preconditions.
-    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return finish(Path::new(LIB_NAME), None);
+    if let Some(name) = by_name()? {
+        return finish(Path::new(&name), None);
     }
     let mut searched = vec!["LD_LIBRARY_PATH and the ld cache".to_string()];
     for dir in candidate_dirs() {
@@ -84,8 +134,9 @@ fn finish(origin: &Path, preloaded: Option<(i32, i32)>) -> Result<NvrtcInfo, Loa
         path: origin.to_path_buf(),
         reason,
     };
-    // SAFETY: as above; after a successful preload, cudarc finds the library by soname.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+    // After a successful preload, cudarc finds the library by soname; or a library of another
+    // name that the loader finds first, which must be NVRTC too (its version is compared below).
+    if by_name()?.is_none() {
         return Err(invalid(format!(
             "it loaded, but cudarc still cannot open {LIB_NAME} by name (is that its soname?)"
         )));

@@ -11,6 +11,11 @@ pub enum DeviceError {
         "the CUDA driver library (libcuda.so.1) cannot be loaded: this machine has no NVIDIA driver"
     )]
     NoDriver,
+    #[error(
+        "`{name}`, the CUDA driver library the dynamic loader finds by name (LD_LIBRARY_PATH, \
+         the ld cache), cannot be used: {reason}; take it off the loader's path"
+    )]
+    DriverInvalid { name: String, reason: String },
     #[error("the CUDA driver is present but reports no GPU: {0}")]
     NoDevice(String),
     #[error("device {ordinal} does not exist: the driver reports {count} device(s)")]
@@ -43,18 +48,61 @@ pub struct Device {
 }
 
 /// Whether the CUDA driver library can be loaded on this machine. Checking first matters:
-/// cudarc panics when a library it needs is missing.
+/// cudarc panics when a library it needs is missing, or lacks a function it calls.
 pub fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen the library by its standard names.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+    check_driver().is_ok()
+}
+
+/// Driver functions cudarc looks up (each on its first call, panicking where it is missing)
+/// for what mlpc does first: initialise, count and open devices, load modules, launch.
+const DRIVER_SYMBOLS: [&str; 8] = [
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDevicePrimaryCtxRetain",
+    "cuModuleLoadData",
+    "cuLaunchKernelEx",
+    "cuTensorMapEncodeTiled",
+];
+
+/// The driver library cudarc opens by name (the first of its candidate names, `libcuda.so` and
+/// then versioned ones, that the dynamic loader opens), checked to be the CUDA driver:
+/// [`DeviceError::NoDriver`] where none opens, [`DeviceError::DriverInvalid`] where the first
+/// that opens lacks a function of [`DRIVER_SYMBOLS`].
+pub fn check_driver() -> Result<(), DeviceError> {
+    static CHECKED: std::sync::OnceLock<Result<(), (String, String)>> = std::sync::OnceLock::new();
+    let found = CHECKED.get_or_init(|| {
+        for name in cudarc::get_lib_name_candidates("cuda") {
+            // SAFETY: dlopen of the driver runs no initialisation with preconditions; the
+            // handle is closed again (cudarc opens its own).
+            let Ok(lib) = (unsafe { libloading::Library::new(&name) }) else {
+                continue;
+            };
+            for sym in DRIVER_SYMBOLS {
+                // SAFETY: only the symbol's address is looked up; nothing is called.
+                if unsafe { lib.get::<*const ()>(sym) }.is_err() {
+                    return Err((name, format!("it has no {sym}: not the CUDA driver")));
+                }
+            }
+            return Ok(());
+        }
+        Err((String::new(), String::new()))
+    });
+    match found {
+        Ok(()) => Ok(()),
+        Err((name, _)) if name.is_empty() => Err(DeviceError::NoDriver),
+        Err((name, reason)) => Err(DeviceError::DriverInvalid {
+            name: name.clone(),
+            reason: reason.clone(),
+        }),
+    }
 }
 
 impl Device {
     /// Opens device `ordinal`, with a fresh stream.
     pub fn open(ordinal: usize) -> Result<Device, DeviceError> {
-        if !driver_present() {
-            return Err(DeviceError::NoDriver);
-        }
+        check_driver()?;
         let count =
             CudaContext::device_count().map_err(|e| DeviceError::NoDevice(e.to_string()))?;
         if count <= 0 {

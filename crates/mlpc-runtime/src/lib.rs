@@ -17,7 +17,7 @@ pub mod guard;
 pub mod launch;
 pub mod tensor_map;
 
-pub use device::{driver_present, Device, DeviceError, DeviceTensor, TensorRef};
+pub use device::{check_driver, driver_present, Device, DeviceError, DeviceTensor, TensorRef};
 pub use env::{switch, switch_setting, SwitchError, RUNTIME_SWITCHES};
 pub use executable::{
     early_launch_by_default, graphs_by_default, time_runs, Executable, KernelImage, PlannedLaunch,

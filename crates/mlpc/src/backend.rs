@@ -30,15 +30,19 @@ impl Backend {
     }
 
     /// Why this build cannot run the backend, or `None` if it can.
-    pub fn unavailable_reason(self) -> Option<&'static str> {
+    pub fn unavailable_reason(self) -> Option<String> {
         match self {
             Backend::Reference => None,
             Backend::Cpu if cfg!(feature = "cpu") => None,
-            Backend::Cpu => Some("this mlpc was built without the `cpu` feature (LLVM)"),
-            Backend::Cuda if mlpc_runtime::driver_present() => None,
-            Backend::Cuda => {
-                Some("the CUDA driver (libcuda.so.1) cannot be loaded on this machine")
-            }
+            Backend::Cpu => Some("this mlpc was built without the `cpu` feature (LLVM)".into()),
+            Backend::Cuda => match mlpc_runtime::check_driver() {
+                Ok(()) => None,
+                Err(mlpc_runtime::DeviceError::NoDriver) => {
+                    Some("the CUDA driver (libcuda.so.1) cannot be loaded on this machine".into())
+                }
+                // A library named like the driver that is not one.
+                Err(e) => Some(e.to_string()),
+            },
         }
     }
 
@@ -49,7 +53,7 @@ impl Backend {
             None => Ok(()),
             Some(reason) => Err(Error::BackendUnavailable {
                 backend: self,
-                reason: reason.to_string(),
+                reason,
                 available: Backend::available()
                     .iter()
                     .map(|b| b.name())

@@ -301,7 +301,10 @@ impl Compiler {
                         Ok(_) => Some(mlpc_jit::compile_all(&kernels, &jit)?),
                         // A library named (MLPC_NVRTC_LIB) or found that is not usable NVRTC
                         // is an error, not a quiet "sources only".
-                        Err(e @ mlpc_jit::JitError::NvrtcLibInvalid { .. }) => return Err(e.into()),
+                        Err(
+                            e @ (mlpc_jit::JitError::NvrtcLibInvalid { .. }
+                            | mlpc_jit::JitError::NvrtcByNameInvalid { .. }),
+                        ) => return Err(e.into()),
                         Err(_) => None,
                     },
                 };
