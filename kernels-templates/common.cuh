@@ -183,12 +183,14 @@ __device__ __forceinline__ float activate(float x) {
         // fmaxf returns the non-NaN operand, like f64::max in the reference.
         return fmaxf(x, 0.0f);
     } else if constexpr (A == ActKind::Gelu) {
-        // x * 0.5 * (1 + erf(x / sqrt 2))
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+        // x * 0.5 * (1 + erf(x / sqrt 2)), as x * 0.5 * erfc(-x / sqrt 2): no cancellation in
+        // the negative tail (1 + erff loses every digit below x = -5).
+        return 0.5f * x * erfcf(x * -0.70710678118654752f);
     } else if constexpr (A == ActKind::GeluTanh) {
-        // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        // 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as x / (1 + exp(-2u)): no
+        // cancellation in the negative tail (1 + tanhf loses every digit below x = -5).
         const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-        return 0.5f * x * (1.0f + tanhf(inner));
+        return x / (1.0f + expf(-2.0f * inner));
     } else if constexpr (A == ActKind::Silu) {
         return x / (1.0f + expf(-x));
     } else if constexpr (A == ActKind::Sigmoid) {
@@ -258,8 +260,9 @@ __device__ __forceinline__ float activate_fast(float x) {
         // exp(-x^2 / 2) = 2^(-(x k)^2), k = sqrt(log2(e) / 2)
         const float y = x * 0.84932180028801907f;
         const float tail = q * t * exp2_fast(-(y * y));  // Phi(-|x|)
-        // |x| capped so that x = +-inf gives inf and 0, not inf * 0.
-        return fmaf(-fminf(z, 3.0e38f), tail, fmaxf(x, 0.0f));
+        // -|x|, but -3e38 for x = +inf, so that gelu(inf) is inf, not inf * 0; for x = -inf it
+        // stays -inf, and -inf * 0 is NaN, as in the reference (and PyTorch).
+        return fmaf(fminf(x, fmaxf(-x, -3.0e38f)), tail, fmaxf(x, 0.0f));
     } else if constexpr (A == ActKind::GeluTanh) {
         // (1 + tanh u) / 2 = 1 / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3):
         // exp(-2u) = 2^(x (k1 + k2 x^2)), k1 = -2 sqrt(2/pi) log2(e), k2 = 0.044715 k1.

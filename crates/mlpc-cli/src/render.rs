@@ -128,13 +128,28 @@ pub fn check_report(name: &str, r: &CheckReport) -> String {
             o.error,
             o.tolerance
         );
-        if let Some(e) = o.fused_error.filter(|&e| e <= o.tolerance) {
-            let _ = writeln!(
-                out,
-                "     (against the optimised graph, which rounds only where the kernels store: \
-                 {e:.3e}; the difference is the rounding of intermediates the fused kernels keep \
-                 in f32)"
-            );
+        match o.fused_error.filter(|&e| e <= o.tolerance) {
+            // NaN or an infinity on one side only: not a rounding difference.
+            Some(e) if !o.error.is_finite() => {
+                let _ = writeln!(
+                    out,
+                    "     (against the optimised graph: {e:.3e}; the reference has a NaN or an \
+                     infinity where the optimised graph has a number, or the other way round: an \
+                     f16 / bf16 intermediate that overflows in the source graph but not in a fused \
+                     kernel's f32 registers, or an infinite activation that a pruned weight's \
+                     zeros multiply in the reference while the block-sparse kernels skip dropped \
+                     blocks)"
+                );
+            }
+            Some(e) => {
+                let _ = writeln!(
+                    out,
+                    "     (against the optimised graph, which rounds only where the kernels store: \
+                     {e:.3e}; the difference is the rounding of intermediates the fused kernels \
+                     keep in f32)"
+                );
+            }
+            None => {}
         }
     }
     out

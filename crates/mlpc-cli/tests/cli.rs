@@ -1156,6 +1156,79 @@ fn an_nvrtc_library_that_is_not_nvrtc_is_an_error() {
     );
 }
 
+/// An f16 layer that overflows feeding a block-sparse one: the reference (the pruned weights
+/// multiplied densely) has NaN where an infinity meets a dropped block's zeros, the CPU
+/// backend skips dropped blocks (as the optimised graph does). The check fails, and its note says why instead of blaming
+/// the rounding of fused intermediates (what it said before).
+#[test]
+fn a_check_failing_on_nan_says_it_is_not_rounding() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(
+        d.join("model.json"),
+        r#"{"mlpc": 1, "dtype": "f16", "inputs": {"x": {"shape": ["T", 4]}},
+            "layers": [{"op": "linear", "weight": "w1"}, {"op": "linear", "weight": "w2"}],
+            "sparsity": {"w2": {"block": [16, 16]}},
+            "weights": "w.safetensors"}"#,
+    )
+    .unwrap();
+    // w1's first row overflows f16 for most inputs; the rest are small.
+    let w1: Vec<f64> = (0..64 * 4)
+        .map(|i| {
+            if i < 4 {
+                60000.0
+            } else {
+                ((i * 37 % 17) as f64 - 8.0) / 20.0
+            }
+        })
+        .collect();
+    // Blocks of 16 x 16, kept (the rest zero): (0, 0), (1, 0), (2, 1), (3, 2). The overflowing
+    // column 0 of the hidden layer meets block column 0: kept in block rows 0 and 1 only, so the
+    // kernels give NaN in outputs 0-31 (the CPU's panels pair block rows 0-1 and 2-3) and the
+    // reference in all 64.
+    let kept = [(0, 0), (1, 0), (2, 1), (3, 2)];
+    let w2: Vec<f64> = (0..64 * 64)
+        .map(|i| {
+            if kept.contains(&(i / 64 / 16, i % 64 / 16)) {
+                ((i * 53 % 29) as f64 - 14.0) / 150.0
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let w: Tensors = [
+        (
+            "w1",
+            HostTensor::from_f64(DType::F16, vec![64, 4], &w1).unwrap(),
+        ),
+        (
+            "w2",
+            HostTensor::from_f64(DType::F16, vec![64, 64], &w2).unwrap(),
+        ),
+    ]
+    .into_iter()
+    .map(|(n, t)| (n.to_string(), t))
+    .collect();
+    mlpc_frontend::write_tensors(&d.join("w.safetensors"), &w).unwrap();
+    let out = mlpc(
+        d,
+        &["check", "model.json", "--backend", "cpu", "--bind", "T=64"],
+    );
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("relative error NaN")
+            && out
+                .stdout
+                .contains("the reference has a NaN or an infinity where the optimised")
+            && out
+                .stdout
+                .contains("block-sparse kernels skip dropped blocks")
+            && !out.stdout.contains("rounding of intermediates"),
+        "{}",
+        out.stdout
+    );
+}
+
 /// A copy of the C++ runtime's unwinder under `name` in a directory put first on the loader's
 /// path: a library named like NVRTC or the CUDA driver that is neither. Returns the directory
 /// (kept alive by the caller's scratch directory) and the `LD_LIBRARY_PATH` value.

@@ -52,10 +52,13 @@ impl Activation {
     pub fn eval(self, x: f64) -> f64 {
         match self {
             Activation::Relu => x.max(0.0),
-            Activation::Gelu => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+            // x * 0.5 * (1 + erf(x / sqrt 2)) and 0.5 x (1 + tanh u) in forms without the
+            // cancellation of `1 + erf` / `1 + tanh` in the negative tail (in f64, 1 + erf
+            // keeps no digit below x = -8.5): the same function, and the same NaN at -inf.
+            Activation::Gelu => 0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2),
             Activation::GeluTanh => {
                 let c = (2.0 / std::f64::consts::PI).sqrt();
-                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+                x / (1.0 + (-2.0 * c * (x + 0.044715 * x * x * x)).exp())
             }
             Activation::Silu => x / (1.0 + (-x).exp()),
             Activation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
@@ -414,5 +417,38 @@ impl Op {
     /// Whether the op is a leaf holding data (input or weight).
     pub fn is_leaf(&self) -> bool {
         matches!(self, Op::Input | Op::Weight)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Activation;
+
+    /// The negative tails keep their digits (`1 + erf` and `1 + tanh` kept none below about
+    /// x = -8.5 and -7.5: gelu(-9) was -0, gelu_tanh(-7) 0.7 % off).
+    #[test]
+    fn gelu_tails_are_accurate() {
+        // Phi(-9) = 1.1285884059538407e-19 (the normal distribution's tables).
+        let want = -9.0 * 1.128_588_405_953_840_7e-19;
+        let got = Activation::Gelu.eval(-9.0);
+        assert!(((got - want) / want).abs() < 1e-12, "gelu(-9) = {got:e}");
+        for x in [-7.0f64, -7.5, -9.0, -20.0] {
+            let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+            // (1 + tanh u) / 2 = e^(2u) / (1 + e^(2u)), exact for u far below zero.
+            let want = x * (2.0 * u).exp() / (1.0 + (2.0 * u).exp());
+            let got = Activation::GeluTanh.eval(x);
+            assert!(
+                got < 0.0 && ((got - want) / want).abs() < 1e-12,
+                "gelu_tanh({x}) = {got:e}, want {want:e}"
+            );
+        }
+        // The limits and NaN as before.
+        for a in [Activation::Gelu, Activation::GeluTanh] {
+            assert_eq!(a.eval(f64::INFINITY), f64::INFINITY);
+            assert!(a.eval(f64::NEG_INFINITY).is_nan());
+            assert!(a.eval(f64::NAN).is_nan());
+            assert_eq!(a.eval(3.0e5), 3.0e5);
+            assert!((a.eval(1.0) - 0.841).abs() < 1e-3);
+        }
     }
 }

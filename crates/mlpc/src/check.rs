@@ -34,8 +34,8 @@ pub struct OutputCheck {
     /// graph interpreted, which rounds to the storage type only where the kernels store (a fused
     /// epilogue keeps its intermediates in registers, the source graph rounds each of them).
     /// Within tolerance there, the difference is that rounding, not a wrong kernel; the check
-    /// still fails, as the source graph is the model's definition. `None` when the output is
-    /// within tolerance or the reference is the optimised graph already (block-sparse models).
+    /// still fails, as the source graph is the model's definition (for block-sparse models, the
+    /// source graph with the pruned weights). `None` when the output is within tolerance.
     pub fused_error: Option<f64>,
 }
 
