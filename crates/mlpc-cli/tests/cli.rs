@@ -133,6 +133,17 @@ fn scratch(files: &[&str]) -> tempfile::TempDir {
     dir
 }
 
+/// A scratch directory with `residual.json` and inputs for it (`in.safetensors`, T = 2).
+fn residual_with_inputs() -> tempfile::TempDir {
+    let dir = scratch(&["models/residual.json"]);
+    let x = tensors(&[
+        ("x", DType::F32, &[2, 8], 0.0),
+        ("r", DType::F32, &[2, 8], 1.0),
+    ]);
+    mlpc_frontend::write_tensors(&dir.path().join("in.safetensors"), &x).unwrap();
+    dir
+}
+
 fn tensors(entries: &[(&str, DType, &[usize], f64)]) -> Tensors {
     entries
         .iter()
@@ -1286,13 +1297,8 @@ fn a_library_named_nvrtc_on_the_loader_path_that_is_not_nvrtc_is_an_error() {
 /// `cuInit`'s lookup: exit 101).
 #[test]
 fn a_library_named_like_the_driver_that_is_not_one_is_an_error() {
-    let dir = scratch(&["models/residual.json"]);
+    let dir = residual_with_inputs();
     let d = dir.path();
-    let x = tensors(&[
-        ("x", DType::F32, &[2, 8], 0.0),
-        ("r", DType::F32, &[2, 8], 1.0),
-    ]);
-    mlpc_frontend::write_tensors(&d.join("in.safetensors"), &x).unwrap();
     let path = impostor_library(d, "libcuda.so");
     let run = |extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_mlpc"))
@@ -1386,13 +1392,8 @@ fn concurrent_compiles_into_one_directory_all_succeed() {
 /// file). A directory compiled for the CPU holds no CUDA kernels, and the error says so.
 #[test]
 fn runs_of_a_directory_being_replaced_see_the_directory() {
-    let dir = scratch(&["models/residual.json"]);
+    let dir = residual_with_inputs();
     let d = dir.path();
-    let x = tensors(&[
-        ("x", DType::F32, &[2, 8], 0.0),
-        ("r", DType::F32, &[2, 8], 1.0),
-    ]);
-    mlpc_frontend::write_tensors(&d.join("in.safetensors"), &x).unwrap();
     let compile = || {
         Command::new(env!("CARGO_BIN_EXE_mlpc"))
             .args(["compile", "residual.json", "-o", "out", "--target", "cpu"])

@@ -474,6 +474,8 @@ fn gemm_blocks(
     threads: usize,
 ) -> (usize, usize) {
     const L2_SHARE: usize = 512 * 1024;
+    // Callers refuse empty extents first; at least one row and panel keeps this total anyway.
+    let (m, panels) = (m.max(1), panels.max(1));
     let mut pc = (L2_SHARE / panel_bytes.max(1)).clamp(1, panels);
     let mut mc = (mr * 16).min(m.div_ceil(mr) * mr);
     let tasks = |mc: usize, pc: usize| m.div_ceil(mc) * panels.div_ceil(pc);

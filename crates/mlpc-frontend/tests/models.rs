@@ -173,6 +173,30 @@ fn gated_geglu_graph_form_with_sparsity() {
     );
 }
 
+/// A density is the decimal number written, correctly rounded (serde_json's default float
+/// parser is not: 0.12499999999999999 was read as 0.125, keeping round(0.125 x 4) = 1 block of
+/// four where the rule keeps round(0.49999999999999994) = 0, and the halfway literal below was
+/// read as the next double above 1 and refused).
+#[test]
+fn densities_are_read_correctly_rounded() {
+    for (text, want) in [
+        ("0.12499999999999999", 0.12499999999999999_f64),
+        (
+            "1.00000000000000011102230246251565404236316680908203125",
+            1.0,
+        ),
+        ("0.1", 0.1),
+    ] {
+        let m = parse(&GEGLU.replace(r#""density": 0.5"#, &format!(r#""density": {text}"#)));
+        assert_eq!(m.sparsity[1].density, Some(want), "{text}");
+        assert_eq!(
+            m.sparsity[1].density.map(f64::to_bits),
+            Some(text.parse::<f64>().unwrap().to_bits()),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn generated_weights_depend_on_seed_and_name_only() {
     let a = parse(

@@ -69,7 +69,7 @@ const DRIVER_SYMBOLS: [&str; 8] = [
 /// The driver library cudarc opens by name (the first of its candidate names, `libcuda.so` and
 /// then versioned ones, that the dynamic loader opens), checked to be the CUDA driver:
 /// [`DeviceError::NoDriver`] where none opens, [`DeviceError::DriverInvalid`] where the first
-/// that opens lacks a function of [`DRIVER_SYMBOLS`].
+/// that opens lacks one of the functions mlpc calls first (`cuInit`, `cuLaunchKernelEx`, ...).
 pub fn check_driver() -> Result<(), DeviceError> {
     static CHECKED: std::sync::OnceLock<Result<(), (String, String)>> = std::sync::OnceLock::new();
     let found = CHECKED.get_or_init(|| {
