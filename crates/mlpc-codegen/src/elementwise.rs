@@ -79,12 +79,28 @@ pub fn generate(ctx: &Ctx<'_>) -> Result<CudaKernel, CodegenError> {
     }
     let shape: Vec<Dim> = out_ty.shape.to_vec();
 
-    let (op_type, op_name) = match &ctx.kernel.op {
-        Op::Add => ("mlpc::AddOp".to_string(), "add"),
-        Op::Mul => ("mlpc::MulOp".to_string(), "mul"),
-        Op::Act(a) => (format!("mlpc::ActOp<{}>", cpp::act_kind(*a)), a.name()),
-        Op::Transpose => ("mlpc::CopyOp".to_string(), "copy"),
-        other => {
+    let (op_type, op_name, summary) = match &ctx.kernel.op {
+        Op::Add => (
+            "mlpc::AddOp".to_string(),
+            "add",
+            "out = in0 + in1".to_string(),
+        ),
+        Op::Mul => (
+            "mlpc::MulOp".to_string(),
+            "mul",
+            "out = in0 * in1".to_string(),
+        ),
+        Op::Act(a) => (
+            format!("mlpc::ActOp<{}>", cpp::act_kind(*a)),
+            a.name(),
+            format!("out = {}(in0)", a.name()),
+        ),
+        Op::Transpose => (
+            "mlpc::CopyOp".to_string(),
+            "copy",
+            "out = in0 (materialised transpose)".to_string(),
+        ),
+        other @ (Op::Input | Op::Weight | Op::MatMul | Op::Gemm(_) | Op::SparseGemm(_)) => {
             return Err(CodegenError::UnsupportedOp {
                 kernel: kname,
                 op: other.mnemonic().to_string(),
@@ -184,12 +200,6 @@ pub fn generate(ctx: &Ctx<'_>) -> Result<CudaKernel, CodegenError> {
     let entry = format!("mlpc_{op_name}_{}_{suffix}", dtype.name());
     let vec = 16 / dtype.size_bytes() as u32;
 
-    let summary = match &ctx.kernel.op {
-        Op::Add => "out = in0 + in1".to_string(),
-        Op::Mul => "out = in0 * in1".to_string(),
-        Op::Act(a) => format!("out = {}(in0)", a.name()),
-        _ => "out = in0 (materialised transpose)".to_string(),
-    };
     let symbols = syms.into_sorted();
     let numel = out_ty.numel();
     let mut src = ctx.header(&summary, &arg_names);

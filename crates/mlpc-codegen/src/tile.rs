@@ -216,7 +216,7 @@ pub fn tile_candidates(
         Op::Gemm(g) => crate::gemm::tile_candidates(&ctx, g)?,
         Op::MatMul => crate::gemm::tile_candidates(&ctx, &crate::gemm::plain_matmul())?,
         Op::SparseGemm(s) => crate::bsr::tile_candidates(&ctx, s),
-        _ => None,
+        Op::Input | Op::Weight | Op::Transpose | Op::Add | Op::Mul | Op::Act(_) => None,
     };
     Ok(found.map(|(key, choices)| TileCandidates {
         kernel: kernel.name.clone(),

@@ -159,7 +159,17 @@ pub(crate) fn spec_of(plan: &Plan, k: &Kernel) -> Result<Spec, CpuError> {
                 Op::Add => EwOp::Add,
                 Op::Mul => EwOp::Mul,
                 Op::Act(a) => EwOp::Act(a),
-                _ => unreachable!("matched above"),
+                ref other @ (Op::Input
+                | Op::Weight
+                | Op::Transpose
+                | Op::MatMul
+                | Op::Gemm(_)
+                | Op::SparseGemm(_)) => {
+                    return Err(unsupported(
+                        k,
+                        format!("`{}` is not elementwise", other.mnemonic()),
+                    ))
+                }
             };
             let mut row_broadcast = Vec::new();
             for &a in &k.args {

@@ -68,7 +68,9 @@ fn describe(optimized: &Graph, plan: &Plan, prov: &Provenance, name: &str, op: &
                         format!("view, materialised by {by}")
                     }
                 }
-                _ => format!("kernel {}", k()),
+                Op::MatMul | Op::Add | Op::Mul | Op::Act(_) | Op::Gemm(_) | Op::SparseGemm(_) => {
+                    format!("kernel {}", k())
+                }
             }
         }
     }

@@ -62,7 +62,14 @@ fn as_gemm(g: &Graph, n: NodeId) -> Option<Gemm> {
             dual: None,
             epilogue: EpilogueChain::new(),
         }),
-        _ => None,
+        // A block-sparse GEMM's epilogue stays as `lower-block-sparse` made it.
+        Op::Input
+        | Op::Weight
+        | Op::Transpose
+        | Op::Add
+        | Op::Mul
+        | Op::Act(_)
+        | Op::SparseGemm(_) => None,
     }
 }
 

@@ -175,7 +175,7 @@ impl Pass for LowerBlockSparse {
                         g.node(sel).name.clone(),
                         format!(
                             "dual GEMM `{gemm_name}` reads it with `{}`, which `sparsity` does \
-                             not select: both weights of a dual GEMM must be",
+                             not select: both weights of a dual GEMM must be selected",
                             g.node(other).name
                         ),
                     );

@@ -139,7 +139,13 @@ pub fn plan_flops(plan: &Plan, bindings: &Bindings) -> f64 {
                     (p.out / u64::from(p.block[0]).max(1)) * (p.inp / u64::from(p.block[1]).max(1));
                 (&sg.gemm, p.kept.len() as f64 / blocks.max(1) as f64)
             }
-            _ => continue,
+            Op::Input
+            | Op::Weight
+            | Op::Transpose
+            | Op::MatMul
+            | Op::Add
+            | Op::Mul
+            | Op::Act(_) => continue,
         };
         let out = &plan.buffers[k.out].ty;
         let a = &plan.buffers[k.args[0]].ty;
