@@ -1240,6 +1240,94 @@ fn a_check_failing_on_nan_says_it_is_not_rounding() {
     );
 }
 
+/// Mistakes about paths, bindings and file encodings name the thing and what was expected
+/// (before: "No such device (os error 19)" for a directory given as a tensors file, the name
+/// of a temporary file for a missing output directory, "cannot read `ex/plan.json`" for a
+/// directory that is not a compiled one, `compile --bind T=0` and conflicting bindings
+/// accepted, "expected value" for a byte-order mark).
+#[test]
+fn path_binding_and_encoding_mistakes_say_what_was_expected() {
+    let dir = residual_with_inputs();
+    let d = dir.path();
+    fs::create_dir(d.join("adir")).unwrap();
+    fs::create_dir(d.join("notcompiled")).unwrap();
+    fs::copy(d.join("residual.json"), d.join("notcompiled/model.json")).unwrap();
+    let mut bom = b"\xef\xbb\xbf".to_vec();
+    bom.extend(fs::read(d.join("residual.json")).unwrap());
+    fs::write(d.join("bom.json"), bom).unwrap();
+    fs::write(d.join("empty.json"), "").unwrap();
+    let run = |input: &str, output: &str, model: &str| {
+        fails(
+            d,
+            &["run", model, "-i", input, "-o", output, "--backend", "cpu"],
+        )
+    };
+    for (t, want) in [
+        (
+            run("adir", "y.safetensors", "residual.json"),
+            "error: adir: cannot read: it is a directory, expected a safetensors file",
+        ),
+        (
+            run("in.safetensors", "nodir/y.safetensors", "residual.json"),
+            "error: nodir/y.safetensors: cannot write: the directory `nodir` does not exist",
+        ),
+        (
+            fails(
+                d,
+                &[
+                    "run",
+                    "notcompiled",
+                    "-i",
+                    "in.safetensors",
+                    "-o",
+                    "y.safetensors",
+                ],
+            ),
+            "error: compiled directory `notcompiled`: it holds no plan.json",
+        ),
+        (
+            fails(
+                d,
+                &[
+                    "compile",
+                    "residual.json",
+                    "--target",
+                    "cpu",
+                    "--bind",
+                    "T=0",
+                ],
+            ),
+            "error: symbol `T` is bound to 0; dimensions are at least 1",
+        ),
+        (
+            fails(
+                d,
+                &[
+                    "compile",
+                    "residual.json",
+                    "--target",
+                    "cpu",
+                    "--bind",
+                    "T=5",
+                    "--bind",
+                    "T=6",
+                ],
+            ),
+            "error: symbol `T` is bound twice, to 5 and 6",
+        ),
+        (
+            fails(d, &["compile", "bom.json", "--target", "cpu"]),
+            "error: bom.json:1:1: invalid JSON: the file starts with a UTF-8 byte-order mark",
+        ),
+        (
+            fails(d, &["compile", "empty.json", "--target", "cpu"]),
+            "error: empty.json:1:0: invalid JSON: the file is empty",
+        ),
+    ] {
+        assert!(t.contains(want), "{want}\n{t}");
+    }
+}
+
 /// A copy of the C++ runtime's unwinder under `name` in a directory put first on the loader's
 /// path: a library named like NVRTC or the CUDA driver that is neither. Returns the directory
 /// (kept alive by the caller's scratch directory) and the `LD_LIBRARY_PATH` value.

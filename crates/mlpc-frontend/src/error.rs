@@ -65,6 +65,9 @@ pub enum FrontendError {
         "symbol `{symbol}` is bound, but no input of the model has it (its symbols: {symbols})"
     )]
     UnknownSymbol { symbol: String, symbols: String },
+    /// A binding of a symbol to 0, or two bindings of one symbol to different sizes.
+    #[error("{0}")]
+    Binding(RandomInputError),
 }
 
 /// `file:line:col: at `loc`: ` (parts left out when unknown).

@@ -171,9 +171,27 @@ pub fn random_inputs(
     Ok(out)
 }
 
-/// Refuses a binding of a symbol that no input of `graph` has: a misspelt name would otherwise
-/// be ignored whenever the real symbols are bound too.
+/// Refuses a binding of a symbol that no input of `graph` has (a misspelt name would otherwise
+/// be ignored whenever the real symbols are bound too), a binding to 0, and two bindings of one
+/// symbol to different sizes.
 pub fn check_bound_symbols(graph: &Graph, bindings: &[(&str, u64)]) -> Result<(), FrontendError> {
+    for (i, &(symbol, value)) in bindings.iter().enumerate() {
+        if value == 0 {
+            return Err(FrontendError::Binding(RandomInputError::Zero {
+                symbol: symbol.to_string(),
+            }));
+        }
+        if let Some(&(_, first)) = bindings[..i]
+            .iter()
+            .find(|&&(s, v)| s == symbol && v != value)
+        {
+            return Err(FrontendError::Binding(RandomInputError::Conflict {
+                symbol: symbol.to_string(),
+                first,
+                second: value,
+            }));
+        }
+    }
     let symbols: std::collections::BTreeSet<&str> = graph
         .inputs()
         .into_iter()

@@ -477,7 +477,13 @@ pub(crate) fn parse(json: &str, base_dir: &Path, file: &str, source: PathBuf) ->
         file: file.to_string(),
         line: e.line(),
         column: e.column(),
-        message: json::syntax_message(&e),
+        message: if json.starts_with('\u{feff}') {
+            "the file starts with a UTF-8 byte-order mark; save it as UTF-8 without one".into()
+        } else if json.trim().is_empty() {
+            "the file is empty; expected a JSON object holding the model".into()
+        } else {
+            json::syntax_message(&e)
+        },
     })?;
     let top_at = Loc::root();
     let top = r.obj(&root, &top_at, "a JSON object holding the model")?;

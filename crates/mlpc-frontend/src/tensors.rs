@@ -61,7 +61,14 @@ impl TensorFile {
             source,
         };
         let file = std::fs::File::open(path).map_err(read_err)?;
-        let len = file.metadata().map_err(read_err)?.len();
+        let meta = file.metadata().map_err(read_err)?;
+        if meta.is_dir() {
+            // Mapping a directory fails with "No such device".
+            return Err(read_err(std::io::Error::other(
+                "it is a directory, expected a safetensors file",
+            )));
+        }
+        let len = meta.len();
         let map = if len == 0 {
             None
         } else {
@@ -391,6 +398,13 @@ pub fn write_tensors(
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    if !dir.is_dir() {
+        // Otherwise the error would name the temporary file that could not be created.
+        return Err(write_err(std::io::Error::other(format!(
+            "the directory `{}` does not exist",
+            dir.display()
+        ))));
+    }
     let mut tmp = tempfile::Builder::new()
         .prefix(".mlpc-")
         .suffix(".tmp")

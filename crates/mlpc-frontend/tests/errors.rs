@@ -203,11 +203,14 @@ fn random_inputs_name_the_unbound_symbol() {
             "symbol `B` is bound, but no input of the model has it (its symbols: T)"
         );
     }
+    // Bindings are checked before any input is made.
     let e = random_inputs(&m.graph, &[("T", 0)], 0).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "cannot make random input `x`: symbol `T` is bound to 0; dimensions are at least 1"
+        "symbol `T` is bound to 0; dimensions are at least 1"
     );
+    let e = random_inputs(&m.graph, &[("T", 3), ("T", 4)], 0).unwrap_err();
+    assert_eq!(e.to_string(), "symbol `T` is bound twice, to 3 and 4");
     let a = random_inputs(&m.graph, &[("T", 3)], 9).unwrap();
     let b = random_inputs(&m.graph, &[("T", 3), ("T", 3)], 9).unwrap();
     let c = random_inputs(&m.graph, &[("T", 3)], 10).unwrap();

@@ -184,7 +184,13 @@ fn preload(lib: &Path) -> Result<(i32, i32), String> {
         }
     }
     // SAFETY: as above. The handle is leaked on purpose: NVRTC stays loaded for the process.
-    let l = unsafe { libloading::Library::new(lib) }.map_err(|e| e.to_string())?;
+    let l = unsafe { libloading::Library::new(lib) }.map_err(|e| {
+        // libloading's text is "dlopen failed"; the loader's own reason is its source.
+        match std::error::Error::source(&e) {
+            Some(why) => why.to_string(),
+            None => e.to_string(),
+        }
+    })?;
     let (mut major, mut minor) = (0, 0);
     {
         type Version = unsafe extern "C" fn(*mut i32, *mut i32) -> i32;

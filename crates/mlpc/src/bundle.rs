@@ -48,6 +48,14 @@ impl Bundle {
             let p = dir.join(name);
             std::fs::read(&p).map_err(Error::io("read", p))
         };
+        if !dir.join("plan.json").exists() && dir.is_dir() {
+            return Err(bad(
+                dir,
+                "it holds no plan.json: a directory to run is one `mlpc compile` wrote (or give \
+                 the model file)"
+                    .into(),
+            ));
+        }
         let plan: Plan = serde_json::from_slice(&read(Path::new("plan.json"))?)
             .map_err(|e| bad(dir, format!("plan.json is not a plan: {e}")))?;
         plan.check()
