@@ -20,12 +20,19 @@ pub enum DeviceError {
     NoDevice(String),
     #[error("device {ordinal} does not exist: the driver reports {count} device(s)")]
     BadOrdinal { ordinal: usize, count: i32 },
-    #[error("CUDA driver error while {doing}: {source}")]
-    Driver {
-        doing: String,
-        #[source]
-        source: DriverError,
-    },
+    /// `source` is not a `#[source]`: cudarc's `DriverError` displays as its `Debug` form, so the
+    /// message says what it is instead ([`describe_driver_error`]).
+    #[error("CUDA driver error while {doing}: {}", describe_driver_error(source))]
+    Driver { doing: String, source: DriverError },
+}
+
+/// A driver error in words: the driver's description and the code's name, e.g. "out of memory
+/// (CUDA_ERROR_OUT_OF_MEMORY)".
+pub fn describe_driver_error(e: &DriverError) -> String {
+    match e.error_string() {
+        Ok(s) => format!("{} ({:?})", s.to_string_lossy(), e.0),
+        Err(_) => format!("{:?}", e.0),
+    }
 }
 
 /// Turns a driver error into a [`DeviceError`] saying what was being done. The description

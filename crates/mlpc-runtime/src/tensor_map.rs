@@ -54,7 +54,7 @@ pub enum TensorMapError {
          (rows of 32, 64 or 128 bytes, at most 256 of them)"
     )]
     Box { rows: u32, cols: u32 },
-    #[error("cuTensorMapEncodeTiled failed: {0:?}")]
+    #[error("cuTensorMapEncodeTiled failed: {}", crate::device::describe_driver_error(&cudarc::driver::DriverError(*.0)))]
     Driver(sys::CUresult),
 }
 
