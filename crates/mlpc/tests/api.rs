@@ -395,11 +395,11 @@ fn launch_plans_refuse_sizes_no_launch_has() {
     let err = |r: Result<Vec<String>, mlpc::Error>| r.expect_err("an error").to_string();
     assert_eq!(
         err(c.launch_plan(&[("T", 4), ("T", 5)], 132)),
-        "launches: symbol `T` is bound twice, to 4 and 5"
+        "symbol `T` is bound twice, to 4 and 5"
     );
     assert_eq!(
         err(c.launch_plan(&[("T", 0)], 132)),
-        "launches: symbol `T` is bound to 0; dimensions are at least 1"
+        "symbol `T` is bound to 0; dimensions are at least 1"
     );
     assert!(err(c.launch_plan(&[("T", 4)], 0)).contains("0 multiprocessors"));
     assert!(c.launch_plan(&[("T", 4), ("T", 4)], 132).is_ok());
