@@ -1256,6 +1256,13 @@ fn path_binding_and_encoding_mistakes_say_what_was_expected() {
     bom.extend(fs::read(d.join("residual.json")).unwrap());
     fs::write(d.join("bom.json"), bom).unwrap();
     fs::write(d.join("empty.json"), "").unwrap();
+    let compile = |model: &str, binds: &[&str]| {
+        let mut args = vec!["compile", model, "--target", "cpu"];
+        for b in binds {
+            args.extend(["--bind", b]);
+        }
+        fails(d, &args)
+    };
     let run = |input: &str, output: &str, model: &str| {
         fails(
             d,
@@ -1286,41 +1293,19 @@ fn path_binding_and_encoding_mistakes_say_what_was_expected() {
             "error: compiled directory `notcompiled`: it holds no plan.json",
         ),
         (
-            fails(
-                d,
-                &[
-                    "compile",
-                    "residual.json",
-                    "--target",
-                    "cpu",
-                    "--bind",
-                    "T=0",
-                ],
-            ),
+            compile("residual.json", &["T=0"]),
             "error: symbol `T` is bound to 0; dimensions are at least 1",
         ),
         (
-            fails(
-                d,
-                &[
-                    "compile",
-                    "residual.json",
-                    "--target",
-                    "cpu",
-                    "--bind",
-                    "T=5",
-                    "--bind",
-                    "T=6",
-                ],
-            ),
+            compile("residual.json", &["T=5", "T=6"]),
             "error: symbol `T` is bound twice, to 5 and 6",
         ),
         (
-            fails(d, &["compile", "bom.json", "--target", "cpu"]),
+            compile("bom.json", &[]),
             "error: bom.json:1:1: invalid JSON: the file starts with a UTF-8 byte-order mark",
         ),
         (
-            fails(d, &["compile", "empty.json", "--target", "cpu"]),
+            compile("empty.json", &[]),
             "error: empty.json:1:0: invalid JSON: the file is empty",
         ),
     ] {
