@@ -50,6 +50,18 @@ fn mlpc(dir: &Path, args: &[&str]) -> Outcome {
     }
 }
 
+/// Starts mlpc in `dir` in the background, its stderr captured (for commands run side by side).
+fn spawn(dir: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_mlpc"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -1422,15 +1434,7 @@ fn concurrent_compiles_into_one_directory_all_succeed() {
             .iter()
             .cycle()
             .take(4)
-            .map(|m| {
-                Command::new(env!("CARGO_BIN_EXE_mlpc"))
-                    .args(["compile", m, "-o", "out", "--target", "cpu"])
-                    .current_dir(d)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
+            .map(|m| spawn(d, &["compile", m, "-o", "out", "--target", "cpu"]))
             .collect();
         for c in children {
             let out = c.wait_with_output().unwrap();
@@ -1468,13 +1472,10 @@ fn runs_of_a_directory_being_replaced_see_the_directory() {
     let dir = residual_with_inputs();
     let d = dir.path();
     let compile = || {
-        Command::new(env!("CARGO_BIN_EXE_mlpc"))
-            .args(["compile", "residual.json", "-o", "out", "--target", "cpu"])
-            .current_dir(d)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        spawn(
+            d,
+            &["compile", "residual.json", "-o", "out", "--target", "cpu"],
+        )
     };
     let compiled = |c: std::process::Child| {
         let out = c.wait_with_output().unwrap();
@@ -1493,18 +1494,7 @@ fn runs_of_a_directory_being_replaced_see_the_directory() {
     );
     for _ in 0..16 {
         let compiles: Vec<_> = (0..3).map(|_| compile()).collect();
-        let runs: Vec<_> = (0..3)
-            .map(|_| {
-                Command::new(env!("CARGO_BIN_EXE_mlpc"))
-                    .args(run)
-                    .current_dir(d)
-                    .env("NO_COLOR", "1")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
+        let runs: Vec<_> = (0..3).map(|_| spawn(d, &run)).collect();
         for r in runs {
             let out = r.wait_with_output().unwrap();
             let t = String::from_utf8_lossy(&out.stderr);
