@@ -222,7 +222,7 @@ impl CompileArgs {
             c = c.verify_each(v);
         }
         if let Some(p) = print_after {
-            c = c.print_after(mlpc::PrintAfter::parse(p));
+            c = c.print_after(mlpc::PrintAfter::parse(p)?);
         }
         match self.target.as_deref() {
             None => {}

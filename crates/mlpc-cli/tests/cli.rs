@@ -478,9 +478,20 @@ fn bad_arguments() {
         ],
     );
     let no_command = fails(d, &["compile"]);
+    // Pass lists: the option with the mistake is named, and an empty name is called one.
+    let compile = ["compile", "residual.json", "--target", "cpu"];
+    let passes: String = [
+        &["--passes", "dce,,cse"][..],
+        &["--passes", "fuse"],
+        &["--print-after", ""],
+        &["--print-after", "fuse"],
+    ]
+    .iter()
+    .map(|extra| fails(d, &[&compile[..], extra].concat()))
+    .collect();
     insta::assert_snapshot!(
         "bad-arguments",
-        format!("{unbound}\n{malformed}\n{no_command}")
+        format!("{unbound}\n{malformed}\n{no_command}\n{passes}")
     );
 }
 
@@ -1129,6 +1140,35 @@ fn misspelt_switches_in_the_environment_are_errors() {
         let (code, _, stderr) = with(name, "false", &gen);
         assert_eq!(code, Some(0), "{name}: {stderr}");
         fs::remove_file(d.join("in.safetensors")).unwrap();
+    }
+}
+
+/// `MLPC_CACHE_DIR` naming a file, or a path under one, is an error that says a file is where
+/// a directory was expected (the OS says only "File exists" / "Not a directory").
+#[test]
+fn a_cache_dir_that_is_a_file_is_named() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    fs::write(d.join("cache"), b"").unwrap();
+    for value in ["cache", "cache/kernels"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mlpc"))
+            .args(["compile", "residual.json", "-o", "out"])
+            .args(["--target", "cuda:sm_90a"])
+            .current_dir(d)
+            .env("NO_COLOR", "1")
+            .env("MLPC_CACHE_DIR", value)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{value}: {stderr}");
+        assert_eq!(
+            stderr,
+            format!(
+                "error: kernel cache `{value}`: `cache` is a file, not a directory (set \
+                 MLPC_CACHE_DIR to a writable directory, or compile without the cache)\n"
+            )
+        );
+        assert!(!d.join("out").exists(), "{value}");
     }
 }
 

@@ -76,6 +76,18 @@ pub fn lookup(dir: &Path, key: &str) -> Option<Entry> {
     })
 }
 
+/// `e`, a failure to create `dir`, in words that name the file in its way if there is one
+/// (the OS says only "File exists" or "Not a directory").
+fn file_in_the_way(dir: &Path, e: std::io::Error) -> std::io::Error {
+    match dir.ancestors().find(|a| a.exists() && !a.is_dir()) {
+        Some(file) => std::io::Error::new(
+            e.kind(),
+            format!("`{}` is a file, not a directory", file.display()),
+        ),
+        None => e,
+    }
+}
+
 /// Stores `entry` under `key`. The `.log` file is renamed into place last, and [`lookup`] needs
 /// all three, so a concurrent reader never sees half an entry.
 pub fn store(dir: &Path, key: &str, entry: &Entry) -> Result<(), JitError> {
@@ -83,7 +95,10 @@ pub fn store(dir: &Path, key: &str, entry: &Entry) -> Result<(), JitError> {
         let path = path.to_path_buf();
         move |source| JitError::Cache { path, source }
     };
-    std::fs::create_dir_all(dir).map_err(err(dir))?;
+    std::fs::create_dir_all(dir).map_err(|e| JitError::Cache {
+        path: dir.to_path_buf(),
+        source: file_in_the_way(dir, e),
+    })?;
     let [cubin, ptx, log] = paths(dir, key);
     let contents: [(&PathBuf, &[u8]); 3] = [
         (&cubin, &entry.cubin),

@@ -48,8 +48,13 @@ pub fn known_pass_names() -> String {
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PassError {
-    #[error("unknown pass `{name}`; the passes are: {known}")]
-    UnknownPass { name: String, known: String },
+    /// A name in a pass list (`option`: `--passes`) or in `--print-after` that is no pass.
+    #[error("{option} names {}, which is not a pass; the passes are: {known}", quoted_pass(.name))]
+    UnknownPass {
+        option: &'static str,
+        name: String,
+        known: String,
+    },
     #[error(
         "pass `{name}` cannot be listed: the compiler inserts it when the model's `sparsity` \
          section selects weights (`prune-block-sparse` after a leading `dce`, \
@@ -69,6 +74,24 @@ pub enum PassError {
     Sparsity { weight: String, message: String },
     #[error("pass `{pass}` found a cycle through {nodes} (a bug in mlpc)")]
     Cycle { pass: &'static str, nodes: String },
+}
+
+/// What `--print-after` may name: every pass, the configured ones, or `all`.
+pub(crate) fn print_after_names() -> String {
+    format!(
+        "{}, {} (with a sparsity section), or all",
+        known_pass_names(),
+        CONFIGURED_PASSES.join(", ")
+    )
+}
+
+/// `name` in backquotes, or what an empty name is.
+fn quoted_pass(name: &str) -> String {
+    if name.is_empty() {
+        "an empty pass name (a comma too many, or no name at all)".to_string()
+    } else {
+        format!("`{name}`")
+    }
 }
 
 /// The topological order of `g`, or a [`PassError::Cycle`] naming the nodes on a cycle.

@@ -12,7 +12,10 @@
 //! that preserves them) and `lower-block-sparse` last (it needs the fused epilogues, and a sparse
 //! GEMM fuses nothing more).
 
-use crate::pass::{all_passes, known_pass_names, pass_by_name, Pass, PassError, CONFIGURED_PASSES};
+use crate::pass::{
+    all_passes, known_pass_names, pass_by_name, print_after_names, Pass, PassError,
+    CONFIGURED_PASSES,
+};
 use crate::provenance::Provenance;
 use crate::{LowerBlockSparse, PruneBlockSparse, SparseWeight};
 use mlpc_ir::{verify, Graph};
@@ -53,12 +56,22 @@ pub enum PrintAfter {
 }
 
 impl PrintAfter {
-    /// The CLI form: `all`, or pass names separated by commas (checked when the pipeline runs).
-    pub fn parse(s: &str) -> PrintAfter {
+    /// The CLI form: `all`, or pass names separated by commas (each checked against the
+    /// pipeline when it runs). Names no pass at all (empty, or only commas): an error.
+    pub fn parse(s: &str) -> Result<PrintAfter, PassError> {
         match s.trim() {
-            "all" => PrintAfter::All,
-            "" => PrintAfter::Nothing,
-            names => PrintAfter::Passes(names.split(',').map(|n| n.trim().to_string()).collect()),
+            "all" => Ok(PrintAfter::All),
+            names => {
+                let names: Vec<String> = names.split(',').map(|n| n.trim().to_string()).collect();
+                match names.iter().find(|n| n.is_empty()) {
+                    Some(empty) => Err(PassError::UnknownPass {
+                        option: "--print-after",
+                        name: empty.clone(),
+                        known: print_after_names(),
+                    }),
+                    None => Ok(PrintAfter::Passes(names)),
+                }
+            }
         }
     }
 
@@ -136,7 +149,11 @@ impl Pipeline {
                     if CONFIGURED_PASSES.contains(&name.as_str()) {
                         PassError::ConfiguredPass { name, known }
                     } else {
-                        PassError::UnknownPass { name, known }
+                        PassError::UnknownPass {
+                            option: "--passes",
+                            name,
+                            known,
+                        }
                     }
                 })
             })
@@ -180,8 +197,9 @@ impl Pipeline {
                     || CONFIGURED_PASSES.contains(&missing.as_str());
                 return Err(if !known {
                     PassError::UnknownPass {
+                        option: "--print-after",
                         name: missing.clone(),
-                        known: known_pass_names(),
+                        known: print_after_names(),
                     }
                 } else {
                     PassError::PrintAfterNotInPipeline {

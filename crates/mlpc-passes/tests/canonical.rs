@@ -159,9 +159,9 @@ fn print_after_one_pass_only() {
         "{timings}"
     );
     assert!(timings.contains("fuse-epilogue   changed"), "{timings}");
-    assert_eq!(PrintAfter::parse("all"), PrintAfter::All);
+    assert_eq!(PrintAfter::parse("all").unwrap(), PrintAfter::All);
     assert_eq!(
-        PrintAfter::parse("cse,dce"),
+        PrintAfter::parse("cse, dce").unwrap(),
         PrintAfter::Passes(vec!["cse".into(), "dce".into()])
     );
     assert_eq!(
@@ -175,7 +175,35 @@ fn pipeline_errors_name_what_is_wrong() {
     let err = Pipeline::from_names(&["fold-transpose", "fuse"]).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "unknown pass `fuse`; the passes are: dce, fold-transpose, cse, fuse-epilogue"
+        "--passes names `fuse`, which is not a pass; \
+         the passes are: dce, fold-transpose, cse, fuse-epilogue"
+    );
+    let err = Pipeline::from_names(&["dce", "", "cse"]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "--passes names an empty pass name (a comma too many, or no name at all), which is not a \
+         pass; the passes are: dce, fold-transpose, cse, fuse-epilogue"
+    );
+    // --print-after: an empty name is refused when parsed, an unknown one when the pipeline runs.
+    for s in ["", " ", "dce,", ",", "cse,,dce"] {
+        let err = PrintAfter::parse(s).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("--print-after names an empty pass name (a comma too many"),
+            "{s:?}: {err}"
+        );
+    }
+    let mut g = one_linear(DType::F32, 4, 4);
+    let opts = PipelineOptions {
+        verify_each: true,
+        print_after: PrintAfter::parse("fuse").unwrap(),
+    };
+    let err = Pipeline::default().run(&mut g, &opts).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "--print-after names `fuse`, which is not a pass; the passes are: dce, fold-transpose, \
+         cse, fuse-epilogue, prune-block-sparse, lower-block-sparse (with a sparsity section), \
+         or all"
     );
     let p = Pipeline::from_names(&["dce"]).unwrap();
     let mut g = one_linear(DType::F32, 4, 4);

@@ -98,7 +98,7 @@ fn the_pipeline_places_the_sparse_passes() {
             &mut g,
             &PipelineOptions {
                 verify_each: true,
-                print_after: PrintAfter::parse("lower-block-sparse"),
+                print_after: PrintAfter::parse("lower-block-sparse").unwrap(),
             },
         )
         .unwrap_err();
