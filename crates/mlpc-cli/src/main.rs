@@ -175,10 +175,10 @@ struct CompileArgs {
     /// Verify the graph after every pass [default: on in debug builds].
     #[arg(long, value_name = "BOOL")]
     verify_each: Option<bool>,
-    /// The CUDA target: `cuda:sm_90`, `cuda:sm_90a` (Hopper's wgmma kernels), `cuda:sm_80`, or
-    /// `cpu` to skip CUDA kernels. Default: artifacts for sm_90, and on a GPU, kernels for that
-    /// GPU's own architecture (sm_90a on Hopper); `run` and `check` on another backend compile
-    /// none.
+    /// The CUDA target: `cuda:sm_90`, `cuda:sm_90a` (Hopper's wgmma kernels), `cuda:sm_80` (the
+    /// `cuda:` may be left out), or `cpu` to skip CUDA kernels. Default: artifacts for sm_90,
+    /// and on a GPU, kernels for that GPU's own architecture (sm_90a on Hopper); `run` and
+    /// `check` on another backend compile none.
     #[arg(long, value_name = "TARGET")]
     target: Option<String>,
     /// Neither read nor write the kernel cache.

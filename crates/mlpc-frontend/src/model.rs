@@ -1060,6 +1060,19 @@ fn linear(b: &mut Builder<'_>, m: &Map<String, Value>, at: &Loc, x: NodeId, k: u
                 let id = b
                     .weight(b_name, &b_at)?
                     .ok_or_else(|| missing_weight(b, b_name, &b_at))?;
+                let (b_ty, out) = (&b.g.node(id).ty, &b.g.node(w).ty.shape[0]);
+                if b_ty.shape.as_slice() != std::slice::from_ref(out) {
+                    return Err(r.err(
+                        &b_at,
+                        ModelError::WeightShape {
+                            name: b_name.to_string(),
+                            expected: format!(
+                                "a vector [{out}], one value per output feature of `{w_name}`"
+                            ),
+                            actual: shape_text(&b_ty.shape),
+                        },
+                    ));
+                }
                 Some((id, b_at))
             }
         };
