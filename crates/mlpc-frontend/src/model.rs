@@ -237,6 +237,9 @@ fn check_name(s: &str) -> Result<(), &'static str> {
         Err("a name is not empty")
     } else if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
         Err("a name has no whitespace or control characters")
+    } else if s == "__metadata__" {
+        // Inputs, outputs and weights are written to safetensors files under their names.
+        Err("the safetensors format reserves `__metadata__` for its header's metadata")
     } else {
         Ok(())
     }
@@ -255,9 +258,18 @@ fn fixed_text(dims: &[u64]) -> String {
 /// The candidate closest to `s` in edit distance, if close enough to be a likely typo.
 fn closest<'c>(s: &str, candidates: impl IntoIterator<Item = &'c str>) -> Hint {
     // Names shorter than three characters get no hint: every short name is "close" to them.
-    let max = s.chars().count() / 3;
+    // Names longer than HINT_MAX_CHARS get none either: the distance table grows with the
+    // product of the lengths. A candidate whose length differs by more than the distance allowed
+    // is not measured.
+    const HINT_MAX_CHARS: usize = 256;
+    let len = s.chars().count();
+    if len > HINT_MAX_CHARS {
+        return Hint(None);
+    }
+    let max = len / 3;
     let best = candidates
         .into_iter()
+        .filter(|c| c.chars().count().abs_diff(len) <= max)
         .map(|c| (edit_distance(s, c), c))
         .filter(|&(d, c)| d <= max && c != s)
         .min();
@@ -507,7 +519,7 @@ pub(crate) fn parse(json: &str, base_dir: &Path, file: &str, source: PathBuf) ->
         None => Path::new(file)
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
-            .filter(|s| !s.is_empty())
+            .filter(|s| check_name(s).is_ok())
             .unwrap_or_else(|| "model".into()),
     };
     let dtype_v = r.required(top, &top_at, "dtype", "\"f32\", \"f16\" or \"bf16\"")?;
@@ -1245,7 +1257,10 @@ fn sparsity(b: &Builder<'_>, v: &Value, at: &Loc) -> R<Vec<SparsitySpec>> {
                 })?)
             }
         };
-        let matched: Vec<&str> = if is_glob(key) {
+        // A key that is a weight's name selects that weight, also where it reads as a glob.
+        let matched: Vec<&str> = if weights.contains(&key.as_str()) {
+            vec![key.as_str()]
+        } else if is_glob(key) {
             let glob = globset::Glob::new(key).map_err(|e| {
                 r.err(
                     &kat,
@@ -1271,8 +1286,6 @@ fn sparsity(b: &Builder<'_>, v: &Value, at: &Loc) -> R<Vec<SparsitySpec>> {
                 ));
             }
             matched
-        } else if weights.contains(&key.as_str()) {
-            vec![key.as_str()]
         } else {
             let what = match b.defs.get(key.as_str()) {
                 Some(Def::Input(_)) => "the model input".to_string(),
@@ -1355,5 +1368,17 @@ mod tests {
             Hint(Some("outputs".into()))
         );
         assert_eq!(closest("zzzzzz", TOP_KEYS.iter().copied()), Hint(None));
+        // Long names get no hint (the distance table would grow with the product of lengths),
+        // and candidates of a length too far off are not measured.
+        let long = "a".repeat(257);
+        assert_eq!(
+            closest(&long, [long[1..].to_string()].iter().map(String::as_str)),
+            Hint(None)
+        );
+        let fits = "a".repeat(256);
+        assert_eq!(
+            closest(&fits, [fits[1..].to_string()].iter().map(String::as_str)),
+            Hint(Some(fits[1..].to_string()))
+        );
     }
 }

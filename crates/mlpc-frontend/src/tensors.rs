@@ -373,6 +373,14 @@ impl safetensors::View for View<'_> {
 pub fn serialize_tensors(
     tensors: &BTreeMap<String, HostTensor>,
 ) -> Result<Vec<u8>, TensorFileError> {
+    if tensors.contains_key("__metadata__") {
+        // The format reserves the key: the file written would be unreadable.
+        return Err(TensorFileError::Serialize {
+            message: "a tensor named `__metadata__`: the safetensors format reserves the name \
+                      for its header's metadata"
+                .into(),
+        });
+    }
     safetensors::serialize(tensors.iter().map(|(k, t)| (k, View(t))), &None).map_err(|e| {
         TensorFileError::Serialize {
             message: e.to_string(),

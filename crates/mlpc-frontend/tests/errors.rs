@@ -68,6 +68,7 @@ fn model_cases() -> Vec<(&'static str, String)> {
         ("node named like an input", edit(BASE, "{ \"name\": \"hb\"", "{ \"name\": \"x\"")),
         ("undefined name", edit(BASE, "[\"h\", \"fc1.bias\"]", "[\"h\", \"fc1.biass\"]")),
         ("empty name", edit(BASE, "{ \"name\": \"y\"", "{ \"name\": \"\"")),
+        ("name reserved by safetensors", edit(BASE, "{ \"name\": \"hb\"", "{ \"name\": \"__metadata__\"")),
         ("zero dim", edit(BASE, "[\"T\", 8]", "[\"T\", 0]")),
         ("negative dim", edit(BASE, "[\"T\", 8]", "[\"T\", -8]")),
         ("fractional dim", edit(BASE, "[\"T\", 8]", "[\"T\", 8.5]")),

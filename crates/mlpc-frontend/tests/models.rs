@@ -72,8 +72,19 @@ fn sequential_without_bias() {
     );
     insta::assert_snapshot!(m.graph.to_string());
     assert!(m.allow_tf32);
-    // The default name is the file's stem.
+    // The default name is the file's stem, where that is a valid name.
     assert_eq!(m.graph.name, "model");
+    let text = r#"{ "mlpc": 1, "dtype": "f32", "inputs": { "x": { "shape": [2] } },
+                    "layers": [{ "op": "relu" }] }"#;
+    for (file, name) in [
+        ("ffn-7.json", "ffn-7"),
+        ("my\nmodel.json", "model"),
+        ("two words.json", "model"),
+        ("__metadata__.json", "model"),
+    ] {
+        let m = parse_model(text, Path::new("."), file).unwrap();
+        assert_eq!(m.graph.name, name, "{file:?}");
+    }
     // Generated values are rounded to the model dtype.
     for v in weight(&m, "fc1.weight") {
         assert_eq!(DType::Bf16.round(v), v);
@@ -171,6 +182,40 @@ fn gated_geglu_graph_form_with_sparsity() {
             },
         ]
     );
+}
+
+/// A key that is a used weight's name selects that weight, though it reads as a glob: `w[0]`
+/// (as a glob, it matches `w0`, which it used to select, leaving `w[0]` dense).
+#[test]
+fn a_key_that_names_a_weight_selects_it_before_any_glob_reading() {
+    let model = |key: &str| {
+        format!(
+            r#"{{
+  "mlpc": 1, "name": "g", "dtype": "f32", "seed": 1,
+  "inputs": {{ "x": {{ "shape": ["T", 8] }} }},
+  "params": {{ "w[0]": [8, 8], "w0": [8, 8] }},
+  "nodes": [
+    {{ "name": "a.t", "op": "transpose", "inputs": ["w[0]"] }},
+    {{ "name": "b.t", "op": "transpose", "inputs": ["w0"] }},
+    {{ "name": "a", "op": "matmul", "inputs": ["x", "a.t"] }},
+    {{ "name": "y", "op": "matmul", "inputs": ["a", "b.t"] }}
+  ],
+  "outputs": ["y"],
+  "sparsity": {{ "{key}": {{ "block": [4, 4], "density": 0.5 }} }}
+}}"#
+        )
+    };
+    let selected = |key: &str| -> Vec<String> {
+        parse(&model(key))
+            .sparsity
+            .into_iter()
+            .map(|s| s.weight)
+            .collect()
+    };
+    assert_eq!(selected("w[0]"), ["w[0]"]);
+    assert_eq!(selected("w0"), ["w0"]);
+    assert_eq!(selected("w?"), ["w0"]);
+    assert_eq!(selected("w*"), ["w0", "w[0]"]);
 }
 
 /// A density is the decimal number written, correctly rounded (serde_json's default float

@@ -84,6 +84,26 @@ fn err(bytes: &[u8]) -> FrontendError {
     parse_tensors(bytes, Path::new("weights/w.safetensors")).unwrap_err()
 }
 
+/// `__metadata__` is the header's metadata: a tensor of that name would make a file no reader
+/// accepts (mlpc's own included), so it is refused before anything is written.
+#[test]
+fn a_tensor_named_like_the_metadata_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.safetensors");
+    let mut t = sample();
+    t.insert("__metadata__".into(), t.values().next().unwrap().clone());
+    let e = write_tensors(&path, &t).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: cannot serialize: a tensor named `__metadata__`: the safetensors format \
+             reserves the name for its header's metadata",
+            path.display()
+        )
+    );
+    assert!(!path.exists());
+}
+
 #[test]
 fn wrong_dtype_names_file_and_tensor() {
     let e = err(&raw("fc1.weight", "I32", &[2], &[0; 8], (0, 8)));
