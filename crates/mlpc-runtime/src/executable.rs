@@ -18,7 +18,7 @@ use cudarc::nvrtc::Ptx;
 use mlpc_codegen::{CudaKernel, EntryBase, Grid, Launch, LaunchError, Param, Relayout};
 use mlpc_ir::{Bindings, BufferKind, HostTensor, Plan};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -172,18 +172,18 @@ impl Default for RunOptions {
 }
 
 /// Whether runs replay CUDA graphs unless told otherwise: yes, unless the switch `MLPC_NO_GRAPHS`
-/// is on (`1`, `true`, `on`, `yes`: [`crate::switch`]; read once per process). Explicit [`RunOptions`] are obeyed
-/// whatever the variable says.
+/// is on (`1`, `true`, `on`, `yes`: [`crate::switch`]; read at each call, so a change of the
+/// variable applies to the options made after it). Explicit [`RunOptions`] are obeyed whatever
+/// the variable says.
 pub fn graphs_by_default() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !turned_off("MLPC_NO_GRAPHS"))
+    !turned_off("MLPC_NO_GRAPHS")
 }
 
 /// Whether runs let kernels start early unless told otherwise: yes, unless the switch
-/// `MLPC_NO_EARLY_LAUNCH` is on ([`crate::switch`]; read once per process).
+/// `MLPC_NO_EARLY_LAUNCH` is on ([`crate::switch`]; read at each call, as for
+/// [`graphs_by_default`]).
 pub fn early_launch_by_default() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !turned_off("MLPC_NO_EARLY_LAUNCH"))
+    !turned_off("MLPC_NO_EARLY_LAUNCH")
 }
 
 /// Whether the `MLPC_NO_...` switch `name` turns its feature off ([`crate::switch`]'s values; a

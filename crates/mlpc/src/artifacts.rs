@@ -32,7 +32,8 @@ impl Artifacts {
         Artifacts::default()
     }
 
-    /// Adds (or replaces) the file at `path`, relative to the output directory.
+    /// Adds (or replaces) the file at `path`, relative to the output directory: one of
+    /// [`Artifacts::OUTPUT_NAMES`] or a path under one ([`Artifacts::write_to`] refuses others).
     pub fn add(&mut self, path: impl Into<PathBuf>, contents: impl Into<Vec<u8>>) {
         let path = path.into();
         let contents = contents.into();
@@ -65,6 +66,25 @@ impl Artifacts {
         let name = dir
             .file_name()
             .ok_or_else(|| bad("it does not end in a directory name"))?;
+        // Every file inside the directory, under one of the names an output may hold (the next
+        // write would refuse to replace anything else).
+        for (rel, _) in &self.files {
+            let inside = rel
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            let top = rel.components().next().map(|c| c.as_os_str());
+            if !inside
+                || !Artifacts::OUTPUT_NAMES
+                    .iter()
+                    .any(|o| top == Some(o.as_ref()))
+            {
+                return Err(bad(&format!(
+                    "the file `{}` is not a path under one of the names an output holds ({})",
+                    rel.display(),
+                    Artifacts::OUTPUT_NAMES.join(", ")
+                )));
+            }
+        }
         let parent = ParentLock::parent_of(dir);
         // Whether `dir` exists, and an error where it is not an mlpc output to replace.
         let inspect = || -> Result<bool, Error> {
@@ -287,6 +307,35 @@ mod tests {
         assert!(err.to_string().contains("not a directory"), "{err}");
         // No staging directories were left behind.
         assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 2);
+    }
+
+    /// A file outside the directory (`..`, an absolute path) would be written outside the swap;
+    /// one under another name would make the next write refuse the directory.
+    #[test]
+    fn refuses_files_outside_the_names_an_output_holds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("out");
+        let escape = tmp.path().join("escaped.txt");
+        for bad in [
+            PathBuf::from("../escaped.txt"),
+            escape.clone(),
+            PathBuf::from("kernels/../../escaped.txt"),
+            PathBuf::from("notes.md"),
+            PathBuf::from("./graph.txt"),
+        ] {
+            let mut a = sample();
+            a.add(bad.clone(), "x");
+            let err = a.write_to(&dir).unwrap_err();
+            assert!(
+                err.to_string().contains(&format!(
+                    "the file `{}` is not a path under one of the names an output holds",
+                    bad.display()
+                )),
+                "{err}"
+            );
+            assert!(!escape.exists() && !dir.exists(), "{}", bad.display());
+            assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 0);
+        }
     }
 
     #[test]

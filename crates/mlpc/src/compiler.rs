@@ -138,7 +138,8 @@ impl Compiler {
 
     /// When a device input's strides break the guards but describe a transposed view of row-major
     /// memory, compile a variant for that layout instead of refusing the input, keeping at most
-    /// `limit` variants (0, the default, refuses).
+    /// `limit` variants (0, the default, refuses). CUDA runs only: the CPU and reference
+    /// backends take host tensors, which are always row-major.
     pub fn respecialize(mut self, limit: usize) -> Compiler {
         self.respecialize = limit;
         self
@@ -153,7 +154,9 @@ impl Compiler {
 
     /// Whether CUDA runs replay the plan as one CUDA graph when the bindings of the symbolic
     /// dims repeat (from the second run with the same bindings on). On by default, unless the
-    /// environment variable `MLPC_NO_GRAPHS` is set (to anything but empty or `0`).
+    /// switch `MLPC_NO_GRAPHS` is on in the environment when a run starts (`1`, `true`,
+    /// `on` or `yes`; `0`, `false`, `off`, `no` or empty leave it on; compiles refuse any other
+    /// value).
     pub fn cuda_graphs(mut self, on: bool) -> Compiler {
         self.cuda_graphs = Some(on);
         self
@@ -162,8 +165,8 @@ impl Compiler {
     /// Whether CUDA runs let the weight-streaming (small-M) kernels start while the kernel before
     /// them finishes (programmatic dependent launch, sm_90 and later): they issue their first
     /// weight loads early and wait for that kernel before reading its output. On by default,
-    /// unless the environment variable `MLPC_NO_EARLY_LAUNCH` is set (to anything but empty or
-    /// `0`).
+    /// unless the switch `MLPC_NO_EARLY_LAUNCH` is on in the environment when a run starts (the
+    /// values as for [`Compiler::cuda_graphs`]).
     pub fn early_launch(mut self, on: bool) -> Compiler {
         self.early_launch = Some(on);
         self

@@ -1,5 +1,8 @@
 //! The one error type of the library. Each variant wraps the error of the crate that failed, so
-//! the message and its chain of causes come from the place that knows what went wrong.
+//! the message and its chain of causes come from the place that knows what went wrong. Every
+//! message is complete on its own (it includes its cause's text); `source()` still gives the
+//! cause, for programs that inspect it, so a printer walking the chain skips causes whose text
+//! the message already holds (as the CLI does).
 
 use crate::backend::Backend;
 use std::path::PathBuf;
@@ -84,14 +87,14 @@ pub enum Error {
     #[error("benchmark: {0}")]
     Bench(String),
     /// Serialising an artifact failed.
-    #[error("cannot serialise an artifact")]
+    #[error("cannot serialise an artifact: {0}")]
     Serialize(#[source] serde_json::Error),
     /// The output directory cannot be used, e.g. it exists and holds something other than mlpc
     /// artifacts (mlpc never deletes what it did not write).
     #[error("cannot use `{}` as the output directory: {reason}", path.display())]
     OutputDir { path: PathBuf, reason: String },
     /// A file-system operation on `path` failed.
-    #[error("cannot {action} `{}`", path.display())]
+    #[error("cannot {action} `{}`: {source}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,

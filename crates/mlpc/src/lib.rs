@@ -11,9 +11,14 @@
 //! ```
 //!
 //! A [`Compiler`] turns a model (a `model.json` file, or a [`Model`] built in memory) into a
-//! [`Compiled`] model: the verified graph today, and the optimised graph, kernel plan and kernels as
-//! the pipeline grows. A [`Compiled`] model runs on a [`Backend`] and writes its artifacts (the IR
-//! text form, later the plan and kernels) to a directory, all at once or not at all.
+//! [`Compiled`] model: the verified source graph, the optimised graph, the kernel plan, and the
+//! CUDA kernels JIT-compiled for the target (where NVRTC is found, or as the compiler is told).
+//! A [`Compiled`] model runs on a [`Backend`] (the reference interpreter, the LLVM CPU backend,
+//! CUDA) and writes its artifacts (the IR text forms, the plan, `--explain`'s report, the kernels'
+//! sources and binaries, optionally the weights the kernels read) to a directory, all at once or
+//! not at all; a [`Bundle`] runs such a directory on a GPU without the model file.
+//! [`Compiler::respecialize`] applies to CUDA runs (host tensors are row-major, so the CPU and
+//! reference backends never see a transposed input).
 //!
 //! **Architecture invariant:** this crate composes the other mlpc crates and owns no algorithm of
 //! its own. Parsing lives in `mlpc-frontend`, meaning in `mlpc-ir`, optimisation in `mlpc-passes`,

@@ -281,6 +281,15 @@ fn a_compiled_directory_with_its_weights_loads_on_its_own() {
     std::fs::remove_file(&cubin).unwrap();
     let e = mlpc::Bundle::load(&dir).err().expect("missing cubin");
     assert!(e.to_string().contains(".cubin"), "{e}");
+    // A message is whole without its chain: the OS's reason is in it.
+    let e = mlpc::Bundle::load(&tmp.path().join("nothing-here"))
+        .err()
+        .expect("missing directory");
+    assert!(
+        e.to_string()
+            .ends_with("No such file or directory (os error 2)"),
+        "{e}"
+    );
     // A plan whose kernel names a path (to read files outside the directory) is refused before
     // any file is read by that name.
     let plan_path = dir.join("plan.json");
