@@ -317,6 +317,23 @@ pub struct SmallMVariant {
 }
 
 impl CudaKernel {
+    /// Bytes of the integer tables compiled into the kernel's image (the block-sparse kernels'
+    /// kept-block lists and schedules: `bsr.rs` emits each as one `__device__ const int` or
+    /// `__constant__ int` array); 0 for the other kernels.
+    pub fn table_bytes(&self) -> u64 {
+        self.source
+            .lines()
+            .filter_map(|l| {
+                let rest = l
+                    .strip_prefix("__device__ const int ")
+                    .or_else(|| l.strip_prefix("__constant__ int "))?;
+                let len = rest.split_once('[')?.1.split_once(']')?.0;
+                len.parse::<u64>().ok()
+            })
+            .sum::<u64>()
+            * 4
+    }
+
     /// The kernel as one reviewable text: entry, launch rule and arguments as JSON, then the
     /// source. Snapshot tests store this.
     pub fn listing(&self) -> String {

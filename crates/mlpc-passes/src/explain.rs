@@ -152,13 +152,33 @@ pub fn explain(original: &Graph, optimized: &Graph, plan: &Plan, prov: &Provenan
     );
     let packed = packed_weights(optimized);
     if !packed.is_empty() {
-        let dense: u64 = packed.iter().map(|w| w.dense_bytes).sum();
+        // A source weight packed more than once (for each layout or pairing it is read in)
+        // counts its dense bytes once.
+        let sources: Vec<u64> = original
+            .node_ids()
+            .filter_map(|n| match prov.fate(&original.node(n).name) {
+                Some(Fate::PackedAs(names)) => packed
+                    .iter()
+                    .find(|w| names.contains(&w.name))
+                    .map(|w| w.dense_bytes),
+                _ => None,
+            })
+            .collect();
+        let dense: u64 = sources.iter().sum();
         let kept: u64 = packed.iter().map(|w| w.packed_bytes).sum();
         let index: u64 = packed.iter().map(|w| w.index_bytes).sum();
+        let count = if sources.len() == packed.len() {
+            format!("{} packed", packed.len())
+        } else {
+            format!(
+                "{} packed as {} (once for each way they are read)",
+                sources.len(),
+                packed.len()
+            )
+        };
         let _ = writeln!(
             s,
-            "block-sparse weights: {} packed, {dense} bytes dense, {kept} packed + {index} index bytes",
-            packed.len()
+            "block-sparse weights: {count}, {dense} bytes dense, {kept} packed + {index} index bytes"
         );
         for w in &packed {
             let _ = writeln!(s, "  {}: {}", w.name, packed_summary(w));

@@ -410,6 +410,30 @@ fn selected_weights_read_dense_are_recorded_with_why() {
         text.contains("selected for block sparsity but read dense: 1\n  w: `z` (add)"),
         "{text}"
     );
+
+    // A weight read as `w` and as `w^T` is packed once for each; --explain's total counts its
+    // dense bytes once (it counted them twice, as if packing both halved the memory).
+    let mut b = Builder::new("tied", DType::F32, 3);
+    let x = b.input("x", &[t(), d(32)]);
+    let w = b.weight("w", &[16, 32]);
+    let wt = b.op("wt", Op::Transpose, &[w]);
+    let h = b.op("h", Op::MatMul, &[x, wt]);
+    let y = b.op("y", Op::MatMul, &[h, w]);
+    b.output("y", y);
+    let g = b.finish();
+    let specs = vec![SparseWeight::new("w", [8, 8], Some(0.5))];
+    let (opt, prov, err) = compile_and_compare(&g, &specs, 3);
+    assert!(err < 1e-5, "error {err}");
+    assert_eq!(sparse_ops(&opt).len(), 2, "{opt}");
+    let plan = lower_plan(&opt, &prov).unwrap();
+    let text = explain(&g, &opt, &plan, &prov);
+    assert!(
+        text.contains(
+            "block-sparse weights: 1 packed as 2 (once for each way they are read), 2048 bytes \
+             dense, 2048 packed + 64 index bytes"
+        ),
+        "{text}"
+    );
 }
 
 /// A `[rows * br, cols * bc]` weight whose blocks are zero where `mask` is false.

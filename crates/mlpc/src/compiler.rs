@@ -732,20 +732,39 @@ impl Compiled {
         Ok(Some(lines))
     }
 
-    /// The explain text with, once the kernels run on a device, the Hopper GEMM tile of each
-    /// tunable kernel and where it came from.
+    /// The explain text with the bytes of the block-sparse kernels' tables (their kept-block
+    /// lists and schedules, compiled into the kernel images beside the packed weights' index
+    /// arrays) and, once the kernels run on a device, the Hopper GEMM tile of each tunable
+    /// kernel and where it came from.
     pub fn explain_with_tiles(&self) -> String {
-        let notes = self.tile_notes();
-        if notes.is_empty() {
-            return self.explain.clone();
-        }
         let mut s = self.explain.clone();
-        if !s.ends_with('\n') {
+        let tables: Vec<(&str, u64)> = self
+            .cuda_kernels()
+            .unwrap_or_default()
+            .iter()
+            .map(|k| (k.name.as_str(), k.table_bytes()))
+            .filter(|&(_, b)| b > 0)
+            .collect();
+        let notes = self.tile_notes();
+        if !s.ends_with('\n') && (!tables.is_empty() || !notes.is_empty()) {
             s.push('\n');
         }
-        s.push_str("\nHopper GEMM tiles (sm_90a, on this device):\n");
-        for n in notes {
-            s.push_str(&format!("  {n}\n"));
+        if !tables.is_empty() {
+            let total: u64 = tables.iter().map(|t| t.1).sum();
+            s.push_str(&format!(
+                "block-sparse kernel tables ({} kernels, compiled into their images): {total} \
+                 bytes\n",
+                self.arch
+            ));
+            for (name, bytes) in tables {
+                s.push_str(&format!("  {name}: {bytes} bytes\n"));
+            }
+        }
+        if !notes.is_empty() {
+            s.push_str("\nHopper GEMM tiles (sm_90a, on this device):\n");
+            for n in notes {
+                s.push_str(&format!("  {n}\n"));
+            }
         }
         s
     }

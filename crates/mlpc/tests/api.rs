@@ -104,9 +104,16 @@ fn artifacts_hold_ir_plan_explain_and_kernels_and_are_written_together() {
     assert_eq!(optimized, c.optimized().to_string());
     let plan: mlpc::ir::Plan = serde_json::from_slice(a.get("plan.json").unwrap()).unwrap();
     assert_eq!(&plan, c.plan());
+    let explain = std::str::from_utf8(a.get("explain.txt").unwrap()).unwrap();
+    assert_eq!(explain, c.explain_with_tiles());
+    // The block-sparse kernel's lists (row offsets and block columns: 3 + 2 ints) follow the
+    // pass pipeline's report.
     assert_eq!(
-        std::str::from_utf8(a.get("explain.txt").unwrap()).unwrap(),
-        c.explain()
+        explain.strip_prefix(c.explain()),
+        Some(
+            "block-sparse kernel tables (sm_90 kernels, compiled into their images): 20 bytes\n  \
+             bsr_gemm_bias_silu_f32_nt_b5x3: 20 bytes\n"
+        )
     );
     let kernels = c
         .cuda_kernels()
