@@ -348,16 +348,21 @@ fn main() -> ExitCode {
 
 /// The backend asked for, or the best one this machine can run, with a note saying why when
 /// the choice was made for the user and is not the GPU.
-fn pick_backend(b: Option<BackendArg>) -> (Backend, Option<String>) {
-    match b {
-        Some(b) => (Backend::from(b), None),
+fn pick_backend(b: Option<BackendArg>) -> Result<(Backend, Option<String>), mlpc::Error> {
+    Ok(match b {
+        Some(b) => {
+            // Before the model is compiled (generating its weights may take a while).
+            let b = Backend::from(b);
+            b.require()?;
+            (b, None)
+        }
         None => {
             let best = Backend::best_available();
             let note = (best != Backend::Cuda)
                 .then(|| format!("no usable GPU driver here, so the `{best}` backend was chosen"));
             (best, note)
         }
-    }
+    })
 }
 
 /// Prints the compilation's warnings to stderr, one line each.
@@ -480,7 +485,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 );
                 return Ok(());
             }
-            let (backend, note) = pick_backend(backend);
+            let (backend, note) = pick_backend(backend)?;
             let compiled = graphs
                 .apply(opts.compiler_for(backend)?)
                 .compile_file(&model)?;
@@ -500,7 +505,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             seed,
             opts,
         } => {
-            let (backend, note) = pick_backend(backend);
+            let (backend, note) = pick_backend(backend)?;
             let compiled = opts
                 .compiler_for(backend)?
                 .tile_bindings(bindings.clone())

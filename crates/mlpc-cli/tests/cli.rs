@@ -1143,6 +1143,75 @@ fn misspelt_switches_in_the_environment_are_errors() {
     }
 }
 
+/// A generated weight whose bytes cannot be allocated is an error naming it, not an abort
+/// (the process is limited to 700 MB of address space; the weight takes 1 GiB).
+#[test]
+fn a_weight_past_memory_is_an_error() {
+    let dir = scratch(&[]);
+    let d = dir.path();
+    fs::write(
+        d.join("big.json"),
+        r#"{ "mlpc": 1, "name": "big", "dtype": "f32", "seed": 1,
+  "inputs": { "x": { "shape": ["T", 16384] } },
+  "params": { "w": [16384, 16384] },
+  "nodes": [ { "name": "wt", "op": "transpose", "inputs": ["w"] },
+             { "name": "y", "op": "matmul", "inputs": ["x", "wt"] } ],
+  "outputs": ["y"] }"#,
+    )
+    .unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 700000 && exec '{}' compile big.json --target cpu -o out",
+            env!("CARGO_BIN_EXE_mlpc")
+        ))
+        .current_dir(d)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        "error: big.json:4:60: at `nodes[0].inputs[0]`: the generated tensor `w` [16384, 16384]: \
+         its 1073741824 bytes do not fit in memory (the weights generated before it hold 0 \
+         bytes)\n"
+    );
+    assert!(!d.join("out").exists());
+}
+
+/// A backend named on the command line that this machine cannot run is refused before the model
+/// is read (a large model's weights took half a minute to generate before the refusal).
+#[test]
+fn an_unavailable_backend_is_refused_before_the_model_is_read() {
+    let dir = scratch(&[]);
+    let d = dir.path();
+    for backend in mlpc::Backend::ALL {
+        let Some(reason) = backend.unavailable_reason() else {
+            continue;
+        };
+        for args in [
+            &["check", "absent.json", "--bind", "T=2"][..],
+            &[
+                "run",
+                "absent.json",
+                "-i",
+                "in.safetensors",
+                "-o",
+                "out.safetensors",
+            ],
+        ] {
+            let t = fails(d, &[args, &["--backend", backend.name()]].concat());
+            assert!(
+                t.contains(&format!(
+                    "error: backend `{backend}` is not available: {reason}"
+                )),
+                "{t}"
+            );
+        }
+    }
+}
+
 /// `MLPC_CACHE_DIR` naming a file, or a path under one, is an error that says a file is where
 /// a directory was expected (the OS says only "File exists" / "Not a directory").
 #[test]

@@ -199,6 +199,8 @@ pub enum ModelError {
         elements: String,
         limit: u64,
     },
+    #[error("{name}: its {bytes} bytes do not fit in memory (the weights generated before it hold {held} bytes)")]
+    NoMemory { name: String, bytes: u64, held: u64 },
     #[error("invalid sparsity pattern `{pattern}`: {message}")]
     Glob { pattern: String, message: String },
     #[error("sparsity key `{key}` names {what}, not a weight{hint}")]
@@ -291,4 +293,6 @@ pub enum RandomInputError {
     },
     #[error("shape {shape:?} has more than {limit} elements")]
     TooLarge { shape: Vec<u64>, limit: u64 },
+    #[error("shape {shape:?}: its {bytes} bytes do not fit in memory")]
+    NoMemory { shape: Vec<u64>, bytes: u64 },
 }

@@ -60,31 +60,56 @@ pub(crate) fn checked_numel(shape: &[u64]) -> Option<u64> {
         .filter(|&n| n <= MAX_GENERATED_ELEMENTS)
 }
 
-fn tensor(dtype: DType, shape: &[u64], mut next: impl FnMut() -> f64) -> Option<HostTensor> {
-    let n = checked_numel(shape)? as usize;
-    let mut data = Vec::with_capacity(n * dtype.size_bytes());
+/// Why a tensor could not be generated.
+#[derive(Debug, thiserror::Error)]
+pub enum GenError {
+    #[error("it has more than {MAX_GENERATED_ELEMENTS} elements")]
+    TooLarge,
+    #[error("its {bytes} bytes do not fit in memory")]
+    NoMemory { bytes: u64 },
+}
+
+fn tensor(
+    dtype: DType,
+    shape: &[u64],
+    mut next: impl FnMut() -> f64,
+) -> Result<HostTensor, GenError> {
+    let n = checked_numel(shape).ok_or(GenError::TooLarge)? as usize;
+    let bytes = n * dtype.size_bytes();
+    let mut data = Vec::new();
+    data.try_reserve_exact(bytes)
+        .map_err(|_| GenError::NoMemory {
+            bytes: bytes as u64,
+        })?;
     for _ in 0..n {
         dtype.push_le(next(), &mut data);
     }
     let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
-    HostTensor::from_bytes(dtype, shape, data).ok()
+    // The bytes are the shape's by construction.
+    HostTensor::from_bytes(dtype, shape, data).map_err(|_| GenError::TooLarge)
 }
 
 /// Values uniform in `[-bound, bound)` as nn.Linear initialises (`bound = 1/sqrt(in)`), rounded to
-/// `dtype`. `None` if the shape has more than [`MAX_GENERATED_ELEMENTS`] elements.
+/// `dtype`. An error if the shape has more than [`MAX_GENERATED_ELEMENTS`] elements or its bytes
+/// cannot be allocated.
 pub fn uniform_tensor(
     seed: u64,
     name: &str,
     shape: &[u64],
     bound: f64,
     dtype: DType,
-) -> Option<HostTensor> {
+) -> Result<HostTensor, GenError> {
     let mut s = Stream::new(seed, name);
     tensor(dtype, shape, || (2.0 * s.unit() - 1.0) * bound)
 }
 
 /// Standard normal values (Box-Muller), rounded to `dtype`.
-pub fn normal_tensor(seed: u64, name: &str, shape: &[u64], dtype: DType) -> Option<HostTensor> {
+pub fn normal_tensor(
+    seed: u64,
+    name: &str,
+    shape: &[u64],
+    dtype: DType,
+) -> Result<HostTensor, GenError> {
     let mut s = Stream::new(seed, name);
     let mut spare: Option<f64> = None;
     tensor(dtype, shape, || {
@@ -160,10 +185,16 @@ pub fn random_inputs(
                 },
             }
         }
-        let t = normal_tensor(seed, &node.name, &shape, node.ty.dtype).ok_or_else(|| {
-            fail(RandomInputError::TooLarge {
-                shape: shape.clone(),
-                limit: MAX_GENERATED_ELEMENTS,
+        let t = normal_tensor(seed, &node.name, &shape, node.ty.dtype).map_err(|e| {
+            fail(match e {
+                GenError::TooLarge => RandomInputError::TooLarge {
+                    shape: shape.clone(),
+                    limit: MAX_GENERATED_ELEMENTS,
+                },
+                GenError::NoMemory { bytes } => RandomInputError::NoMemory {
+                    shape: shape.clone(),
+                    bytes,
+                },
             })
         })?;
         out.insert(node.name.clone(), t);
@@ -242,7 +273,13 @@ mod tests {
 
     #[test]
     fn oversized_tensors_are_refused() {
-        assert!(uniform_tensor(0, "w", &[1 << 20, 1 << 20], 1.0, DType::F32).is_none());
-        assert!(uniform_tensor(0, "w", &[u64::MAX, 2], 1.0, DType::F32).is_none());
+        assert!(matches!(
+            uniform_tensor(0, "w", &[1 << 20, 1 << 20], 1.0, DType::F32),
+            Err(GenError::TooLarge)
+        ));
+        assert!(matches!(
+            uniform_tensor(0, "w", &[u64::MAX, 2], 1.0, DType::F32),
+            Err(GenError::TooLarge)
+        ));
     }
 }

@@ -380,19 +380,29 @@ impl Builder<'_> {
 
     /// Generates a tensor uniform in `[-bound, bound)` from the seed and its name.
     fn generate(&self, name: &str, shape: &[u64], bound: f64, at: &Loc) -> R<HostTensor> {
-        generate::uniform_tensor(self.seed, name, shape, bound, self.dtype).ok_or_else(|| {
-            let elements = shape
-                .iter()
-                .try_fold(1u64, |a, &d| a.checked_mul(d))
-                .map_or_else(|| "more than 2^64".to_string(), |n| n.to_string());
-            self.r.err(
-                at,
-                ModelError::TooLarge {
-                    name: format!("the generated tensor `{name}` {}", fixed_text(shape)),
-                    elements,
+        generate::uniform_tensor(self.seed, name, shape, bound, self.dtype).map_err(|e| {
+            let name = format!("the generated tensor `{name}` {}", fixed_text(shape));
+            let error = match e {
+                generate::GenError::TooLarge => ModelError::TooLarge {
+                    name,
+                    elements: shape
+                        .iter()
+                        .try_fold(1u64, |a, &d| a.checked_mul(d))
+                        .map_or_else(|| "more than 2^64".to_string(), |n| n.to_string()),
                     limit: MAX_GENERATED_ELEMENTS,
                 },
-            )
+                generate::GenError::NoMemory { bytes } => ModelError::NoMemory {
+                    name,
+                    bytes,
+                    held: self
+                        .g
+                        .weights()
+                        .values()
+                        .map(|t| t.bytes().len() as u64)
+                        .sum(),
+                },
+            };
+            self.r.err(at, error)
         })
     }
 

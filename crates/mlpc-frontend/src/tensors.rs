@@ -11,7 +11,6 @@ use crate::error::{FrontendError, TensorFileError};
 use crate::json;
 use mlpc_ir::{DType, HostTensor};
 use serde_json::Value;
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
@@ -344,35 +343,13 @@ fn check_layout(
     Ok(())
 }
 
-/// A [`HostTensor`] as the `safetensors` crate's serializer sees it.
-struct View<'a>(&'a HostTensor);
-
-impl safetensors::View for View<'_> {
-    fn dtype(&self) -> safetensors::Dtype {
-        match self.0.dtype() {
-            DType::F32 => safetensors::Dtype::F32,
-            DType::F16 => safetensors::Dtype::F16,
-            DType::Bf16 => safetensors::Dtype::BF16,
-        }
-    }
-
-    fn shape(&self) -> &[usize] {
-        self.0.shape()
-    }
-
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(self.0.bytes())
-    }
-
-    fn data_len(&self) -> usize {
-        self.0.bytes().len()
-    }
-}
-
-/// The bytes of a safetensors file holding `tensors`.
-pub fn serialize_tensors(
-    tensors: &BTreeMap<String, HostTensor>,
+/// The bytes of a safetensors file holding `tensors` (in name order; a name given twice is
+/// written once, with its last tensor). The whole file is allocated at once: where it does not
+/// fit in memory, an error rather than an abort.
+pub fn serialize_tensors<'a>(
+    tensors: impl IntoIterator<Item = (&'a str, &'a HostTensor)>,
 ) -> Result<Vec<u8>, TensorFileError> {
+    let tensors: BTreeMap<&str, &HostTensor> = tensors.into_iter().collect();
     if tensors.contains_key("__metadata__") {
         // The format reserves the key: the file written would be unreadable.
         return Err(TensorFileError::Serialize {
@@ -381,11 +358,36 @@ pub fn serialize_tensors(
                 .into(),
         });
     }
-    safetensors::serialize(tensors.iter().map(|(k, t)| (k, View(t))), &None).map_err(|e| {
-        TensorFileError::Serialize {
-            message: e.to_string(),
-        }
-    })
+    let mut header = serde_json::Map::new();
+    let mut offset = 0usize;
+    for (name, t) in &tensors {
+        let end = offset + t.bytes().len();
+        let dtype = match t.dtype() {
+            DType::F32 => "F32",
+            DType::F16 => "F16",
+            DType::Bf16 => "BF16",
+        };
+        header.insert(
+            name.to_string(),
+            serde_json::json!({ "dtype": dtype, "shape": t.shape(), "data_offsets": [offset, end] }),
+        );
+        offset = end;
+    }
+    let mut header = serde_json::Value::Object(header).to_string().into_bytes();
+    // The data starts 8-byte aligned, as the reference writer aligns it.
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let total = 8 + header.len() + offset;
+    let mut out = Vec::new();
+    out.try_reserve_exact(total)
+        .map_err(|_| TensorFileError::Serialize {
+            message: format!("the file's {total} bytes do not fit in memory"),
+        })?;
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(&header);
+    for t in tensors.values() {
+        out.extend_from_slice(t.bytes());
+    }
+    Ok(out)
 }
 
 /// Writes `tensors` as a safetensors file. The file appears complete or not at all: the bytes go
@@ -394,10 +396,13 @@ pub fn write_tensors(
     path: &Path,
     tensors: &BTreeMap<String, HostTensor>,
 ) -> Result<(), FrontendError> {
-    let bytes = serialize_tensors(tensors).map_err(|error| FrontendError::Tensors {
-        path: path.to_path_buf(),
-        error,
-    })?;
+    let bytes =
+        serialize_tensors(tensors.iter().map(|(k, t)| (k.as_str(), t))).map_err(|error| {
+            FrontendError::Tensors {
+                path: path.to_path_buf(),
+                error,
+            }
+        })?;
     let write_err = |source| FrontendError::Write {
         path: path.to_path_buf(),
         source,
@@ -427,6 +432,31 @@ pub fn write_tensors(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tensor as the reference writer takes it.
+    struct View<'a>(&'a HostTensor);
+
+    impl safetensors::View for View<'_> {
+        fn dtype(&self) -> safetensors::Dtype {
+            match self.0.dtype() {
+                DType::F32 => safetensors::Dtype::F32,
+                DType::F16 => safetensors::Dtype::F16,
+                DType::Bf16 => safetensors::Dtype::BF16,
+            }
+        }
+
+        fn shape(&self) -> &[usize] {
+            self.0.shape()
+        }
+
+        fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+            std::borrow::Cow::Borrowed(self.0.bytes())
+        }
+
+        fn data_len(&self) -> usize {
+            self.0.bytes().len()
+        }
+    }
 
     #[test]
     fn reads_what_the_reference_writer_writes() {

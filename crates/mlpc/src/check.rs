@@ -258,9 +258,7 @@ impl Compiled {
                     1.0 / fan_in.sqrt(),
                     t.dtype(),
                 )
-                .ok_or_else(|| {
-                    Error::Bench(format!("weight `{name}` is too large to regenerate"))
-                })?;
+                .map_err(|e| Error::Bench(format!("weight `{name}` cannot be regenerated: {e}")))?;
                 w.insert(name.clone(), Arc::new(fresh));
             }
             extra.push(gpu.with_weights(self, &w)?);

@@ -866,16 +866,13 @@ impl Compiled {
         );
         a.add("explain.txt", self.explain_with_tiles());
         if self.compiler.emit_weights {
-            let weights: std::collections::BTreeMap<String, mlpc_ir::HostTensor> = self
-                .optimized
-                .weights()
-                .iter()
-                .map(|(k, v)| (k.clone(), (**v).clone()))
-                .collect();
-            let bytes = mlpc_frontend::serialize_tensors(&weights).map_err(|e| Error::Bundle {
-                dir: PathBuf::from("weights.safetensors"),
-                what: e.to_string(),
-            })?;
+            let weights = self.optimized.weights();
+            let bytes =
+                mlpc_frontend::serialize_tensors(weights.iter().map(|(k, v)| (k.as_str(), &**v)))
+                    .map_err(|e| Error::Bundle {
+                    dir: PathBuf::from("weights.safetensors"),
+                    what: e.to_string(),
+                })?;
             a.add("weights.safetensors", bytes);
         }
         if let Some(build) = &self.cuda {
