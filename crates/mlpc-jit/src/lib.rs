@@ -69,6 +69,11 @@ pub struct CompiledKernel {
     /// Whether `resources` was read from ptxas' report (else it is all zeros).
     pub resources_known: bool,
     pub from_cache: bool,
+    /// The kernel of the same [`compile_all`] call whose compilation this one shares (their
+    /// sources differ only in comment lines, as layers of one shape do); `None` when compiled
+    /// (or taken from the cache) for itself. Its CUBIN's line info then names that kernel's
+    /// `.cu` file, whose code is the same, line for line.
+    pub same_code_as: Option<String>,
 }
 
 /// The NVRTC options for `arch`. `-v` makes ptxas report registers, spills and stack frames.
@@ -119,6 +124,7 @@ pub fn compile(kernel: &CudaKernel, opts: &JitOptions) -> Result<CompiledKernel,
             resources,
             resources_known,
             from_cache,
+            same_code_as: None,
         })
     };
 
@@ -141,13 +147,61 @@ pub fn compile(kernel: &CudaKernel, opts: &JitOptions) -> Result<CompiledKernel,
 }
 
 /// Compiles `kernels` in parallel; the result is in the same order. The first error wins.
+/// Kernels whose sources differ only in the text of whole-line comments (the kernel's and the
+/// nodes' names: the layers of a deep model that share a shape) are compiled once, by the first
+/// of them ([`CompiledKernel::same_code_as`]).
 pub fn compile_all(
     kernels: &[CudaKernel],
     opts: &JitOptions,
 ) -> Result<Vec<CompiledKernel>, JitError> {
     // Load NVRTC once, up front, so a missing library is reported once.
     ensure_nvrtc()?;
-    kernels.par_iter().map(|k| compile(k, opts)).collect()
+    // For each kernel, the index in `unique` of the first kernel of the same code.
+    let mut first: std::collections::HashMap<String, usize> = Default::default();
+    let mut unique: Vec<usize> = Vec::new();
+    let slot: Vec<usize> = kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            *first.entry(code_of(&k.source)).or_insert_with(|| {
+                unique.push(i);
+                unique.len() - 1
+            })
+        })
+        .collect();
+    let compiled: Vec<CompiledKernel> = unique
+        .par_iter()
+        .map(|&i| compile(&kernels[i], opts))
+        .collect::<Result<_, _>>()?;
+    Ok(kernels
+        .iter()
+        .zip(slot)
+        .map(|(k, j)| {
+            let mut c = compiled[j].clone();
+            if c.name != k.name {
+                c.same_code_as = Some(std::mem::replace(&mut c.name, k.name.clone()));
+            }
+            c
+        })
+        .collect())
+}
+
+/// `source` with the text of its whole-line comments blanked (the lines kept, so that two
+/// sources alike here compile to the same code on the same lines). A comment line ending in a
+/// backslash continues onto the next line, so it is kept as it is.
+fn code_of(source: &str) -> String {
+    source
+        .lines()
+        .map(|l| {
+            let comment = l.trim_start().starts_with("//") && !l.ends_with('\\');
+            if comment {
+                ""
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The launch description written beside each kernel as `<name>.json`.

@@ -312,3 +312,43 @@ fn block_sparse_sm_90a(bsr_walk: bool) {
     // bsr_linear_gelu_bf16 (32x32), bsr_swiglu_residual_f16 (16x16 dual), the 192x32 blocks.
     assert_eq!(hopper, 3);
 }
+
+/// Kernels whose sources differ only in whole-line comments (layers of one shape) are compiled
+/// once; one whose code differs is compiled for itself.
+#[test]
+fn kernels_alike_but_for_comments_are_compiled_once() {
+    require_nvrtc();
+    let k0 = sample_kernels().remove(0);
+    let renamed = |name: &str, source: String| CudaKernel {
+        name: name.to_string(),
+        source,
+        ..k0.clone()
+    };
+    let comment = k0.source.lines().next().unwrap().to_string();
+    assert!(comment.starts_with("//"), "{comment}");
+    let kernels = [
+        k0.clone(),
+        renamed(
+            "other_layer",
+            k0.source.replacen(&comment, "// another layer's names", 1),
+        ),
+        renamed(
+            "other_code",
+            format!("{}\n__device__ int mlpc_test_extra;\n", k0.source),
+        ),
+        // A comment line ending in a backslash takes the next line into the comment.
+        renamed(
+            "spliced",
+            k0.source.replacen(&comment, "// spliced \\\n// next", 1),
+        ),
+    ];
+    let compiled = compile_all(&kernels, &no_cache(Arch::Sm90)).unwrap();
+    let names: Vec<_> = compiled.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [k0.name.as_str(), "other_layer", "other_code", "spliced"]
+    );
+    let shared: Vec<_> = compiled.iter().map(|c| c.same_code_as.as_deref()).collect();
+    assert_eq!(shared, [None, Some(k0.name.as_str()), None, None]);
+    assert_eq!(compiled[1].cubin, compiled[0].cubin);
+}
