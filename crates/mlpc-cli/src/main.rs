@@ -392,11 +392,12 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             bindings,
             sms,
         } => {
-            let compiled = opts
-                .compiler(print_after.as_deref())?
-                .emit_weights(emit_weights)
-                .tile_bindings(bindings.clone())
-                .compile_file(&model)?;
+            let compiled = render::compile_file(
+                opts.compiler(print_after.as_deref())?
+                    .emit_weights(emit_weights)
+                    .tile_bindings(bindings.clone()),
+                &model,
+            )?;
             compiled.check_bindings(&bindings_of(&bindings))?;
             warn(&compiled);
             for (pass, ir) in compiled.pass_ir() {
@@ -486,9 +487,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 return Ok(());
             }
             let (backend, note) = pick_backend(backend)?;
-            let compiled = graphs
-                .apply(opts.compiler_for(backend)?)
-                .compile_file(&model)?;
+            let compiled = render::compile_file(graphs.apply(opts.compiler_for(backend)?), &model)?;
             warn(&compiled);
             let inputs = mlpc::read_tensors(&input)?;
             let outputs = compiled.run(backend, &inputs)?;
@@ -506,10 +505,10 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             opts,
         } => {
             let (backend, note) = pick_backend(backend)?;
-            let compiled = opts
-                .compiler_for(backend)?
-                .tile_bindings(bindings.clone())
-                .compile_file(&model)?;
+            let compiled = render::compile_file(
+                opts.compiler_for(backend)?.tile_bindings(bindings.clone()),
+                &model,
+            )?;
             warn(&compiled);
             let report = compiled.check(backend, &bindings_of(&bindings), seed)?;
             if let Some(note) = note {
@@ -533,9 +532,10 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             opts,
             graphs,
         } => {
-            let compiled = graphs
-                .apply(opts.compiler(None)?.tile_bindings(bindings.clone()))
-                .compile_file(&model)?;
+            let compiled = render::compile_file(
+                graphs.apply(opts.compiler(None)?.tile_bindings(bindings.clone())),
+                &model,
+            )?;
             warn(&compiled);
             let b = bindings_of(&bindings);
             let r = compiled.bench(
@@ -618,9 +618,8 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             bindings,
             seed,
         } => {
-            let compiled = Compiler::new()
-                .cuda_kernels(CudaKernels::Skip)
-                .compile_file(&model)?;
+            let compiled =
+                render::compile_file(Compiler::new().cuda_kernels(CudaKernels::Skip), &model)?;
             let inputs = compiled.random_inputs(&bindings_of(&bindings), seed)?;
             mlpc::write_tensors(&output, &inputs)?;
             out!("{}", render::tensors_written(&inputs, &output));

@@ -214,6 +214,44 @@ fn bytes(n: u64) -> String {
     format!("{v:.1} {unit} ({n} bytes)")
 }
 
+/// Compiles `model` with a spinner on stderr that says what the compilation is doing (reading
+/// the model, optimising, generating kernels, NVRTC's count of kernels compiled), cleared when
+/// it is done; where stderr is no terminal, nothing is shown.
+pub fn compile_file(
+    compiler: mlpc::Compiler,
+    model: &std::path::Path,
+) -> Result<mlpc::Compiled, mlpc::Error> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return compiler.compile_file(model);
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let shown = bar.clone();
+    let compiler = compiler.progress(move |p| {
+        shown.set_message(match p {
+            mlpc::Progress::Loading(path) => format!("reading {}", path.display()),
+            mlpc::Progress::Optimizing => "optimising".to_string(),
+            mlpc::Progress::Generating(n) => format!("generating {n} CUDA kernels"),
+            mlpc::Progress::Compiling { done: 0, total, .. } => {
+                format!("NVRTC: compiling {total} kernels")
+            }
+            mlpc::Progress::Compiling {
+                done,
+                total,
+                kernel,
+            } => format!("NVRTC: {done} of {total} kernels compiled ({kernel})"),
+        })
+    });
+    let compiled = compiler.compile_file(model);
+    bar.finish_and_clear();
+    compiled
+}
+
 /// Runs [`mlpc::Compiled::autotune`] with a progress bar on stderr (candidates done / total, the
 /// kernel and tile being measured, the best median so far), and renders the result: per kernel,
 /// every candidate's median or why it was dropped, and the winner.

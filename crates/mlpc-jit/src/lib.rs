@@ -154,6 +154,17 @@ pub fn compile_all(
     kernels: &[CudaKernel],
     opts: &JitOptions,
 ) -> Result<Vec<CompiledKernel>, JitError> {
+    compile_all_reporting(kernels, opts, &|_, _, _| {})
+}
+
+/// [`compile_all`], calling `done(finished, total, kernel)` before the first (0 of `total`, no
+/// kernel) and as each distinct kernel is compiled (or taken from the cache), from the compiling
+/// threads; `total` counts the kernels compiled for themselves.
+pub fn compile_all_reporting(
+    kernels: &[CudaKernel],
+    opts: &JitOptions,
+    done: &(dyn Fn(usize, usize, &str) + Sync),
+) -> Result<Vec<CompiledKernel>, JitError> {
     // Load NVRTC once, up front, so a missing library is reported once.
     ensure_nvrtc()?;
     // For each kernel, the index in `unique` of the first kernel of the same code.
@@ -169,10 +180,17 @@ pub fn compile_all(
             })
         })
         .collect();
+    done(0, unique.len(), "");
+    let finished = std::sync::atomic::AtomicUsize::new(0);
     let compiled: Vec<CompiledKernel> = unique
         .par_iter()
-        .map(|&i| compile(&kernels[i], opts))
-        .collect::<Result<_, _>>()?;
+        .map(|&i| {
+            let c = compile(&kernels[i], opts)?;
+            let n = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            done(n, unique.len(), &kernels[i].name);
+            Ok(c)
+        })
+        .collect::<Result<_, JitError>>()?;
     Ok(kernels
         .iter()
         .zip(slot)

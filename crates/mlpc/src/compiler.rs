@@ -85,6 +85,36 @@ pub struct Compiler {
     sparse_gemv: Option<bool>,
     /// The block-sparse persistent entries' work-item tables. `None`: [`bsr_walk_from_env`].
     bsr_walk: Option<bool>,
+    /// Told what a compilation is doing ([`Compiler::progress`]).
+    progress: Option<ProgressFn>,
+}
+
+/// What a compilation is doing, for a progress display ([`Compiler::progress`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress<'a> {
+    /// Reading the model file and its weights file, or generating the weights from the seed.
+    Loading(&'a Path),
+    /// Pruning, running the passes and lowering to the kernel plan.
+    Optimizing,
+    /// Generating the CUDA sources of this many kernels.
+    Generating(usize),
+    /// NVRTC has compiled (or the cache has given) `done` of the `total` distinct kernels, the
+    /// last of them `kernel` (empty before the first).
+    Compiling {
+        done: usize,
+        total: usize,
+        kernel: &'a str,
+    },
+}
+
+/// The callback of [`Compiler::progress`].
+#[derive(Clone)]
+struct ProgressFn(Arc<dyn Fn(Progress<'_>) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressFn")
+    }
 }
 
 /// Whether the block-sparse GEMMs get their small-M entries when the compiler is not told
@@ -246,8 +276,22 @@ impl Compiler {
         !self.no_autotune_cache
     }
 
+    /// Calls `f` as a compilation moves on ([`Progress`]), from the compiling threads: for a
+    /// progress display on long compilations (a large model's weights, many kernels for NVRTC).
+    pub fn progress(mut self, f: impl Fn(Progress<'_>) + Send + Sync + 'static) -> Compiler {
+        self.progress = Some(ProgressFn(Arc::new(f)));
+        self
+    }
+
+    fn report(&self, p: Progress<'_>) {
+        if let Some(f) = &self.progress {
+            (f.0)(p);
+        }
+    }
+
     /// Reads `model.json` (and the weights it names) and compiles it.
     pub fn compile_file(&self, path: &Path) -> Result<Compiled, Error> {
+        self.report(Progress::Loading(path));
         let model = mlpc_frontend::load_model(path)?;
         self.compile_model(model)
     }
@@ -257,6 +301,7 @@ impl Compiler {
     pub fn compile_model(&self, model: Model) -> Result<Compiled, Error> {
         check_environment()?;
         mlpc_ir::verify(&model.graph)?;
+        self.report(Progress::Optimizing);
         let sparse: Vec<SparseWeight> = model
             .sparsity
             .iter()
@@ -296,12 +341,22 @@ impl Compiler {
             CudaKernels::Skip => None,
             mode => {
                 let opts = self.codegen_options(self.arch.unwrap_or(Arch::Sm90), model.allow_tf32);
+                self.report(Progress::Generating(plan.kernels.len()));
                 let kernels = self.generate(&plan, &opts)?;
                 let jit = self.jit_options();
+                let compile_all = |kernels: &[CudaKernel]| {
+                    mlpc_jit::compile_all_reporting(kernels, &jit, &|done, total, kernel| {
+                        self.report(Progress::Compiling {
+                            done,
+                            total,
+                            kernel,
+                        })
+                    })
+                };
                 let compiled = match mode {
-                    CudaKernels::Require => Some(mlpc_jit::compile_all(&kernels, &jit)?),
+                    CudaKernels::Require => Some(compile_all(&kernels)?),
                     _ => match mlpc_jit::ensure_nvrtc() {
-                        Ok(_) => Some(mlpc_jit::compile_all(&kernels, &jit)?),
+                        Ok(_) => Some(compile_all(&kernels)?),
                         // A library named (MLPC_NVRTC_LIB) or found that is not usable NVRTC
                         // is an error, not a quiet "sources only".
                         Err(

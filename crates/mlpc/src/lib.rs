@@ -45,7 +45,8 @@ pub use backend::{Backend, UnknownBackend};
 pub use bundle::Bundle;
 pub use check::{plan_flops, tolerance, BenchOptions, BenchReport, CheckReport, OutputCheck};
 pub use compiler::{
-    check_environment, Compiled, Compiler, CudaKernels, CudaStatus, Summary, ENTRY_MAP_LIMIT,
+    check_environment, Compiled, Compiler, CudaKernels, CudaStatus, Progress, Summary,
+    ENTRY_MAP_LIMIT,
 };
 pub use error::Error;
 pub use mlpc_codegen::{Arch, TileChoice, TileKey, TileOverrides};

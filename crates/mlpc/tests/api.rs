@@ -425,3 +425,47 @@ fn launch_plans_refuse_sizes_no_launch_has() {
     assert!(map_err(132, u64::MAX).contains("at most 1048576"));
     assert!(c.entry_map(132, 64).unwrap().is_some());
 }
+
+/// A compilation tells its progress: the model read, the passes, the kernels generated, then
+/// NVRTC's count from 0 to the number of distinct kernels (the three layers of one shape
+/// compile once).
+#[test]
+fn a_compilation_reports_its_progress() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("deep.json");
+    std::fs::write(
+        &path,
+        r#"{ "mlpc": 1, "name": "deep", "dtype": "f32", "seed": 1,
+  "inputs": { "x": { "shape": ["T", 16] } },
+  "layers": [ { "op": "linear", "out": 16 }, { "op": "relu" },
+              { "op": "linear", "out": 16 }, { "op": "relu" },
+              { "op": "linear", "out": 16 }, { "op": "relu" } ] }"#,
+    )
+    .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let c = Compiler::new()
+        .no_cache(true)
+        .cuda_kernels(mlpc::CudaKernels::Require)
+        .progress(move |p| {
+            log.lock().unwrap().push(match p {
+                mlpc::Progress::Loading(p) => format!("loading {}", p.display()),
+                mlpc::Progress::Optimizing => "optimizing".into(),
+                mlpc::Progress::Generating(n) => format!("generating {n}"),
+                mlpc::Progress::Compiling { done, total, .. } => format!("{done}/{total}"),
+            })
+        })
+        .compile_file(&path)
+        .unwrap();
+    assert_eq!(c.plan().kernels.len(), 3);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            format!("loading {}", path.display()),
+            "optimizing".into(),
+            "generating 3".into(),
+            "0/1".into(),
+            "1/1".into(),
+        ]
+    );
+}
