@@ -4,8 +4,9 @@
 //! each tensor name to `{"dtype", "shape", "data_offsets": [begin, end]}` (offsets relative to the
 //! data that follows the header; an optional `"__metadata__"` maps strings to strings), then the
 //! data. The reader is our own so that every problem names the tensor it concerns (a truncated file
-//! says which tensor lies past its end); the writer uses the `safetensors` crate, so what we write
-//! is what every other reader expects.
+//! says which tensor lies past its end). The writer is our own too, so that a file too large for
+//! memory is an error rather than an abort; the tests check that the `safetensors` crate (the
+//! reference implementation) reads what it writes, and that it reads what that crate writes.
 
 use crate::error::{FrontendError, TensorFileError};
 use crate::json;
