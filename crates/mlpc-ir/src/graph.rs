@@ -9,7 +9,8 @@ use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 use smallvec::SmallVec;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -294,42 +295,121 @@ impl Graph {
     /// Nodes in a deterministic topological order: among ready nodes, the earliest added first.
     /// Returns the nodes on a cycle if there is one.
     pub fn topo_order(&self) -> Result<Vec<NodeId>, Vec<NodeId>> {
-        let mut indeg: BTreeMap<NodeId, usize> = BTreeMap::new();
-        for n in self.node_ids() {
-            indeg.insert(n, self.g.edges_directed(n.0, Direction::Incoming).count());
-        }
-        let mut ready: BinaryHeap<std::cmp::Reverse<NodeId>> = indeg
-            .iter()
-            .filter(|(_, &d)| d == 0)
-            .map(|(&n, _)| std::cmp::Reverse(n))
-            .collect();
-        let mut order = Vec::with_capacity(indeg.len());
-        while let Some(std::cmp::Reverse(n)) = ready.pop() {
+        let mut walk = TopoWalk::new(self);
+        let mut order = Vec::with_capacity(self.len());
+        while let Some(n) = walk.next(self) {
             order.push(n);
-            for e in self.g.edges_directed(n.0, Direction::Outgoing) {
-                let t = NodeId(e.target());
-                if let Some(d) = indeg.get_mut(&t) {
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.push(std::cmp::Reverse(t));
-                    }
-                }
-            }
         }
-        if order.len() == indeg.len() {
+        if order.len() == self.len() {
             Ok(order)
         } else {
-            Err(indeg
-                .into_iter()
-                .filter(|(_, d)| *d > 0)
-                .map(|(n, _)| n)
-                .collect())
+            Err(walk.unfinished(self))
         }
     }
 
     /// The one-line text form of a node, as in [`Graph`]'s `Display`.
     pub fn node_text(&self, id: NodeId) -> String {
         crate::print::node_line(self, id)
+    }
+}
+
+/// [`Graph::topo_order`] one node at a time, for a pass that rewrites the graph as it walks it.
+///
+/// A node's users are released only when the walk moves past it, so between two steps the caller
+/// may rewrite the node it was just given. The walk keeps, for every node not passed yet, the
+/// number of its operand edges from nodes not passed yet; a rewrite must leave those counts as
+/// they are: it may move edges from one node not passed yet to another, remove nodes not passed
+/// yet, and change the operands of the node just given, which it then hands to
+/// [`TopoWalk::revisit`]. If the nodes passed so far still start the rewritten graph's
+/// `topo_order` (for example when the rewrite changes nothing they read or use), the walk goes on
+/// exactly as that order does.
+#[derive(Clone, Debug)]
+pub struct TopoWalk {
+    /// Nodes not passed yet that wait for operands: how many operand edges are still to come.
+    waiting: HashMap<NodeId, usize>,
+    /// Nodes whose operands have all been passed; the earliest added comes first.
+    ready: BinaryHeap<Reverse<NodeId>>,
+    passed: HashSet<NodeId>,
+    /// The node returned last, whose users are released by the next step.
+    current: Option<NodeId>,
+}
+
+impl TopoWalk {
+    pub fn new(g: &Graph) -> TopoWalk {
+        let mut walk = TopoWalk {
+            waiting: HashMap::new(),
+            ready: BinaryHeap::new(),
+            passed: HashSet::new(),
+            current: None,
+        };
+        for n in g.node_ids() {
+            match g.g.edges_directed(n.0, Direction::Incoming).count() {
+                0 => walk.ready.push(Reverse(n)),
+                k => {
+                    walk.waiting.insert(n, k);
+                }
+            }
+        }
+        walk
+    }
+
+    /// Passes the node returned last (releasing its users) and returns the next one; `None` when
+    /// every node has been passed, or the rest lies on or after a cycle.
+    pub fn next(&mut self, g: &Graph) -> Option<NodeId> {
+        if let Some(n) = self.current.take() {
+            self.passed.insert(n);
+            for e in g.g.edges_directed(n.0, Direction::Outgoing) {
+                let t = NodeId(e.target());
+                if let Some(k) = self.waiting.get_mut(&t) {
+                    *k -= 1;
+                    if *k == 0 {
+                        self.waiting.remove(&t);
+                        self.ready.push(Reverse(t));
+                    }
+                }
+            }
+        }
+        while let Some(Reverse(n)) = self.ready.pop() {
+            if g.contains(n) {
+                self.current = Some(n);
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    /// The node returned last has new operands: it comes again once they have all been passed
+    /// (next, if they already have: it is still the earliest ready node).
+    pub fn revisit(&mut self, g: &Graph, n: NodeId) {
+        debug_assert_eq!(
+            self.current,
+            Some(n),
+            "only the node returned last can be revisited"
+        );
+        self.current = None;
+        let to_come =
+            g.g.edges_directed(n.0, Direction::Incoming)
+                .filter(|e| !self.passed.contains(&NodeId(e.source())))
+                .count();
+        match to_come {
+            0 => self.ready.push(Reverse(n)),
+            k => {
+                self.waiting.insert(n, k);
+            }
+        }
+    }
+
+    /// Whether the walk has moved past `n`: every node `n` depends on has been passed too.
+    pub fn passed(&self, n: NodeId) -> bool {
+        self.passed.contains(&n)
+    }
+
+    /// The nodes of `g` the walk has not reached, in insertion order: after the walk ended, the
+    /// nodes on a cycle and those after one.
+    pub fn unfinished(&self, g: &Graph) -> Vec<NodeId> {
+        g.node_ids()
+            .filter(|&n| !self.passed(n) && self.current != Some(n))
+            .collect()
     }
 }
 

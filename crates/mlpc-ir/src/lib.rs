@@ -19,7 +19,7 @@ pub mod tensor;
 pub mod types;
 pub mod verify;
 
-pub use graph::{BuildError, Graph, Node, NodeId, Output};
+pub use graph::{BuildError, Graph, Node, NodeId, Output, TopoWalk};
 pub use infer::infer;
 pub use inputs::{bind_inputs, InputError};
 pub use interp::{interpret, InterpError};

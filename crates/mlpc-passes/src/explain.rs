@@ -12,33 +12,59 @@ use crate::lower_block_sparse::{packed_weights, PackedWeight};
 use crate::plan::{intermediate_bytes, unfused_intermediate_bytes, unfused_kernel_count};
 use crate::provenance::{Fate, Provenance};
 use mlpc_ir::{Graph, Op, Plan};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
-/// Kernels of `plan` whose `covers` lists `node`, joined with ", ".
-fn kernels_covering(plan: &Plan, node: &str) -> String {
-    let names: Vec<&str> = plan
-        .kernels
-        .iter()
-        .filter(|k| k.covers.iter().any(|c| c == node))
-        .map(|k| k.name.as_str())
-        .collect();
-    if names.is_empty() {
-        "no kernel".into()
-    } else {
-        names.join(", ")
+/// The optimised graph and its plan, looked up by node name.
+struct ByName<'a> {
+    optimized: &'a Graph,
+    /// The ops of the optimised graph's nodes.
+    ops: BTreeMap<&'a str, &'a Op>,
+    /// For each source node, the kernels whose `covers` lists it, in launch order.
+    kernels: BTreeMap<&'a str, Vec<&'a str>>,
+}
+
+impl<'a> ByName<'a> {
+    fn new(optimized: &'a Graph, plan: &'a Plan) -> ByName<'a> {
+        let ops = optimized
+            .node_ids()
+            .map(|n| (optimized.node(n).name.as_str(), &optimized.node(n).op))
+            .collect();
+        let mut kernels: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for k in &plan.kernels {
+            for c in &k.covers {
+                let names = kernels.entry(c.as_str()).or_default();
+                if names.last() != Some(&k.name.as_str()) {
+                    names.push(k.name.as_str());
+                }
+            }
+        }
+        ByName {
+            optimized,
+            ops,
+            kernels,
+        }
+    }
+
+    /// Kernels whose `covers` lists `node`, joined with ", ".
+    fn kernels_covering(&self, node: &str) -> String {
+        match self.kernels.get(node) {
+            Some(names) => names.join(", "),
+            None => "no kernel".into(),
+        }
     }
 }
 
 /// What became of the source node `name` (whose source op is `op`).
-fn describe(optimized: &Graph, plan: &Plan, prov: &Provenance, name: &str, op: &Op) -> String {
-    let k = || kernels_covering(plan, name);
+fn describe(by_name: &ByName, prov: &Provenance, name: &str, op: &Op) -> String {
+    let k = || by_name.kernels_covering(name);
     match prov.fate(name).unwrap_or(&Fate::Live) {
         Fate::Removed => "removed (dead)".into(),
         Fate::MergedWith(m) => format!("merged with {m} (cse); computed by {}", k()),
         Fate::Cancelled(x) => format!("cancelled with another transpose; users read {x}"),
         Fate::FoldedIntoStrides(_) => format!("folded into strides of {}", k()),
         Fate::PackedAs(names) => {
-            let packed = packed_weights(optimized);
+            let packed = packed_weights(by_name.optimized);
             let each: Vec<String> = names
                 .iter()
                 .map(|p| match packed.iter().find(|w| &w.name == p) {
@@ -52,27 +78,24 @@ fn describe(optimized: &Graph, plan: &Plan, prov: &Provenance, name: &str, op: &
             format!("second GEMM of dual kernel {}", k())
         }
         Fate::FusedInto(_) => format!("fused into epilogue of {}", k()),
-        Fate::Live => {
-            let current = optimized.find(name).map(|n| optimized.node(n).op.clone());
-            match current.as_ref().unwrap_or(op) {
-                Op::Input => "input buffer (guarded)".into(),
-                Op::Weight if prov.stays_dense().contains_key(name) => {
-                    "weight buffer (selected for block sparsity, read dense: see below)".into()
-                }
-                Op::Weight => "weight buffer".into(),
-                Op::Transpose => {
-                    let by = k();
-                    if by == "no kernel" {
-                        "view (read through strides)".into()
-                    } else {
-                        format!("view, materialised by {by}")
-                    }
-                }
-                Op::MatMul | Op::Add | Op::Mul | Op::Act(_) | Op::Gemm(_) | Op::SparseGemm(_) => {
-                    format!("kernel {}", k())
+        Fate::Live => match by_name.ops.get(name).copied().unwrap_or(op) {
+            Op::Input => "input buffer (guarded)".into(),
+            Op::Weight if prov.stays_dense().contains_key(name) => {
+                "weight buffer (selected for block sparsity, read dense: see below)".into()
+            }
+            Op::Weight => "weight buffer".into(),
+            Op::Transpose => {
+                let by = k();
+                if by == "no kernel" {
+                    "view (read through strides)".into()
+                } else {
+                    format!("view, materialised by {by}")
                 }
             }
-        }
+            Op::MatMul | Op::Add | Op::Mul | Op::Act(_) | Op::Gemm(_) | Op::SparseGemm(_) => {
+                format!("kernel {}", k())
+            }
+        },
     }
 }
 
@@ -97,6 +120,7 @@ pub fn explain(original: &Graph, optimized: &Graph, plan: &Plan, prov: &Provenan
     let order: Vec<_> = original
         .topo_order()
         .unwrap_or_else(|_| original.node_ids().collect());
+    let by_name = ByName::new(optimized, plan);
     let rows: Vec<[String; 4]> = order
         .iter()
         .map(|&n| {
@@ -105,7 +129,7 @@ pub fn explain(original: &Graph, optimized: &Graph, plan: &Plan, prov: &Provenan
                 node.name.clone(),
                 node.op.mnemonic().to_string(),
                 node.ty.to_string(),
-                describe(optimized, plan, prov, &node.name, &node.op),
+                describe(&by_name, prov, &node.name, &node.op),
             ]
         })
         .collect();

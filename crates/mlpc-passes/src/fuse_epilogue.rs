@@ -29,9 +29,9 @@
 //! node's fate is [`Fate::FusedInto`] the GEMM. Values change only by the roundings fusion
 //! removes (the epilogue runs on the unrounded accumulator).
 
-use crate::pass::{topo, Pass, PassError};
+use crate::pass::{cycle_error, Pass, PassError};
 use crate::provenance::{Fate, Provenance};
-use mlpc_ir::{Dual, Epilogue, EpilogueChain, Gemm, Graph, MatLayout, NodeId, Op};
+use mlpc_ir::{Dual, Epilogue, EpilogueChain, Gemm, Graph, MatLayout, NodeId, Op, TopoWalk};
 use std::collections::BTreeSet;
 
 /// Fuses bias, activations, residuals, products and gated pairs into GEMM epilogues.
@@ -85,15 +85,17 @@ fn single_user(g: &Graph, n: NodeId) -> Option<(NodeId, usize)> {
     }
 }
 
-/// Whether `from` depends on `target` (target is reachable backwards over operands).
-fn depends_on(g: &Graph, from: NodeId, target: NodeId) -> bool {
+/// Whether `from` depends on `target`, the node `walk` returned last (target is reachable
+/// backwards over operands). Nodes the walk has passed come before `target` in topological order,
+/// so the search stops at them.
+fn depends_on(g: &Graph, walk: &TopoWalk, from: NodeId, target: NodeId) -> bool {
     let mut seen = BTreeSet::new();
     let mut stack = vec![from];
     while let Some(n) = stack.pop() {
         if n == target {
             return true;
         }
-        if seen.insert(n) {
+        if !walk.passed(n) && seen.insert(n) {
             stack.extend(g.operands(n));
         }
     }
@@ -213,62 +215,82 @@ fn try_dual(g: &mut Graph, prov: &mut Provenance, p: NodeId, q: NodeId, mul: Nod
     true
 }
 
-/// Applies one rewrite of `stage` (the first in topological order); returns whether it did.
-fn fuse_once(g: &mut Graph, prov: &mut Provenance, stage: Stage) -> Result<bool, PassError> {
-    for n in topo(g, "fuse-epilogue")? {
-        let Some((user, slot)) = single_user(g, n) else {
-            continue;
-        };
-        if g.node(user).ty.shape != g.node(n).ty.shape {
-            // The GEMM's result is the broadcast side of an add: not an epilogue.
+/// Applies the rewrites of `stage` in topological order: every one there is for
+/// [`Stage::ActAdd`], only the first for the other stages. Returns whether it rewrote anything.
+///
+/// Rules are tried in priority order, each from the start of the graph's current topological
+/// order, until none applies. After an activation or an add, a walk need not start over: the
+/// nodes before the GEMM keep their place, and none of them can fuse now (the only node whose
+/// user changed is the add's other operand, whose user is now a GEMM). So the walk goes on at the
+/// GEMM, which comes again at once, or after its new operand. A product may let an activation or
+/// an add fuse again, so after one the caller starts over.
+fn fuse_stage(g: &mut Graph, prov: &mut Provenance, stage: Stage) -> Result<bool, PassError> {
+    let mut walk = TopoWalk::new(g);
+    let mut changed = false;
+    while let Some(n) = walk.next(g) {
+        if !fuse_at(g, prov, &walk, n, stage) {
             continue;
         }
-        let other = g.operands(user).get(1 - slot.min(1)).copied();
-        match (&g.node(user).op, stage) {
-            (Op::Act(a), Stage::ActAdd) => {
-                let a = *a;
-                append_step(g, prov, n, user, |_| Epilogue::Act(a), None);
-                return Ok(true);
-            }
-            (Op::Add, Stage::ActAdd) => {
-                let Some(v) = other else { continue };
-                if depends_on(g, v, n) {
-                    continue;
-                }
-                let step: fn(usize) -> Epilogue = if g.node(v).ty.shape == g.node(n).ty.shape {
-                    |operand| Epilogue::Add { operand }
-                } else {
-                    |operand| Epilogue::Bias { operand }
-                };
-                append_step(g, prov, n, user, step, Some(v));
-                return Ok(true);
-            }
-            (Op::Mul, Stage::Dual) => {
-                if let Some(v) = other {
-                    if try_dual(g, prov, n, v, user) {
-                        return Ok(true);
-                    }
-                }
-            }
-            (Op::Mul, Stage::MulSettled | Stage::MulAny) => {
-                let Some(v) = other else { continue };
-                if depends_on(g, v, n) || (stage == Stage::MulSettled && may_still_fuse(g, v)) {
-                    continue;
-                }
-                append_step(
-                    g,
-                    prov,
-                    n,
-                    user,
-                    |operand| Epilogue::Mul { operand },
-                    Some(v),
-                );
-                return Ok(true);
-            }
-            _ => {}
+        if stage != Stage::ActAdd {
+            return Ok(true);
         }
+        changed = true;
+        walk.revisit(g, n);
     }
-    Ok(false)
+    match walk.unfinished(g)[..] {
+        [] => Ok(changed),
+        ref cycle => Err(cycle_error(g, "fuse-epilogue", cycle)),
+    }
+}
+
+/// Applies the rewrite of `stage` at `n`, the node `walk` returned last, if there is one;
+/// returns whether it did.
+fn fuse_at(g: &mut Graph, prov: &mut Provenance, walk: &TopoWalk, n: NodeId, stage: Stage) -> bool {
+    let Some((user, slot)) = single_user(g, n) else {
+        return false;
+    };
+    if g.node(user).ty.shape != g.node(n).ty.shape {
+        // The GEMM's result is the broadcast side of an add: not an epilogue.
+        return false;
+    }
+    let other = g.operands(user).get(1 - slot.min(1)).copied();
+    match (&g.node(user).op, stage) {
+        (Op::Act(a), Stage::ActAdd) => {
+            let a = *a;
+            append_step(g, prov, n, user, |_| Epilogue::Act(a), None);
+            true
+        }
+        (Op::Add, Stage::ActAdd) => {
+            let Some(v) = other else { return false };
+            if depends_on(g, walk, v, n) {
+                return false;
+            }
+            let step: fn(usize) -> Epilogue = if g.node(v).ty.shape == g.node(n).ty.shape {
+                |operand| Epilogue::Add { operand }
+            } else {
+                |operand| Epilogue::Bias { operand }
+            };
+            append_step(g, prov, n, user, step, Some(v));
+            true
+        }
+        (Op::Mul, Stage::Dual) => other.is_some_and(|v| try_dual(g, prov, n, v, user)),
+        (Op::Mul, Stage::MulSettled | Stage::MulAny) => {
+            let Some(v) = other else { return false };
+            if depends_on(g, walk, v, n) || (stage == Stage::MulSettled && may_still_fuse(g, v)) {
+                return false;
+            }
+            append_step(
+                g,
+                prov,
+                n,
+                user,
+                |operand| Epilogue::Mul { operand },
+                Some(v),
+            );
+            true
+        }
+        _ => false,
+    }
 }
 
 impl Pass for FuseEpilogue {
@@ -284,9 +306,12 @@ impl Pass for FuseEpilogue {
         let mut changed = false;
         'fixpoint: loop {
             for stage in STAGES {
-                if fuse_once(g, prov, stage)? {
+                // `fuse_stage` leaves no activation or add to fuse: the next stage follows.
+                if fuse_stage(g, prov, stage)? {
                     changed = true;
-                    continue 'fixpoint;
+                    if stage != Stage::ActAdd {
+                        continue 'fixpoint;
+                    }
                 }
             }
             return Ok(changed);

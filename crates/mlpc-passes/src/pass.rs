@@ -96,12 +96,17 @@ fn quoted_pass(name: &str) -> String {
 
 /// The topological order of `g`, or a [`PassError::Cycle`] naming the nodes on a cycle.
 pub(crate) fn topo(g: &Graph, pass: &'static str) -> Result<Vec<mlpc_ir::NodeId>, PassError> {
-    g.topo_order().map_err(|cycle| PassError::Cycle {
+    g.topo_order().map_err(|cycle| cycle_error(g, pass, &cycle))
+}
+
+/// The [`PassError::Cycle`] of `pass` naming the nodes `cycle` of `g`.
+pub(crate) fn cycle_error(g: &Graph, pass: &'static str, cycle: &[mlpc_ir::NodeId]) -> PassError {
+    PassError::Cycle {
         pass,
         nodes: cycle
             .iter()
             .map(|&n| format!("`{}`", g.node(n).name))
             .collect::<Vec<_>>()
             .join(", "),
-    })
+    }
 }

@@ -102,10 +102,13 @@ pub fn kernel_base_name(op: &Op, dtype: DType) -> String {
 
 struct Lowering<'g> {
     g: &'g Graph,
-    prov: &'g Provenance,
+    /// The source nodes each live node computes ([`Provenance::coverage`]).
+    coverage: BTreeMap<String, Vec<String>>,
     plan: Plan,
     buf_of: BTreeMap<NodeId, BufferId>,
     kernel_names: BTreeSet<String>,
+    /// For each base name given a suffix: the suffix to try first (those below it are taken).
+    next_suffix: BTreeMap<String, usize>,
 }
 
 impl Lowering<'_> {
@@ -120,12 +123,16 @@ impl Lowering<'_> {
         id
     }
 
+    /// `base`, or if it is taken, `base_1`, `base_2`, ...: the first that is not.
     fn unique_kernel_name(&mut self, base: String) -> String {
         let name = if self.kernel_names.contains(&base) {
-            (1..)
-                .map(|i| format!("{base}_{i}"))
-                .find(|n| !self.kernel_names.contains(n))
-                .unwrap_or_default()
+            let next = self.next_suffix.entry(base.clone()).or_insert(1);
+            while self.kernel_names.contains(&format!("{base}_{next}")) {
+                *next += 1;
+            }
+            let name = format!("{base}_{next}");
+            *next += 1;
+            name
         } else {
             base
         };
@@ -135,11 +142,9 @@ impl Lowering<'_> {
 
     fn covers(&self, node: NodeId) -> Vec<String> {
         let name = &self.g.node(node).name;
-        let covers = self.prov.covered_by(name);
-        if covers.is_empty() {
-            vec![name.clone()]
-        } else {
-            covers
+        match self.coverage.get(name) {
+            Some(covers) if !covers.is_empty() => covers.clone(),
+            _ => vec![name.clone()],
         }
     }
 
@@ -207,7 +212,7 @@ pub fn lower_plan(g: &Graph, prov: &Provenance) -> Result<Plan, PlanError> {
 
     let mut low = Lowering {
         g,
-        prov,
+        coverage: prov.coverage(),
         plan: Plan {
             name: g.name.clone(),
             dtype,
@@ -218,6 +223,7 @@ pub fn lower_plan(g: &Graph, prov: &Provenance) -> Result<Plan, PlanError> {
         },
         buf_of: BTreeMap::new(),
         kernel_names: BTreeSet::new(),
+        next_suffix: BTreeMap::new(),
     };
 
     for &n in &order {

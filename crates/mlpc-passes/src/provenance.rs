@@ -141,4 +141,15 @@ impl Provenance {
             .cloned()
             .collect()
     }
+
+    /// [`Provenance::covered_by`] of every live node that computes some source node, by name.
+    pub fn coverage(&self) -> BTreeMap<String, Vec<String>> {
+        let mut covers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for n in &self.original {
+            for t in self.targets(n) {
+                covers.entry(t).or_default().push(n.clone());
+            }
+        }
+        covers
+    }
 }

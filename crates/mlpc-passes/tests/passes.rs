@@ -7,7 +7,7 @@ use mlpc_ir::{
     interpret, verify, Activation, BufferKind, DType, Epilogue, Graph, MatLayout, Op, Plan,
 };
 use mlpc_passes::{
-    lower_plan, Cse, Dce, Fate, FoldTranspose, FuseEpilogue, Pass, PassError, Pipeline,
+    explain, lower_plan, Cse, Dce, Fate, FoldTranspose, FuseEpilogue, Pass, PassError, Pipeline,
     PipelineOptions, Provenance,
 };
 
@@ -491,4 +491,38 @@ fn fuse_epilogue_alone_turns_matmuls_into_gemms_when_fusing() {
         ]
     );
     assert_same_values(&g, &opt, false);
+}
+
+/// A chain of 3000 layers (linear, bias, relu) through the pipeline, the lowering and `--explain`:
+/// one kernel a layer. Every step is linear in the depth (or n log n); one that is quadratic (a
+/// topological sort after every fusion, a scan of all source nodes or all kernels for each
+/// kernel or node) makes this test take minutes instead of a second.
+#[test]
+fn a_deep_chain_fuses_lowers_and_explains_one_kernel_a_layer() {
+    const LAYERS: usize = 3000;
+    let mut b = Builder::new("deep", DType::F32, 7);
+    let mut h = b.input("x", &[t(), d(4)]);
+    for i in 0..LAYERS {
+        let l = b.linear(&format!("fc{i}"), h, 4, 4, true);
+        h = b.act(&format!("relu{i}"), Activation::Relu, l);
+    }
+    b.output("y", h);
+    let g = b.finish();
+    let (opt, prov, plan) = run_default(&g);
+    assert_eq!(plan.kernels.len(), LAYERS);
+    let last = &plan.kernels[LAYERS - 1];
+    assert_eq!(last.name, format!("gemm_bias_relu_f32_nt_{}", LAYERS - 1));
+    let l = LAYERS - 1;
+    let covers = [
+        format!("fc{l}.weight.t"),
+        format!("fc{l}"),
+        format!("fc{l}.add"),
+        format!("relu{l}"),
+    ];
+    assert_eq!(last.covers, covers);
+    let text = explain(&g, &opt, &plan, &prov);
+    assert!(
+        text.contains(&format!("fused into epilogue of {}", last.name)),
+        "{text}"
+    );
 }
