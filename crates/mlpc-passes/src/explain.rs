@@ -178,16 +178,13 @@ pub fn explain(original: &Graph, optimized: &Graph, plan: &Plan, prov: &Provenan
     if !packed.is_empty() {
         // A source weight packed more than once (for each layout or pairing it is read in)
         // counts its dense bytes once.
-        let sources: Vec<u64> = original
-            .node_ids()
-            .filter_map(|n| match prov.fate(&original.node(n).name) {
-                Some(Fate::PackedAs(names)) => packed
-                    .iter()
-                    .find(|w| names.contains(&w.name))
-                    .map(|w| w.dense_bytes),
-                _ => None,
-            })
-            .collect();
+        // (A packed weight whose source is not recorded counts as a source of its own.)
+        let mut by_source: BTreeMap<&str, u64> = BTreeMap::new();
+        for w in &packed {
+            let source = prov.packed_from(&w.name).unwrap_or(&w.name);
+            by_source.insert(source, w.dense_bytes);
+        }
+        let sources: Vec<u64> = by_source.into_values().collect();
         let dense: u64 = sources.iter().sum();
         let kept: u64 = packed.iter().map(|w| w.packed_bytes).sum();
         let index: u64 = packed.iter().map(|w| w.index_bytes).sum();

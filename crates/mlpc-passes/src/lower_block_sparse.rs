@@ -238,6 +238,7 @@ impl Pass for LowerBlockSparse {
                                 message: e.to_string(),
                             }
                         })?;
+                        prov.record_packed(bsr_name.clone(), name.clone());
                         prov.created(bsr_name);
                         packed.push((name.clone(), pattern.clone(), transposed, p));
                         p

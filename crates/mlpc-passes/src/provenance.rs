@@ -54,6 +54,9 @@ pub struct Provenance {
     fates: BTreeMap<String, Fate>,
     /// Weights selected for block sparsity that some reader still reads dense, and why.
     stays_dense: BTreeMap<String, String>,
+    /// Each packed weight's dense source (`lower-block-sparse`), whether or not the source
+    /// stays.
+    packed_from: BTreeMap<String, String>,
 }
 
 impl Provenance {
@@ -66,6 +69,7 @@ impl Provenance {
             original,
             fates,
             stays_dense: BTreeMap::new(),
+            packed_from: BTreeMap::new(),
         }
     }
 
@@ -89,6 +93,16 @@ impl Provenance {
         self.stays_dense
             .entry(weight.into())
             .or_insert_with(|| why.into());
+    }
+
+    /// Records that `packed` is the weight `source` packed block-sparse (`lower-block-sparse`).
+    pub fn record_packed(&mut self, packed: impl Into<String>, source: impl Into<String>) {
+        self.packed_from.insert(packed.into(), source.into());
+    }
+
+    /// The dense weight the packed weight `packed` was made from.
+    pub fn packed_from(&self, packed: &str) -> Option<&str> {
+        self.packed_from.get(packed).map(String::as_str)
     }
 
     /// The weights selected for block sparsity that stay dense, with why, by name.

@@ -410,6 +410,11 @@ fn selected_weights_read_dense_are_recorded_with_why() {
         text.contains("selected for block sparsity but read dense: 1\n  w: `z` (add)"),
         "{text}"
     );
+    // Its dense bytes count in the total though it stays (it was counted only when removed).
+    assert!(
+        text.contains("block-sparse weights: 1 packed, 2048 bytes dense"),
+        "{text}"
+    );
 
     // A weight read as `w` and as `w^T` is packed once for each; --explain's total counts its
     // dense bytes once (it counted them twice, as if packing both halved the memory).
