@@ -489,7 +489,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             let (backend, note) = pick_backend(backend)?;
             let compiled = render::compile_file(graphs.apply(opts.compiler_for(backend)?), &model)?;
             warn(&compiled);
-            let inputs = mlpc::read_tensors(&input)?;
+            let inputs = compiled.read_inputs(&input)?;
             let outputs = compiled.run(backend, &inputs)?;
             mlpc::write_tensors(&output, &outputs)?;
             out!(

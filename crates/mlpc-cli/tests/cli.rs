@@ -1143,6 +1143,36 @@ fn misspelt_switches_in_the_environment_are_errors() {
     }
 }
 
+/// A tensor the model does not take is an unexpected input, whatever its dtype (an integer one
+/// was refused for its dtype, as if the model could have read it).
+#[test]
+fn an_extra_integer_tensor_is_an_unexpected_input() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    let header = r#"{"extra":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},"r":{"dtype":"F32","shape":[2,8],"data_offsets":[16,80]},"x":{"dtype":"F32","shape":[2,8],"data_offsets":[80,144]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.as_bytes());
+    bytes.extend([0u8; 144]);
+    fs::write(d.join("in.safetensors"), bytes).unwrap();
+    let t = fails(
+        d,
+        &[
+            "run",
+            "residual.json",
+            "-i",
+            "in.safetensors",
+            "-o",
+            "out.safetensors",
+            "--backend",
+            "reference",
+        ],
+    );
+    assert!(
+        t.contains("error: unexpected input `extra`: the model's inputs are `x`, `r`"),
+        "{t}"
+    );
+}
+
 /// A generated weight whose bytes cannot be allocated is an error naming it, not an abort
 /// (the process is limited to 700 MB of address space; the weight takes 1 GiB).
 #[test]

@@ -19,7 +19,9 @@ mod tensors;
 pub use error::{FrontendError, Hint, ModelError, RandomInputError, TensorFileError};
 pub use generate::{check_bound_symbols, random_inputs, MAX_GENERATED_ELEMENTS};
 pub use model::FORMAT_VERSION;
-pub use tensors::{parse_tensors, read_tensors, serialize_tensors, write_tensors};
+pub use tensors::{
+    parse_tensors, read_tensors, read_tensors_named, serialize_tensors, write_tensors,
+};
 
 use std::path::{Path, PathBuf};
 

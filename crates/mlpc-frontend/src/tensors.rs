@@ -25,6 +25,26 @@ pub fn read_tensors(path: &Path) -> Result<BTreeMap<String, HostTensor>, Fronten
     parse_tensors(file.bytes(), path)
 }
 
+/// Reads the tensors of a safetensors file whose names are in `wanted` (F32, F16 or BF16), and
+/// names the file's other tensors, which are not read (nor their dtypes checked): for a caller
+/// that refuses them in words of its own, e.g. as unexpected inputs.
+pub fn read_tensors_named(
+    path: &Path,
+    wanted: &[&str],
+) -> Result<(BTreeMap<String, HostTensor>, Vec<String>), FrontendError> {
+    let file = TensorFile::open(path)?;
+    let mut read = BTreeMap::new();
+    let mut others = Vec::new();
+    for name in file.names() {
+        if !wanted.contains(&name.as_str()) {
+            others.push(name.clone());
+        } else if let Some(t) = file.get(name) {
+            read.insert(name.clone(), t?);
+        }
+    }
+    Ok((read, others))
+}
+
 /// Parses the bytes of a safetensors file; `path` only names the file in errors. Every tensor
 /// must be F32, F16 or BF16.
 pub fn parse_tensors(

@@ -458,6 +458,31 @@ impl Compiled {
         &self.model.graph
     }
 
+    /// Reads the model's inputs from a safetensors file, by name. A tensor the model does not
+    /// take is refused as an unexpected input before any dtype of it is looked at (an integer
+    /// tensor beside the inputs is an unexpected input, not an unsupported dtype).
+    pub fn read_inputs(&self, path: &Path) -> Result<Tensors, Error> {
+        let g = self.graph();
+        let names: Vec<&str> = g
+            .inputs()
+            .iter()
+            .map(|&i| g.node(i).name.as_str())
+            .collect();
+        let (inputs, others) = mlpc_frontend::read_tensors_named(path, &names)?;
+        match others.into_iter().next() {
+            Some(name) => Err(mlpc_ir::InterpError::Input(mlpc_ir::InputError::Unknown {
+                name,
+                known: names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+            .into()),
+            None => Ok(inputs),
+        }
+    }
+
     /// The graph after the passes: what the kernels compute.
     pub fn optimized(&self) -> &Graph {
         &self.optimized
