@@ -42,6 +42,27 @@ pub enum InputError {
     },
 }
 
+/// Refuses the first name of `given` that is no input of the graph
+/// ([`InputError::Unknown`], listing the inputs).
+pub fn check_input_names<'a>(
+    g: &Graph,
+    given: impl IntoIterator<Item = &'a str>,
+) -> Result<(), InputError> {
+    let inputs = g.inputs();
+    let names: Vec<&str> = inputs.iter().map(|&i| g.node(i).name.as_str()).collect();
+    match given.into_iter().find(|n| !names.contains(n)) {
+        Some(n) => Err(InputError::Unknown {
+            name: n.to_string(),
+            known: names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Checks the inputs named and shaped by `lookup` (name → dtype and shape) against the graph's
 /// inputs, and binds every symbolic dimension. `given` lists the names the caller supplied, so that
 /// unknown names are refused too.
@@ -50,17 +71,8 @@ pub fn bind_inputs<'a>(
     given: impl IntoIterator<Item = &'a str>,
     lookup: impl Fn(&str) -> Option<(DType, Vec<usize>)>,
 ) -> Result<Bindings, InputError> {
+    check_input_names(g, given)?;
     let inputs = g.inputs();
-    let names: Vec<&str> = inputs.iter().map(|&i| g.node(i).name.as_str()).collect();
-    for n in given {
-        if !names.contains(&n) {
-            let known: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
-            return Err(InputError::Unknown {
-                name: n.to_string(),
-                known: known.join(", "),
-            });
-        }
-    }
     let mut b = Bindings::new();
     let mut binder: Vec<(String, String)> = Vec::new();
     for &i in &inputs {

@@ -469,18 +469,9 @@ impl Compiled {
             .map(|&i| g.node(i).name.as_str())
             .collect();
         let (inputs, others) = mlpc_frontend::read_tensors_named(path, &names)?;
-        match others.into_iter().next() {
-            Some(name) => Err(mlpc_ir::InterpError::Input(mlpc_ir::InputError::Unknown {
-                name,
-                known: names
-                    .iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
-            .into()),
-            None => Ok(inputs),
-        }
+        mlpc_ir::check_input_names(g, others.iter().map(String::as_str))
+            .map_err(mlpc_ir::InterpError::Input)?;
+        Ok(inputs)
     }
 
     /// The graph after the passes: what the kernels compute.
