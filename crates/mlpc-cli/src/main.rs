@@ -476,7 +476,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     });
                 }
                 let bundle = mlpc::Bundle::load(&model)?;
-                let inputs = mlpc::read_tensors(&input)?;
+                let inputs = bundle.read_inputs(&input)?;
                 let outputs = bundle.run_with(&inputs, graphs.run_options())?;
                 mlpc::write_tensors(&output, &outputs)?;
                 let name = bundle.plan().name.clone();

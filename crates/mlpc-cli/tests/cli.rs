@@ -1171,6 +1171,27 @@ fn an_extra_integer_tensor_is_an_unexpected_input() {
         t.contains("error: unexpected input `extra`: the model's inputs are `x`, `r`"),
         "{t}"
     );
+    // A compiled directory reads only the tensors its guards check, and refuses the others
+    // (it read every tensor of the file, and refused this one for its dtype).
+    succeeds(
+        d,
+        &["compile", "residual.json", "-o", "build", "--emit-weights"],
+    );
+    let t = fails(
+        d,
+        &[
+            "run",
+            "build",
+            "-i",
+            "in.safetensors",
+            "-o",
+            "out.safetensors",
+        ],
+    );
+    assert!(
+        t.contains("error: unexpected input `extra`: the compiled model's inputs are `x`, `r`"),
+        "{t}"
+    );
 }
 
 /// A generated weight whose bytes cannot be allocated is an error naming it, not an abort

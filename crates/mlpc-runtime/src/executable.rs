@@ -499,6 +499,20 @@ impl Executable {
         self.check_with(inputs, TensorRef::meta)
     }
 
+    /// [`Executable::check`] for host tensors, as [`Executable::run_host`] would upload them:
+    /// a tensor the guards refuse for its name, dtype or shape is refused before any copy.
+    pub fn check_host(
+        &self,
+        inputs: &BTreeMap<String, HostTensor>,
+    ) -> Result<Bindings, GuardError> {
+        let ordinal = self.device.ordinal();
+        let metas: Vec<(&str, TensorMeta)> = inputs
+            .iter()
+            .map(|(n, t)| (n.as_str(), TensorMeta::of_upload(t, ordinal)))
+            .collect();
+        self.check_metas(&metas)
+    }
+
     fn check_with<T>(
         &self,
         inputs: &BTreeMap<String, T>,
@@ -834,12 +848,15 @@ impl Executable {
         Ok(t)
     }
 
-    /// Convenience for callers holding host tensors: upload, run, download, synchronise.
+    /// Convenience for callers holding host tensors: check, upload, run, download,
+    /// synchronise. Inputs the guards refuse are refused before they are copied (a tensor of
+    /// the wrong shape may not even fit on the device).
     pub fn run_host(
         &self,
         inputs: &BTreeMap<String, HostTensor>,
         opts: RunOptions,
     ) -> Result<BTreeMap<String, HostTensor>, RuntimeError> {
+        self.check_host(inputs)?;
         let mut dev = BTreeMap::new();
         for (n, t) in inputs {
             dev.insert(n.clone(), self.device.upload(t)?);

@@ -20,6 +20,22 @@ pub struct TensorMeta {
 }
 
 impl TensorMeta {
+    /// What the guards see of `t` once [`crate::Device::upload`] has copied it to device
+    /// `device`, known before the copy: row-major, its allocation's length (one byte for an
+    /// empty tensor, as the upload allocates) and no address yet (0, which every alignment
+    /// passes: the uploaded tensor's address is checked when it runs). So that a tensor the
+    /// guards refuse is refused before it takes device memory.
+    pub fn of_upload(t: &mlpc_ir::HostTensor, device: usize) -> TensorMeta {
+        TensorMeta {
+            dtype: t.dtype(),
+            shape: t.shape().to_vec(),
+            strides: TensorMeta::contiguous_strides(t.shape()),
+            address: 0,
+            bytes: t.bytes().len().max(1) as u64,
+            device,
+        }
+    }
+
     /// Bytes from element 0 to the end of the furthest element `shape` and `strides` reach (0
     /// for an empty shape), or `None` when that overflows.
     pub fn extent_bytes(&self) -> Option<u64> {
@@ -127,6 +143,30 @@ fn pattern(g: &Guard) -> String {
     format!("{}[{}]", g.dtype, d.join(","))
 }
 
+/// Refuses the first name of `given` that no guard of `plan` checks ([`GuardError::Unknown`],
+/// listing the inputs): what [`check_guards`] checks first, for callers that hold only names
+/// (e.g. a file's tensors, before any is read).
+pub fn check_input_names<'a>(
+    plan: &Plan,
+    given: impl IntoIterator<Item = &'a str>,
+) -> Result<(), GuardError> {
+    match given
+        .into_iter()
+        .find(|n| !plan.guards.iter().any(|g| g.tensor == *n))
+    {
+        Some(name) => Err(GuardError::Unknown {
+            tensor: name.to_string(),
+            known: plan
+                .guards
+                .iter()
+                .map(|g| format!("`{}`", g.tensor))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Checks every guard of `plan` against the given tensors and binds the symbolic dims.
 /// `device` is the ordinal the model runs on.
 pub fn check_guards<'a>(
@@ -135,19 +175,7 @@ pub fn check_guards<'a>(
     tensors: impl IntoIterator<Item = (&'a str, &'a TensorMeta)>,
 ) -> Result<Bindings, GuardError> {
     let tensors: Vec<(&str, &TensorMeta)> = tensors.into_iter().collect();
-    for (name, _) in &tensors {
-        if !plan.guards.iter().any(|g| g.tensor == *name) {
-            let known: Vec<String> = plan
-                .guards
-                .iter()
-                .map(|g| format!("`{}`", g.tensor))
-                .collect();
-            return Err(GuardError::Unknown {
-                tensor: name.to_string(),
-                known: known.join(", "),
-            });
-        }
-    }
+    check_input_names(plan, tensors.iter().map(|(n, _)| *n))?;
     let mut bindings = Bindings::new();
     for g in &plan.guards {
         // The name is copied into an error only: a run that passes allocates no string here.
@@ -283,8 +311,53 @@ mod tests {
         }
     }
 
+    fn host(dtype: DType, shape: &[usize]) -> mlpc_ir::HostTensor {
+        let n = shape.iter().product::<usize>() * dtype.size_bytes();
+        mlpc_ir::HostTensor::from_bytes(dtype, shape.to_vec(), vec![0; n]).unwrap()
+    }
+
     fn sym_plan() -> Plan {
         plan(Shape::from_vec(vec![Dim::sym("T"), Dim::Fixed(768)]))
+    }
+
+    #[test]
+    fn a_host_tensor_is_checked_as_its_upload_will_be_laid_out() {
+        let p = sym_plan();
+        let t = host(DType::Bf16, &[3, 768]);
+        let m = TensorMeta::of_upload(&t, 0);
+        assert_eq!(m.strides, vec![768, 1]);
+        assert_eq!(m.bytes, 2 * 3 * 768);
+        assert_eq!(check_guards(&p, 0, [("x", &m)]).unwrap().get("T"), Some(3));
+        // The name, dtype and shape are refused before the tensor is copied anywhere.
+        let f = host(DType::F32, &[3, 768]);
+        assert!(matches!(
+            check_guards(&p, 0, [("x", &TensorMeta::of_upload(&f, 0))]),
+            Err(GuardError::DType { .. })
+        ));
+        let w = host(DType::Bf16, &[3, 769]);
+        assert!(matches!(
+            check_guards(&p, 0, [("x", &TensorMeta::of_upload(&w, 0))]),
+            Err(GuardError::Shape { .. })
+        ));
+        // An empty tensor is uploaded into one byte: the guards name its empty dim.
+        let e = host(DType::Bf16, &[0, 768]);
+        assert_eq!(TensorMeta::of_upload(&e, 0).bytes, 1);
+        assert!(matches!(
+            check_guards(&p, 0, [("x", &TensorMeta::of_upload(&e, 0))]),
+            Err(GuardError::Empty { .. })
+        ));
+    }
+
+    #[test]
+    fn names_alone_are_checked_against_the_guards() {
+        let p = sym_plan();
+        assert_eq!(check_input_names(&p, ["x"]), Ok(()));
+        assert_eq!(check_input_names(&p, std::iter::empty()), Ok(()));
+        let e = check_input_names(&p, ["x", "y"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unexpected input `y`: the compiled model's inputs are `x`"
+        );
     }
 
     #[test]

@@ -24,5 +24,5 @@ pub use executable::{
     RunOptions, Runs, RuntimeError, TimingOptions, Timings,
 };
 pub use graph::GraphStats;
-pub use guard::{check_guards, GuardError, TensorMeta};
+pub use guard::{check_guards, check_input_names, GuardError, TensorMeta};
 pub use launch::KernelArg;

@@ -165,6 +165,17 @@ impl Bundle {
         Ok(exe)
     }
 
+    /// Reads the compiled model's inputs from a safetensors file, by name: only the tensors its
+    /// guards check are read; any other tensor is an unexpected input, refused before its dtype
+    /// or data is looked at (as [`crate::Compiled::read_inputs`] does for a model).
+    pub fn read_inputs(&self, path: &Path) -> Result<Tensors, Error> {
+        let names: Vec<&str> = self.plan.guards.iter().map(|g| g.tensor.as_str()).collect();
+        let (inputs, others) = mlpc_frontend::read_tensors_named(path, &names)?;
+        mlpc_runtime::check_input_names(&self.plan, others.iter().map(String::as_str))
+            .map_err(mlpc_runtime::RuntimeError::from)?;
+        Ok(inputs)
+    }
+
     /// Uploads `inputs`, runs the plan, downloads the outputs.
     pub fn run(&self, inputs: &Tensors) -> Result<Tensors, Error> {
         self.run_with(inputs, RunOptions::default())

@@ -254,6 +254,22 @@ fn a_compiled_directory_with_its_weights_loads_on_its_own() {
     }
     let b = mlpc::Bundle::load(&dir).unwrap();
     assert_eq!(b.plan(), c.plan());
+    // Its inputs are read by the names its guards check; another tensor is an unexpected input.
+    let inputs = c.random_inputs(&[("T", 2)], 0).unwrap();
+    let file = tmp.path().join("inputs.safetensors");
+    mlpc::write_tensors(&file, &inputs).unwrap();
+    assert_eq!(b.read_inputs(&file).unwrap(), inputs);
+    let mut extra = inputs.clone();
+    let (name, x) = inputs.iter().next().unwrap();
+    extra.insert(format!("{name}_copy"), x.clone());
+    mlpc::write_tensors(&file, &extra).unwrap();
+    let e = b.read_inputs(&file).unwrap_err();
+    assert!(
+        e.to_string().starts_with(&format!(
+            "unexpected input `{name}_copy`: the compiled model's inputs are"
+        )),
+        "{e}"
+    );
     // Without a GPU the bundle loads but cannot run; with one it runs (checked on the GPU).
     if !mlpc::runtime::driver_present() {
         let inputs = c.random_inputs(&[("T", 2)], 0).unwrap();
