@@ -209,16 +209,14 @@ impl Pass for LowerBlockSparse {
                 let node = match known {
                     Some(p) => p,
                     None => {
-                        let data = g
-                            .weight(&name)
-                            .cloned()
-                            .ok_or_else(|| PassError::Sparsity {
-                                weight: name.clone(),
-                                message: "the weight node has no data".to_string(),
-                            })?;
+                        // Borrowed: the pattern packs from the graph's own copy.
+                        let data = g.weight(&name).ok_or_else(|| PassError::Sparsity {
+                            weight: name.clone(),
+                            message: "the weight node has no data".to_string(),
+                        })?;
                         let bsr =
                             pattern
-                                .pack(&data, transposed)
+                                .pack(data, transposed)
                                 .ok_or_else(|| PassError::Sparsity {
                                     weight: name.clone(),
                                     message: format!(

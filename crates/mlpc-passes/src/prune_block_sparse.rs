@@ -184,12 +184,12 @@ pub fn kept_blocks(
     let mut kept: Vec<usize> = match density {
         None => {
             // A block is zero when every element is +0 or -0; NaN counts as data.
-            let v = w.to_f64();
+            // Element by element: a copy of the weight in f64 would take four times its bytes.
             let inp = w.shape()[1];
             let [br, bc] = block.map(|d| d as usize);
             let mut nonzero = vec![false; norms.len()];
-            for (i, x) in v.iter().enumerate() {
-                if *x != 0.0 {
+            for i in 0..w.numel() {
+                if w.get(i) != 0.0 {
                     nonzero[((i / inp) / br) * grid.1 + (i % inp) / bc] = true;
                 }
             }
@@ -262,18 +262,19 @@ impl Pass for PruneBlockSparse {
             let is_weight_node = g
                 .find(&spec.weight)
                 .is_some_and(|n| g.node(n).op == Op::Weight);
-            let Some(w) = g.weight(&spec.weight).filter(|_| is_weight_node).cloned() else {
+            // Borrowed, not copied: the pruned copy is the only new one.
+            let Some(w) = g.weight(&spec.weight).filter(|_| is_weight_node) else {
                 if prov.fate(&spec.weight) == Some(&Fate::Removed) {
                     continue;
                 }
                 return Err(err("the graph has no weight of this name".to_string()));
             };
-            let kept = kept_blocks(&w, spec.block, spec.density).map_err(err)?;
+            let kept = kept_blocks(w, spec.block, spec.density).map_err(err)?;
             if spec.density.is_none() {
                 continue;
             }
             let grid = block_grid(w.shape(), spec.block).map_err(err)?;
-            let pruned = zero_dropped(&w, spec.block, grid, &kept);
+            let pruned = zero_dropped(w, spec.block, grid, &kept);
             if pruned.bytes() != w.bytes() {
                 g.set_weight(spec.weight.clone(), pruned);
                 changed = true;
