@@ -162,6 +162,33 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Show the caches on disk (compiled kernels, and the autotune cache beside them, in
+    /// MLPC_CACHE_DIR, else ~/.cache/mlpc/kernels), or clear or trim them.
+    Cache {
+        #[command(subcommand)]
+        action: Option<CacheAction>,
+    },
+}
+
+/// `mlpc cache` subcommands.
+#[derive(Subcommand, Debug)]
+enum CacheAction {
+    /// Print the cache directory, its entries and their size (the default).
+    Info,
+    /// Remove every compiled kernel and the autotune cache (autotune.json); other files in the
+    /// directory stay.
+    Clear,
+    /// Remove the least recently used compiled kernels until they take at most SIZE (the
+    /// autotune cache is kept). MLPC_CACHE_MAX_SIZE=SIZE does this after every compilation
+    /// that stores kernels.
+    Trim {
+        /// The most the compiled kernels may take: bytes (1024), or a number with a unit: K, M,
+        /// G, T and KiB, MiB, GiB, TiB are powers of 1024, KB, MB, GB, TB powers of 1000 (e.g.
+        /// 500M, 2G, 1.5GiB).
+        #[arg(long, value_name = "SIZE", value_parser = mlpc::parse_size,
+              allow_hyphen_values = true)]
+        max_size: u64,
+    },
 }
 
 /// Options shared by every command that compiles a model.
@@ -624,6 +651,19 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             mlpc::write_tensors(&output, &inputs)?;
             out!("{}", render::tensors_written(&inputs, &output));
         }
+        Command::Cache { action } => {
+            let dir = mlpc::cache_dir()?;
+            match action.unwrap_or(CacheAction::Info) {
+                CacheAction::Info => out!("{}", render::cache_info(&mlpc::CacheInfo::read(&dir)?)),
+                CacheAction::Clear => {
+                    out!("{}", render::cache_cleared(&dir, &mlpc::clear_cache(&dir)?))
+                }
+                CacheAction::Trim { max_size } => out!(
+                    "{}",
+                    render::cache_trimmed(&dir, max_size, &mlpc::trim_cache(&dir, max_size)?)
+                ),
+            }
+        }
     }
     Ok(())
 }
@@ -826,6 +866,39 @@ mod tests {
         .is_err());
         // The wall times belong to bench only.
         assert!(parse(&["mlpc", "check", "m.json", "--rep-ms", "200"]).is_err());
+    }
+
+    #[test]
+    fn cache_is_info_unless_told_to_clear_or_trim() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.command);
+        assert!(matches!(
+            parse(&["mlpc", "cache"]),
+            Ok(Command::Cache { action: None })
+        ));
+        assert!(matches!(
+            parse(&["mlpc", "cache", "info"]),
+            Ok(Command::Cache {
+                action: Some(CacheAction::Info)
+            })
+        ));
+        assert!(matches!(
+            parse(&["mlpc", "cache", "clear"]),
+            Ok(Command::Cache {
+                action: Some(CacheAction::Clear)
+            })
+        ));
+        match parse(&["mlpc", "cache", "trim", "--max-size", "1.5GiB"]) {
+            Ok(Command::Cache {
+                action: Some(CacheAction::Trim { max_size }),
+            }) => assert_eq!(max_size, 3 << 29),
+            other => panic!("{other:?}"),
+        }
+        assert!(parse(&["mlpc", "cache", "trim"]).is_err());
+        let e = parse(&["mlpc", "cache", "trim", "--max-size", "5X"]).unwrap_err();
+        assert!(
+            e.to_string().contains("'5X' for '--max-size <SIZE>'"),
+            "{e}"
+        );
     }
 
     #[test]

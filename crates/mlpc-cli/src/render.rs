@@ -214,6 +214,109 @@ fn bytes(n: u64) -> String {
     format!("{v:.1} {unit} ({n} bytes)")
 }
 
+/// `1 entry`, `2 entries`.
+fn entries(n: usize) -> String {
+    if n == 1 {
+        "1 entry".to_string()
+    } else {
+        format!("{n} entries")
+    }
+}
+
+/// `mlpc cache`: the directory, what each cache holds, and the total.
+pub fn cache_info(info: &mlpc::CacheInfo) -> String {
+    let mut out = String::new();
+    let state = if info.exists {
+        ""
+    } else {
+        " (empty: not created yet)"
+    };
+    let _ = writeln!(out, "cache directory: {}{state}", info.dir.display());
+    let k = &info.kernels;
+    let mut kernels = match k.entries.len() {
+        0 => "empty".to_string(),
+        n => format!("{}, {}", entries(n), bytes(k.entry_bytes())),
+    };
+    let incomplete = k.entries.iter().filter(|e| !e.complete).count();
+    if incomplete > 0 {
+        let _ = write!(kernels, " ({incomplete} incomplete: misses, trimmed first)");
+    }
+    if k.temporary_files > 0 {
+        let _ = write!(
+            kernels,
+            "; {} (a store under way, or left by one cut short), {}",
+            count(k.temporary_files, "temporary file"),
+            bytes(k.temporary_bytes)
+        );
+    }
+    let _ = writeln!(out, "  kernel cache:   {kernels}");
+    let autotune = match &info.autotune {
+        None => "empty".to_string(),
+        Some(a) => match &a.tiles {
+            Ok(n) => format!("{}, {}", count(*n, "tile"), bytes(a.bytes)),
+            Err(why) => format!(
+                "{}, cannot be read: {why} (`mlpc cache clear` removes it)",
+                bytes(a.bytes)
+            ),
+        },
+    };
+    let _ = writeln!(out, "  autotune cache: {autotune}");
+    let _ = writeln!(out, "  total:          {}", bytes(info.total_bytes()));
+    out
+}
+
+/// `mlpc cache clear`: what was removed.
+pub fn cache_cleared(dir: &Path, c: &mlpc::Cleared) -> String {
+    let mut parts = Vec::new();
+    if c.kernels.entries > 0 {
+        parts.push(format!(
+            "{} of the kernel cache",
+            entries(c.kernels.entries)
+        ));
+    }
+    if c.kernels.temporary_files > 0 {
+        parts.push(count(c.kernels.temporary_files, "temporary file"));
+    }
+    if c.autotune.is_some() {
+        parts.push("the autotune cache".to_string());
+    }
+    let Some(last) = parts.pop() else {
+        return format!("cleared {}: it held nothing to remove\n", dir.display());
+    };
+    let what = match parts.is_empty() {
+        true => last,
+        false => format!("{} and {last}", parts.join(", ")),
+    };
+    let freed = c.kernels.bytes + c.autotune.unwrap_or(0);
+    format!(
+        "cleared {}: removed {what}, {}\n",
+        dir.display(),
+        bytes(freed)
+    )
+}
+
+/// `mlpc cache trim`: what was removed and what is left.
+pub fn cache_trimmed(dir: &Path, max: u64, r: &mlpc::jit::cache::Removed) -> String {
+    let mut out = format!("trimmed {} to at most {}: ", dir.display(), bytes(max));
+    let mut parts = Vec::new();
+    match r.entries {
+        0 => {}
+        1 => parts.push("1 entry (the least recently used)".to_string()),
+        n => parts.push(format!("{} (the least recently used)", entries(n))),
+    }
+    if r.temporary_files > 0 {
+        parts.push(count(r.temporary_files, "temporary file"));
+    }
+    match r.files {
+        0 => out.push_str("removed nothing"),
+        _ => {
+            let _ = write!(out, "removed {}, {}", parts.join(" and "), bytes(r.bytes));
+        }
+    }
+    let _ = writeln!(out, "; the kernels take {}", bytes(r.kept_bytes));
+    out
+}
+
 /// Compiles `model` with a spinner on stderr that says what the compilation is doing (reading
 /// the model, optimising, generating kernels, NVRTC's count of kernels compiled), cleared when
 /// it is done; where stderr is no terminal, nothing is shown.

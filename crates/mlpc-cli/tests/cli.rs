@@ -499,7 +499,7 @@ fn bad_arguments() {
 fn help_and_version_succeed() {
     let d = tempfile::tempdir().unwrap();
     let help = succeeds(d.path(), &["--help"]);
-    for cmd in ["compile", "run", "gen-inputs"] {
+    for cmd in ["compile", "run", "gen-inputs", "cache"] {
         assert!(help.stdout.contains(cmd), "{}", help.stdout);
     }
     let v = succeeds(d.path(), &["--version"]);
@@ -1671,5 +1671,205 @@ fn runs_of_a_directory_being_replaced_see_the_directory() {
         for c in compiles {
             compiled(c);
         }
+    }
+}
+
+/// mlpc in `dir` with its caches in `dir/cache` (`MLPC_CACHE_DIR=cache`, no size cap), and `env`
+/// set over that.
+fn mlpc_in_cache(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcome {
+    let out = Command::new(env!("CARGO_BIN_EXE_mlpc"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env("MLPC_CACHE_DIR", "cache")
+        .env_remove("MLPC_CACHE_MAX_SIZE")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    Outcome {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// The transcript of `mlpc_in_cache(dir, args, env)`, with the variables before the command.
+fn cache_transcript(o: &Outcome, args: &[&str], env: &[(&str, &str)]) -> String {
+    let vars: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    o.transcript(args)
+        .replacen("$ mlpc", &format!("$ {vars}mlpc"), 1)
+}
+
+/// `kind` kernels of the cache in `cache` (a key of 64 `kind`s), 1000 bytes each, the first
+/// used longest ago.
+fn fake_kernels(cache: &Path, kinds: &[char]) -> Vec<String> {
+    let now = std::time::SystemTime::now();
+    kinds
+        .iter()
+        .enumerate()
+        .map(|(i, kind)| {
+            let key = kind.to_string().repeat(64);
+            for (ext, n) in [("cubin", 800), ("ptx", 150), ("log", 50)] {
+                fs::write(cache.join(format!("{key}.{ext}")), vec![b'x'; n]).unwrap();
+            }
+            let age = std::time::Duration::from_secs(600 * (kinds.len() - i) as u64);
+            fs::File::options()
+                .write(true)
+                .open(cache.join(format!("{key}.cubin")))
+                .unwrap()
+                .set_modified(now - age)
+                .unwrap();
+            key
+        })
+        .collect()
+}
+
+/// `mlpc cache` shows the kernels and the autotune cache in MLPC_CACHE_DIR with their sizes;
+/// `trim` removes the least recently used kernels, `clear` every kernel and the autotune cache,
+/// and neither anything else; a directory not made yet is empty and stays so.
+#[test]
+fn cache_shows_clears_and_trims_its_own_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut transcript = String::new();
+    let mut run = |args: &[&str]| {
+        let o = mlpc_in_cache(d, args, &[]);
+        assert_eq!(o.code, 0, "{}", o.transcript(args));
+        assert!(o.stderr.is_empty(), "{}", o.transcript(args));
+        transcript += &o.transcript(args);
+        transcript.push('\n');
+    };
+    run(&["cache"]);
+    run(&["cache", "clear"]);
+    run(&["cache", "trim", "--max-size", "1K"]);
+    assert!(!d.join("cache").exists());
+
+    let cache = d.join("cache");
+    fs::create_dir(&cache).unwrap();
+    let keys = fake_kernels(&cache, &['a', 'b', 'c']);
+    fs::write(cache.join(format!("{}.Xy12Zw.tmp", keys[0])), b"half").unwrap();
+    fs::write(cache.join("notes.txt"), b"mine").unwrap();
+    let tile = |n: u64| mlpc::TileCacheEntry {
+        key: mlpc::TileKey {
+            dtype: DType::Bf16,
+            dual: false,
+            k: 768,
+            n,
+            sparse: false,
+            block: [0, 0],
+        },
+        arch: mlpc::Arch::Sm90a,
+        device: "NVIDIA H200 (sm_90)".to_string(),
+        m_bucket: 8192,
+        choice: mlpc::TileChoice::new(128, 1),
+        median_ms: 0.25,
+    };
+    mlpc::TileCache {
+        entries: vec![tile(768), tile(3072)],
+    }
+    .save(&cache.join("autotune.json"))
+    .unwrap();
+
+    run(&["cache"]);
+    // 3000 bytes of kernels, at most 2048 kept: the oldest goes, with the temporary file.
+    run(&["cache", "trim", "--max-size", "2K"]);
+    let names = |keys: &[&String]| {
+        let mut n: Vec<PathBuf> = keys
+            .iter()
+            .flat_map(|k| ["cubin", "log", "ptx"].map(|e| PathBuf::from(format!("{k}.{e}"))))
+            .chain(["autotune.json", "notes.txt"].map(PathBuf::from))
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(listing(&cache), names(&[&keys[1], &keys[2]]));
+    run(&["cache", "info"]);
+    run(&["cache", "trim", "--max-size", "2000"]);
+    run(&["cache", "clear"]);
+    assert_eq!(listing(&cache), [PathBuf::from("notes.txt")]);
+    run(&["cache"]);
+    insta::assert_snapshot!("cache-commands", transcript);
+}
+
+/// A size that is none, a cache directory that is a file or under one, and a cap in the
+/// environment that is no size: one message each, naming the option or variable and the value,
+/// or the path; exit status 1, nothing changed.
+#[test]
+fn cache_mistakes_name_the_option_or_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(d.join("file"), b"").unwrap();
+    let mut transcript = String::new();
+    let mut fails = |args: &[&str], env: &[(&str, &str)]| {
+        let before = listing(d);
+        let o = mlpc_in_cache(d, args, env);
+        let t = cache_transcript(&o, args, env);
+        assert_eq!(o.code, 1, "{t}");
+        assert!(o.stderr.starts_with("error: "), "{t}");
+        assert!(!o.stderr.contains("panicked"), "{t}");
+        assert!(o.stdout.is_empty(), "{t}");
+        assert_eq!(listing(d), before, "{t}");
+        transcript += &t;
+        transcript.push('\n');
+    };
+    for size in ["12X", "1.5.2G", "-1", "", "2 G B", "1e9"] {
+        fails(&["cache", "trim", "--max-size", size], &[]);
+    }
+    fails(&["cache", "trim"], &[]);
+    for cache in ["file", "file/kernels"] {
+        let env = [("MLPC_CACHE_DIR", cache)];
+        fails(&["cache"], &env);
+        fails(&["cache", "clear"], &env);
+        fails(&["cache", "trim", "--max-size", "0"], &env);
+    }
+    let env = [("MLPC_CACHE_MAX_SIZE", "lots")];
+    fails(&["cache"], &env);
+    insta::assert_snapshot!("cache-mistakes", transcript);
+}
+
+/// `MLPC_CACHE_MAX_SIZE` trims the kernel cache after a compile that stored kernels, and a value
+/// that is no size stops every compile (a CPU one too) before anything is written.
+#[test]
+fn a_cache_size_cap_trims_after_compiling() {
+    let dir = scratch(&["models/residual.json"]);
+    let d = dir.path();
+    let compile = |target: &str, env: &[(&str, &str)]| {
+        let args = ["compile", "residual.json", "-o", "out", "--target", target];
+        let o = mlpc_in_cache(d, &args, env);
+        assert_eq!(o.code, 0, "{}", cache_transcript(&o, &args, env));
+        assert!(d.join("out/kernels").is_dir());
+    };
+    let kernel_files = || {
+        listing(&d.join("cache"))
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "cubin"))
+            .count()
+    };
+    // Capped at 0: compiled, and nothing kept.
+    compile("cuda:sm_90a", &[("MLPC_CACHE_MAX_SIZE", "0")]);
+    assert_eq!(kernel_files(), 0);
+    // Uncapped: kept; capped again, with nothing stored (every kernel a hit): kept too.
+    compile("cuda:sm_90a", &[]);
+    let stored = kernel_files();
+    assert!(stored > 0);
+    compile("cuda:sm_90a", &[("MLPC_CACHE_MAX_SIZE", "0")]);
+    assert_eq!(kernel_files(), stored);
+    // A compile that stores kernels for another target trims the cache to the cap.
+    compile("cuda:sm_80", &[("MLPC_CACHE_MAX_SIZE", "1")]);
+    assert_eq!(kernel_files(), 0);
+    // The cap is no size: an error naming it, on a compile that compiles no CUDA too.
+    fs::remove_dir_all(d.join("out")).unwrap();
+    for target in ["cuda:sm_90a", "cpu"] {
+        let args = ["compile", "residual.json", "-o", "out", "--target", target];
+        let o = mlpc_in_cache(d, &args, &[("MLPC_CACHE_MAX_SIZE", "1.5 gigs")]);
+        assert_eq!(o.code, 1);
+        assert!(
+            o.stderr.starts_with(
+                "error: MLPC_CACHE_MAX_SIZE: `1.5 gigs` is not a size (expected a number of bytes"
+            ),
+            "{}",
+            o.stderr
+        );
+        assert!(!d.join("out").exists());
     }
 }

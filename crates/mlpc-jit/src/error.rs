@@ -51,6 +51,18 @@ pub enum JitError {
         source: std::io::Error,
     },
 
+    /// Listing, clearing or trimming the cache failed on `path`.
+    #[error("kernel cache: cannot {action} `{path}`: {source}")]
+    CacheDir {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("MLPC_CACHE_MAX_SIZE: {reason}")]
+    CacheMaxSize { value: String, reason: String },
+
     #[error("no cache directory: the user cache dir is unknown and MLPC_CACHE_DIR is not set")]
     NoCacheDir,
 

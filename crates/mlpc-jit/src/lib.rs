@@ -17,7 +17,10 @@
 //! Compiled kernels are cached on disk under **`MLPC_CACHE_DIR`**, or `<user cache
 //! dir>/mlpc/kernels` (`~/.cache/mlpc/kernels` on Linux), keyed by the SHA-256 of the source, the
 //! headers, the NVRTC options, the architecture and the NVRTC version. [`JitOptions::no_cache`]
-//! bypasses it.
+//! bypasses it. The cache grows until it is trimmed: [`cache::clear`], [`cache::trim`] (least
+//! recently used entries first; `mlpc cache clear` / `trim` on the command line), or after every
+//! compilation that stores kernels when **`MLPC_CACHE_MAX_SIZE`** gives a size (`500M`, `2G`,
+//! [`cache::parse_size`]).
 //!
 //! # Checking the kernels on a GPU
 //! `cargo run -p mlpc-jit --example gpu_bundle -- DIR` writes every sample plan of
@@ -27,7 +30,7 @@
 //! the plan's semantics. It also accepts any directory laid out as `DIR/<plan>/plan.json` plus
 //! `DIR/<plan>/kernels/` from [`write_artifacts`].
 
-mod cache;
+pub mod cache;
 mod cubin;
 mod error;
 mod loader;
@@ -88,6 +91,32 @@ pub fn nvrtc_options(arch: Arch) -> Vec<String> {
 
 /// Compiles one kernel (or takes it from the cache).
 pub fn compile(kernel: &CudaKernel, opts: &JitOptions) -> Result<CompiledKernel, JitError> {
+    let cap = cache_cap(opts)?;
+    let compiled = compile_uncapped(kernel, opts)?;
+    if let Some((dir, max)) = cap.filter(|_| !compiled.from_cache) {
+        cache::trim(&dir, max)?;
+    }
+    Ok(compiled)
+}
+
+/// The cache directory and the size to trim it to after storing kernels, when the cache is used
+/// and `MLPC_CACHE_MAX_SIZE` sets one ([`cache::max_size_from_env`]).
+fn cache_cap(opts: &JitOptions) -> Result<Option<(PathBuf, u64)>, JitError> {
+    if opts.no_cache {
+        return Ok(None);
+    }
+    let Some(max) = cache::max_size_from_env()? else {
+        return Ok(None);
+    };
+    let dir = match &opts.cache_dir {
+        Some(d) => d.clone(),
+        None => cache::default_dir()?,
+    };
+    Ok(Some((dir, max)))
+}
+
+/// [`compile`], without trimming the cache after a store.
+fn compile_uncapped(kernel: &CudaKernel, opts: &JitOptions) -> Result<CompiledKernel, JitError> {
     let info = ensure_nvrtc()?;
     let headers = mlpc_codegen::headers();
     let options = nvrtc_options(opts.arch);
@@ -149,7 +178,8 @@ pub fn compile(kernel: &CudaKernel, opts: &JitOptions) -> Result<CompiledKernel,
 /// Compiles `kernels` in parallel; the result is in the same order. The first error wins.
 /// Kernels whose sources differ only in the text of whole-line comments (the kernel's and the
 /// nodes' names: the layers of a deep model that share a shape) are compiled once, by the first
-/// of them ([`CompiledKernel::same_code_as`]).
+/// of them ([`CompiledKernel::same_code_as`]). Where `MLPC_CACHE_MAX_SIZE` caps the cache, it
+/// is trimmed once, after all of them, if any was stored.
 pub fn compile_all(
     kernels: &[CudaKernel],
     opts: &JitOptions,
@@ -165,8 +195,10 @@ pub fn compile_all_reporting(
     opts: &JitOptions,
     done: &(dyn Fn(usize, usize, &str) + Sync),
 ) -> Result<Vec<CompiledKernel>, JitError> {
-    // Load NVRTC once, up front, so a missing library is reported once.
+    // Load NVRTC once, up front, so a missing library is reported once; a cap that is no size
+    // too, before any compilation.
     ensure_nvrtc()?;
+    let cap = cache_cap(opts)?;
     // For each kernel, the index in `unique` of the first kernel of the same code.
     let mut first: std::collections::HashMap<String, usize> = Default::default();
     let mut unique: Vec<usize> = Vec::new();
@@ -185,12 +217,15 @@ pub fn compile_all_reporting(
     let compiled: Vec<CompiledKernel> = unique
         .par_iter()
         .map(|&i| {
-            let c = compile(&kernels[i], opts)?;
+            let c = compile_uncapped(&kernels[i], opts)?;
             let n = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             done(n, unique.len(), &kernels[i].name);
             Ok(c)
         })
         .collect::<Result<_, JitError>>()?;
+    if let Some((dir, max)) = cap.filter(|_| compiled.iter().any(|c| !c.from_cache)) {
+        cache::trim(&dir, max)?;
+    }
     Ok(kernels
         .iter()
         .zip(slot)

@@ -35,10 +35,11 @@ pub(crate) const COMPILER_SWITCHES: [&str; 3] = [
 ];
 
 /// Every on / off switch mlpc reads from the environment, checked: the first whose value is
-/// none of `1`, `0`, `true`, `false`, `on`, `off`, `yes`, `no` or empty is an error naming it.
-/// The CLI calls this before any command and [`Compiler::compile_model`] before compiling, so
-/// that a misspelt value never silently reads as its default (the readers below take a refused
-/// value for unset).
+/// none of `1`, `0`, `true`, `false`, `on`, `off`, `yes`, `no` or empty is an error naming it;
+/// and `MLPC_CACHE_MAX_SIZE`, which must be empty or a size
+/// ([`mlpc_jit::cache::max_size_from_env`]). The CLI calls this before any command and
+/// [`Compiler::compile_model`] before compiling, so that a misspelt value never silently reads
+/// as its default (the readers below take a refused value for unset).
 pub fn check_environment() -> Result<(), Error> {
     for name in COMPILER_SWITCHES
         .iter()
@@ -46,6 +47,7 @@ pub fn check_environment() -> Result<(), Error> {
     {
         mlpc_runtime::switch(name)?;
     }
+    mlpc_jit::cache::max_size_from_env()?;
     Ok(())
 }
 

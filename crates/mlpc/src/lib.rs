@@ -18,7 +18,9 @@
 //! sources and binaries, optionally the weights the kernels read) to a directory, all at once or
 //! not at all; a [`Bundle`] runs such a directory on a GPU without the model file.
 //! [`Compiler::respecialize`] applies to CUDA runs (host tensors are row-major, so the CPU and
-//! reference backends never see a transposed input).
+//! reference backends never see a transposed input). Compiled kernels and autotuned tiles are
+//! cached on disk ([`cache_dir`]); [`CacheInfo`], [`clear_cache`] and [`trim_cache`] show, clear
+//! and trim those caches (`mlpc cache`).
 //!
 //! **Architecture invariant:** this crate composes the other mlpc crates and owns no algorithm of
 //! its own. Parsing lives in `mlpc-frontend`, meaning in `mlpc-ir`, optimisation in `mlpc-passes`,
@@ -29,6 +31,7 @@ mod artifacts;
 mod autotune;
 mod backend;
 mod bundle;
+mod cache;
 mod check;
 mod compiler;
 mod cpu;
@@ -43,6 +46,7 @@ pub use autotune::{
 };
 pub use backend::{Backend, UnknownBackend};
 pub use bundle::Bundle;
+pub use cache::{cache_dir, clear_cache, parse_size, trim_cache, AutotuneFile, CacheInfo, Cleared};
 pub use check::{plan_flops, tolerance, BenchOptions, BenchReport, CheckReport, OutputCheck};
 pub use compiler::{
     check_environment, Compiled, Compiler, CudaKernels, CudaStatus, Progress, Summary,
@@ -62,7 +66,8 @@ pub use mlpc_frontend::{FrontendError, Model};
 pub use mlpc_ir::{DType, Graph, HostTensor, TensorType};
 /// The crates mlpc is made of, for callers that need more than this facade.
 pub use {
-    mlpc_frontend as frontend, mlpc_ir as ir, mlpc_passes as passes, mlpc_runtime as runtime,
+    mlpc_frontend as frontend, mlpc_ir as ir, mlpc_jit as jit, mlpc_passes as passes,
+    mlpc_runtime as runtime,
 };
 
 use std::collections::BTreeMap;

@@ -8,8 +8,9 @@
 //! facade reads and writes it; code generation only takes the resulting [`TileOverrides`].
 //!
 //! A cache file that cannot be parsed is an error ([`Error::TileCache`]) naming the file: a
-//! silently ignored cache would make runs slower with no hint why. Deleting the file, or
-//! compiling with the cache off ([`crate::Compiler::autotune_cache`]), gets past it.
+//! silently ignored cache would make runs slower with no hint why. Deleting the file (also:
+//! `mlpc cache clear`, [`TileCache::remove`]), or compiling with the cache off
+//! ([`crate::Compiler::autotune_cache`]), gets past it.
 
 use crate::error::Error;
 use mlpc_codegen::{Arch, CodegenOptions, TileChoice, TileKey, TileOverrides};
@@ -117,7 +118,11 @@ impl TileCache {
             entries: self.entries.clone(),
         })
         .map_err(Error::Serialize)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        // `autotune.json.<random>.tmp`, which `remove` knows for a leftover.
+        let mut tmp = tempfile::Builder::new()
+            .prefix(&format!("{TILE_CACHE_FILE}."))
+            .suffix(".tmp")
+            .tempfile_in(dir)
             .map_err(Error::io("create a file in the cache directory", dir))?;
         std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(Error::io(
             "write the autotune cache",
@@ -126,6 +131,54 @@ impl TileCache {
         tmp.persist(path)
             .map_err(|e| Error::io("write the autotune cache", path)(e.error))?;
         Ok(())
+    }
+
+    /// Removes the cache at `path` and the temporary files that saves into its directory left
+    /// behind (a process that died saving), under the directory's exclusive lock, as
+    /// [`TileCache::update`] takes it; other files stay. Returns the bytes removed, `None` when
+    /// there was nothing to remove (a missing directory included).
+    pub fn remove(path: &Path) -> Result<Option<u64>, Error> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let _lock = crate::artifacts::ParentLock::exclusive(dir);
+        let read = match std::fs::read_dir(dir) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("read the cache directory", dir)(e)),
+        };
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let leftover = |file: &str| {
+            let Some(random) = name
+                .as_deref()
+                .and_then(|n| file.strip_prefix(n))
+                .and_then(|r| r.strip_prefix('.'))
+                .and_then(|r| r.strip_suffix(".tmp"))
+            else {
+                return false;
+            };
+            (1..=32).contains(&random.len()) && random.bytes().all(|b| b.is_ascii_alphanumeric())
+        };
+        let mut removed = None;
+        for item in read {
+            let item = item.map_err(Error::io("read the cache directory", dir))?;
+            let file = item.file_name();
+            let file = file.to_string_lossy();
+            if Some(&*file) != name.as_deref() && !leftover(&file) {
+                continue;
+            }
+            let p = item.path();
+            let bytes = match item.metadata() {
+                Ok(m) if m.is_file() => m.len(),
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("inspect", p)(e)),
+            };
+            match std::fs::remove_file(&p) {
+                Ok(()) => removed = Some(removed.unwrap_or(0) + bytes),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove", p)(e)),
+            }
+        }
+        Ok(removed)
     }
 
     /// Records `entry`, replacing the entry of the same key, arch, device and M bucket.
