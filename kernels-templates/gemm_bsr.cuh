@@ -28,6 +28,13 @@
 #include "gemm_mma.cuh"
 #include "gemm_simt.cuh"
 
+/// The element type of the block-index tables read through the parameters: `int`, or
+/// `unsigned short` where the generated kernel defines it so (at most 65535 kept blocks and block
+/// columns: half the tables' bytes in the kernel image).
+#ifndef MLPC_BSR_IDX
+#define MLPC_BSR_IDX int
+#endif
+
 namespace mlpc {
 
 /// The row tile of this block of a `Grid::RowTiles` launch, `[column tiles, r, ceil(row tiles /
@@ -48,9 +55,9 @@ __device__ __forceinline__ i64 bsr_row_tile() {
 template <class T, int NEPI>
 struct BsrParams : GemmParams<T, NEPI> {
     /// `block rows + 1` offsets into `col_idx`.
-    const int* row_ptr;
+    const MLPC_BSR_IDX* row_ptr;
     /// Block column of each kept block.
-    const int* col_idx;
+    const MLPC_BSR_IDX* col_idx;
 };
 
 /// The tensor-core BSR GEMM. `T` is `bf16` or `f16`; `LA` the layout of A; `BR` x `BC` the block;

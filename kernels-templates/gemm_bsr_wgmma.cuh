@@ -98,6 +98,13 @@
 
 #include "gemm_wgmma.cuh"
 
+/// The element type of the block-index tables read through the parameters: `int`, or
+/// `unsigned short` where the generated kernel defines it so (at most 65535 kept blocks and block
+/// columns: half the tables' bytes in the kernel image).
+#ifndef MLPC_BSR_IDX
+#define MLPC_BSR_IDX int
+#endif
+
 namespace mlpc {
 
 /// A BM-row CTA over a group of G block rows, k slices of BK, STAGES stages; A_REGS: the A
@@ -169,11 +176,11 @@ struct BsrWgmmaParams : GemmParams<T, NEPI> {
     const int* step_info;
     /// PAIRS: per step, its second block column (`step_info` has the first; the same column
     /// again for the last step of a group with an odd number of them). Unused otherwise.
-    const int* step_col1;
+    const MLPC_BSR_IDX* step_col1;
     /// Per step: the offset in `step_blk` of its first kept block.
-    const int* step_first;
+    const MLPC_BSR_IDX* step_first;
     /// Packed index of each kept block, step by step, in increasing g within a step.
-    const int* step_blk;
+    const MLPC_BSR_IDX* step_blk;
 #ifdef MLPC_BSR_WALK_CAP
     /// The launch's work-item table (the entry's by-value argument).
     const BsrWalk* walk;

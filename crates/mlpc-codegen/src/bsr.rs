@@ -130,7 +130,40 @@ fn dual_needs_registers(c: &Config, la: MatLayout) -> bool {
 
 /// `name[len] = {v, v, ...};`, 16 values per line.
 pub(crate) fn int_array(name: &str, values: &[u32]) -> String {
-    let mut s = format!("__device__ const int {name}[{}] = {{", values.len());
+    typed_array("int", name, values)
+}
+
+/// The narrowest of the index types the tables use that holds every value of `values`:
+/// `unsigned short` up to 65535, else `int`.
+pub(crate) fn index_type(values: &[u32]) -> &'static str {
+    match values.iter().all(|&v| v <= u32::from(u16::MAX)) {
+        true => "unsigned short",
+        false => "int",
+    }
+}
+
+/// [`int_array`] in the narrowest index type that holds its values ([`index_type`]), for
+/// tables the kernels read by name.
+pub(crate) fn index_array(name: &str, values: &[u32]) -> String {
+    typed_array(index_type(values), name, values)
+}
+
+/// The type of the block-index tables a kernel reads through its parameters (`row_ptr` /
+/// `col_idx` of the portable kernels, `step_first` / `step_blk` / `step_col1` of the Hopper
+/// kernel: the template's `MLPC_BSR_IDX`): 16 bits where every value they can hold fits, i.e. at
+/// most 65535 kept blocks and block columns, which halves the tables' bytes in the kernel image.
+/// Each of those values is a kept block's position (at most the kept count) or a block column.
+pub(crate) fn block_index_type(p: &BlockPattern) -> &'static str {
+    let columns = p.inp / u64::from(p.block[1]);
+    match p.kept.len() as u64 <= u64::from(u16::MAX) && columns <= u64::from(u16::MAX) {
+        true => "unsigned short",
+        false => "int",
+    }
+}
+
+/// `name[len] = {v, v, ...};` of element type `ty`, 16 values per line.
+pub(crate) fn typed_array(ty: &str, name: &str, values: &[u32]) -> String {
+    let mut s = format!("__device__ const {ty} {name}[{}] = {{", values.len());
     for (i, v) in values.iter().enumerate() {
         if i % 16 == 0 {
             s.push_str("\n    ");
@@ -1093,6 +1126,15 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
     } else {
         "gemm_bsr.cuh"
     };
+    let idx = block_index_type(p);
+    if idx != "int" {
+        src.push_str(&format!(
+            "// The block-index tables in 16 bits: {} kept blocks, {} block columns.\n\
+             #define MLPC_BSR_IDX {idx}\n",
+            p.kept.len(),
+            p.inp / u64::from(bc)
+        ));
+    }
     if walk {
         src.push_str(&format!("#define MLPC_BSR_WALK_CAP {WALK_CAP}\n"));
     }
@@ -1132,8 +1174,8 @@ pub fn generate(ctx: &Ctx<'_>, sg: &SparseGemm) -> Result<CudaKernel, CodegenErr
             };
             let col_idx: Vec<u32> = p.kept.iter().map(|&(_, c)| c).collect();
             src.push_str("// Kept blocks of block row r: col_idx[row_ptr[r] .. row_ptr[r + 1]].\n");
-            src.push_str(&int_array("row_ptr", &p.row_ptr()));
-            src.push_str(&int_array("col_idx", &col_idx));
+            src.push_str(&typed_array(idx, "row_ptr", &p.row_ptr()));
+            src.push_str(&typed_array(idx, "col_idx", &col_idx));
             src.push_str(&format!("using Config = {};\n", cfg.template()));
             src.push_str(&epilogue);
             src.push_str(&format!(
@@ -1311,11 +1353,24 @@ fn hopper_lists(p: &BlockPattern, h: &WgmmaBsr, sfx: &str) -> (String, Vec<u32>)
     );
     src.push_str(&int_array(&format!("grp_order{sfx}"), &steps.order()));
     src.push_str(&int_array(&format!("step_info{sfx}"), &steps.step_info));
+    let idx = block_index_type(p);
     if h.pairs {
-        src.push_str(&int_array(&format!("step_col1{sfx}"), &steps.step_col1));
+        src.push_str(&typed_array(
+            idx,
+            &format!("step_col1{sfx}"),
+            &steps.step_col1,
+        ));
     }
-    src.push_str(&int_array(&format!("step_first{sfx}"), &steps.step_first));
-    src.push_str(&int_array(&format!("step_blk{sfx}"), &steps.step_blk));
+    src.push_str(&typed_array(
+        idx,
+        &format!("step_first{sfx}"),
+        &steps.step_first,
+    ));
+    src.push_str(&typed_array(
+        idx,
+        &format!("step_blk{sfx}"),
+        &steps.step_blk,
+    ));
     (src, steps.walk_costs())
 }
 
@@ -1391,6 +1446,43 @@ mod tests {
     const TEMPLATE: &str = include_str!("../../../kernels-templates/gemm_bsr_wgmma.cuh");
     /// The kernels of every target but sm_90a (`GemmBsrMma`, `GemmBsrSimt`, `GemmBsrDmma`).
     const PORTABLE: &str = include_str!("../../../kernels-templates/gemm_bsr.cuh");
+
+    /// The block-index tables take 16 bits exactly while every value they can hold fits: kept
+    /// positions up to the kept count, block columns below the column count.
+    #[test]
+    fn block_index_tables_in_16_bits_where_every_index_fits() {
+        let pattern = |kept: usize, inp: u64| BlockPattern {
+            block: [1, 1],
+            out: 1 << 20,
+            inp,
+            kept: (0..kept as u32).map(|i| (i, 0)).collect(),
+        };
+        assert_eq!(block_index_type(&pattern(65535, 65535)), "unsigned short");
+        assert_eq!(block_index_type(&pattern(65536, 64)), "int");
+        assert_eq!(block_index_type(&pattern(4, 65536)), "int");
+        assert_eq!(index_type(&[0, 65535]), "unsigned short");
+        assert_eq!(index_type(&[65536]), "int");
+        assert_eq!(
+            index_array("t", &[1, 70000]),
+            "__device__ const int t[2] = {\n    1, 70000,\n};\n"
+        );
+        // The maxima of every table the type covers, over all groupings of a real pattern.
+        let k = Extent::constant(4096);
+        let p = scattered([32, 32], 4096, 4096, 0.1, 3, None);
+        let h = select_wgmma(Arch::Sm90a, DType::Bf16, false, (MatLayout::N, &k), &p).unwrap();
+        assert!(h.pairs, "{h:?}");
+        let steps = GroupSteps::of(&p, &h);
+        let max = steps
+            .step_blk
+            .iter()
+            .chain(&steps.step_first)
+            .chain(&steps.step_col1)
+            .chain(&p.row_ptr())
+            .copied()
+            .max()
+            .unwrap_or(0);
+        assert!(max as usize <= p.kept.len(), "{max} > {}", p.kept.len());
+    }
 
     /// The portable kernels find their tile as `Grid::RowTiles` lays its blocks out (the lines
     /// below, transcribed from the template, which this test checks still says them): every

@@ -469,14 +469,14 @@ pub(crate) fn append_bsr(src: &mut String, parts: &BsrParts<'_>) -> Option<Small
     let mut prelude = String::from(
         "// Kept blocks of block row r: gemv_col_idx[gemv_row_ptr[r] .. gemv_row_ptr[r + 1]].\n",
     );
-    prelude.push_str(&crate::bsr::int_array("gemv_row_ptr", parts.row_ptr));
-    prelude.push_str(&crate::bsr::int_array("gemv_col_idx", parts.col_idx));
+    prelude.push_str(&crate::bsr::index_array("gemv_row_ptr", parts.row_ptr));
+    prelude.push_str(&crate::bsr::index_array("gemv_col_idx", parts.col_idx));
     let chunk = match &parts.chunk_at {
         Some(at) => {
             prelude.push_str(
                 "// Where the rearranged weight holds 16-byte chunk q of a packed block.\n",
             );
-            prelude.push_str(&crate::bsr::int_array("gemv_chunk", at));
+            prelude.push_str(&crate::bsr::index_array("gemv_chunk", at));
             "gemv_chunk[q]"
         }
         None => "q",

@@ -318,20 +318,24 @@ pub struct SmallMVariant {
 
 impl CudaKernel {
     /// Bytes of the integer tables compiled into the kernel's image (the block-sparse kernels'
-    /// kept-block lists and schedules: `bsr.rs` emits each as one `__device__ const int` or
-    /// `__constant__ int` array); 0 for the other kernels.
+    /// kept-block lists and schedules: `bsr.rs` and `gemv.rs` emit each as one `__device__ const
+    /// int`, `__device__ const unsigned short` or `__constant__ int` array); 0 for the other
+    /// kernels.
     pub fn table_bytes(&self) -> u64 {
         self.source
             .lines()
             .filter_map(|l| {
-                let rest = l
-                    .strip_prefix("__device__ const int ")
-                    .or_else(|| l.strip_prefix("__constant__ int "))?;
+                let (rest, size) = [
+                    ("__device__ const int ", 4),
+                    ("__device__ const unsigned short ", 2),
+                    ("__constant__ int ", 4),
+                ]
+                .into_iter()
+                .find_map(|(prefix, size)| Some((l.strip_prefix(prefix)?, size)))?;
                 let len = rest.split_once('[')?.1.split_once(']')?.0;
-                len.parse::<u64>().ok()
+                Some(len.parse::<u64>().ok()? * size)
             })
             .sum::<u64>()
-            * 4
     }
 
     /// The kernel as one reviewable text: entry, launch rule and arguments as JSON, then the

@@ -119,7 +119,9 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
             assert!(!pairs || windows, "{}", k.name);
             assert_eq!(
                 pairs,
-                k.source.contains("__device__ const int step_col1["),
+                ["int", "unsigned short"].iter().any(|t| k
+                    .source
+                    .contains(&format!("__device__ const {t} step_col1["))),
                 "{}",
                 k.name
             );
@@ -258,15 +260,23 @@ fn sparse_gemms_with_k_contiguous_a_and_wgmma_blocks_take_the_grouped_kernel() {
                 let tile = format!("_wgmma_128x{}x", sg_g * u64::from(br));
                 assert!(s.entry.contains(&tile), "{}", s.entry);
             }
-            for list in [
-                "grp_ptr",
-                "grp_order",
-                "step_info",
-                "step_first",
-                "step_blk",
-            ] {
+            for list in ["grp_ptr", "grp_order", "step_info"] {
                 assert!(
                     k.source.contains(&format!("__device__ const int {list}[")),
+                    "{}: {list}",
+                    k.name
+                );
+            }
+            // The block indices in 16 bits: these weights keep far fewer than 65536 blocks.
+            assert!(
+                k.source.contains("#define MLPC_BSR_IDX unsigned short\n"),
+                "{}",
+                k.name
+            );
+            for list in ["step_first", "step_blk"] {
+                assert!(
+                    k.source
+                        .contains(&format!("__device__ const unsigned short {list}[")),
                     "{}: {list}",
                     k.name
                 );

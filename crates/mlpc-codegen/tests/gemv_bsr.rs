@@ -201,7 +201,11 @@ fn config_of(source: &str, max_m: u64) -> [usize; 4] {
 
 /// The module's `gemv_chunk` array, or the identity when it reads the packed order.
 fn chunk_map(source: &str, chunks: usize) -> Vec<usize> {
-    let Some(at) = source.find("__device__ const int gemv_chunk[") else {
+    // In 16 bits where every position fits, else 32.
+    let at = ["unsigned short", "int"]
+        .iter()
+        .find_map(|t| source.find(&format!("__device__ const {t} gemv_chunk[")));
+    let Some(at) = at else {
         assert!(source.contains("return q; }"));
         return (0..chunks).collect();
     };

@@ -106,13 +106,13 @@ fn artifacts_hold_ir_plan_explain_and_kernels_and_are_written_together() {
     assert_eq!(&plan, c.plan());
     let explain = std::str::from_utf8(a.get("explain.txt").unwrap()).unwrap();
     assert_eq!(explain, c.explain_with_tiles());
-    // The block-sparse kernel's lists (row offsets and block columns: 3 + 2 ints) follow the
-    // pass pipeline's report.
+    // The block-sparse kernel's lists (row offsets and block columns: 3 + 2 indices of 16 bits)
+    // follow the pass pipeline's report.
     assert_eq!(
         explain.strip_prefix(c.explain()),
         Some(
-            "block-sparse kernel tables (sm_90 kernels, compiled into their images): 20 bytes\n  \
-             bsr_gemm_bias_silu_f32_nt_b5x3: 20 bytes\n"
+            "block-sparse kernel tables (sm_90 kernels, compiled into their images): 10 bytes\n  \
+             bsr_gemm_bias_silu_f32_nt_b5x3: 10 bytes\n"
         )
     );
     let kernels = c
