@@ -36,12 +36,14 @@ impl Outcome {
 }
 
 fn mlpc(dir: &Path, args: &[&str]) -> Outcome {
-    let out = Command::new(env!("CARGO_BIN_EXE_mlpc"))
-        .args(args)
-        .current_dir(dir)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mlpc"));
+    cmd.args(args).current_dir(dir).env("NO_COLOR", "1");
+    outcome(cmd)
+}
+
+/// Runs `cmd` to its end.
+fn outcome(mut cmd: Command) -> Outcome {
+    let out = cmd.output().unwrap();
     Outcome {
         // A signal (a crash) has no code: make it fail every assertion below.
         code: out.status.code().unwrap_or(-1),
@@ -1677,20 +1679,14 @@ fn runs_of_a_directory_being_replaced_see_the_directory() {
 /// mlpc in `dir` with its caches in `dir/cache` (`MLPC_CACHE_DIR=cache`, no size cap), and `env`
 /// set over that.
 fn mlpc_in_cache(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcome {
-    let out = Command::new(env!("CARGO_BIN_EXE_mlpc"))
-        .args(args)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mlpc"));
+    cmd.args(args)
         .current_dir(dir)
         .env("NO_COLOR", "1")
         .env("MLPC_CACHE_DIR", "cache")
         .env_remove("MLPC_CACHE_MAX_SIZE")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    Outcome {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+        .envs(env.iter().copied());
+    outcome(cmd)
 }
 
 /// The transcript of `mlpc_in_cache(dir, args, env)`, with the variables before the command.
