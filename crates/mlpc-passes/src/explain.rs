@@ -68,7 +68,7 @@ fn describe(by_name: &ByName, prov: &Provenance, name: &str, op: &Op) -> String 
             let each: Vec<String> = names
                 .iter()
                 .map(|p| match packed.iter().find(|w| &w.name == p) {
-                    Some(w) => format!("{p} ({})", packed_summary(w)),
+                    Some(w) => format!("{p} ({})", packed_summary(w, prov)),
                     None => p.clone(),
                 })
                 .collect();
@@ -99,11 +99,16 @@ fn describe(by_name: &ByName, prov: &Provenance, name: &str, op: &Op) -> String 
     }
 }
 
-/// `blocks 32x32, kept 1024/4096 (25.0%), 8388608 -> 2097152 bytes + 16388 index bytes`.
-fn packed_summary(w: &PackedWeight) -> String {
+/// `blocks 32x32, kept 1024/4096 (25.0%), 8388608 -> 2097152 bytes + 16388 index bytes`, and
+/// for a gated pair's union what each side keeps of its own.
+fn packed_summary(w: &PackedWeight, prov: &Provenance) -> String {
     let p = &w.pattern;
+    let union = prov
+        .union_note(&w.name)
+        .map(|n| format!("; {n}"))
+        .unwrap_or_default();
     format!(
-        "blocks {}x{}, kept {}/{} ({:.1}%), {} -> {} bytes + {} index bytes",
+        "blocks {}x{}, kept {}/{} ({:.1}%), {} -> {} bytes + {} index bytes{union}",
         p.block[0],
         p.block[1],
         p.kept.len(),
@@ -202,7 +207,7 @@ pub fn explain(original: &Graph, optimized: &Graph, plan: &Plan, prov: &Provenan
             "block-sparse weights: {count}, {dense} bytes dense, {kept} packed + {index} index bytes"
         );
         for w in &packed {
-            let _ = writeln!(s, "  {}: {}", w.name, packed_summary(w));
+            let _ = writeln!(s, "  {}: {}", w.name, packed_summary(w, prov));
         }
     }
     let dense = prov.stays_dense();

@@ -13,7 +13,8 @@
 //!   same A operand, layouts, epilogue and epilogue operands, reading `<name>.bsr`;
 //! - a dual GEMM is lowered when both its gate and up weights are selected with the same block
 //!   shape: both are packed to the union of their two patterns (a block kept by either), so one
-//!   list of kept blocks drives both products. Otherwise it stays dense, computing the pruned
+//!   list of kept blocks drives both products; where the union holds more blocks than a side
+//!   keeps, the packed weights say so ([`Provenance::union_note`]: `--explain` shows it). Otherwise it stays dense, computing the pruned
 //!   weights exactly.
 //! - a GEMM whose weight is entirely zero stays dense (a sparse GEMM keeps at least one block).
 //!
@@ -144,10 +145,18 @@ impl Pass for LowerBlockSparse {
                 Some(_) => Some(weight_pattern(g, &specs, ops[2], gm.b)?),
                 None => None,
             };
+            // For a gated pair packed to its union: each side's own kept blocks, where the union
+            // holds more than one of them.
+            let mut own: Option<[usize; 2]> = None;
             let pattern = match (gate, up) {
                 (Some(p), None) => p,
                 (Some(p), Some(Some(u))) => match union(&p, &u) {
-                    Some(both) => both,
+                    Some(both) => {
+                        if both.kept.len() > p.kept.len().min(u.kept.len()) {
+                            own = Some([p.kept.len(), u.kept.len()]);
+                        }
+                        both
+                    }
                     None => {
                         let why = format!(
                             "dual GEMM `{gemm_name}` reads `{}` (blocks {}x{}) and `{}` \
@@ -237,6 +246,17 @@ impl Pass for LowerBlockSparse {
                             }
                         })?;
                         prov.record_packed(bsr_name.clone(), name.clone());
+                        if let Some([kg, ku]) = own {
+                            prov.record_union(
+                                bsr_name.clone(),
+                                format!(
+                                    "the union of the gated pair's patterns: `{}` keeps {kg} \
+                                     blocks, `{}` {ku}",
+                                    g.node(ops[1]).name,
+                                    g.node(ops[2]).name
+                                ),
+                            );
+                        }
                         prov.created(bsr_name);
                         packed.push((name.clone(), pattern.clone(), transposed, p));
                         p

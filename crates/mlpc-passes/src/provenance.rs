@@ -57,6 +57,9 @@ pub struct Provenance {
     /// Each packed weight's dense source (`lower-block-sparse`), whether or not the source
     /// stays.
     packed_from: BTreeMap<String, String>,
+    /// Packed weights of a gated pair that hold more blocks than their own weight keeps (the
+    /// union of the pair's two patterns), with what each side keeps.
+    unions: BTreeMap<String, String>,
 }
 
 impl Provenance {
@@ -70,6 +73,7 @@ impl Provenance {
             fates,
             stays_dense: BTreeMap::new(),
             packed_from: BTreeMap::new(),
+            unions: BTreeMap::new(),
         }
     }
 
@@ -98,6 +102,18 @@ impl Provenance {
     /// Records that `packed` is the weight `source` packed block-sparse (`lower-block-sparse`).
     pub fn record_packed(&mut self, packed: impl Into<String>, source: impl Into<String>) {
         self.packed_from.insert(packed.into(), source.into());
+    }
+
+    /// Records that the packed weight `packed` holds the union of a gated pair's two patterns,
+    /// more blocks than its own weight keeps; `note` says what each side keeps
+    /// (`lower-block-sparse`).
+    pub fn record_union(&mut self, packed: impl Into<String>, note: impl Into<String>) {
+        self.unions.insert(packed.into(), note.into());
+    }
+
+    /// What a packed weight that holds a gated pair's union keeps of its own, when it holds more.
+    pub fn union_note(&self, packed: &str) -> Option<&str> {
+        self.unions.get(packed).map(String::as_str)
     }
 
     /// The dense weight the packed weight `packed` was made from.

@@ -208,6 +208,55 @@ fn gated_mlp_lowers_the_dual_gemm_with_the_union_pattern() {
 }
 
 #[test]
+fn a_gated_pair_packed_to_its_union_says_what_each_side_keeps() {
+    // Gate [64, 32] keeps blocks 0, 1, 2 of its eight 16 x 16 blocks, up keeps 2 and 3: both are
+    // packed to the four of the union, and `--explain` says what each keeps of its own.
+    let mut g = swiglu(DType::F32, 32, 64);
+    let mask = |kept: &[usize]| (0..8).map(|b| kept.contains(&b)).collect::<Vec<_>>();
+    g.set_weight(
+        "gate_proj.weight",
+        masked_weight(4, 2, [16, 16], &mask(&[0, 1, 2]), 1),
+    );
+    g.set_weight(
+        "up_proj.weight",
+        masked_weight(4, 2, [16, 16], &mask(&[2, 3]), 2),
+    );
+    let specs: Vec<SparseWeight> = ["gate_proj.weight", "up_proj.weight"]
+        .map(|w| SparseWeight::new(w, [16, 16], None))
+        .to_vec();
+    let (opt, prov, err) = compile_and_compare(&g, &specs, 3);
+    assert!(err < 1e-5, "error {err}\n{opt}");
+    let packed = packed_weights(&opt);
+    assert_eq!(packed.len(), 2);
+    let want = "the union of the gated pair's patterns: `gate_proj.weight` keeps 3 blocks, \
+                `up_proj.weight` 2";
+    for w in &packed {
+        assert_eq!(w.pattern.kept.len(), 4, "{}", w.name);
+        assert_eq!(prov.union_note(&w.name), Some(want), "{}", w.name);
+    }
+    let plan = lower_plan(&opt, &prov).unwrap();
+    let text = explain(&g, &opt, &plan, &prov);
+    // Each packed weight's row and its line under "block-sparse weights".
+    assert_eq!(text.matches(want).count(), 4, "{text}");
+    assert!(
+        text.contains(&format!(
+            "kept 4/8 (50.0%), 8192 -> 4096 bytes + 36 index bytes; {want}"
+        )),
+        "{text}"
+    );
+
+    // The same pattern on both sides: nothing to say.
+    g.set_weight(
+        "up_proj.weight",
+        masked_weight(4, 2, [16, 16], &mask(&[0, 1, 2]), 2),
+    );
+    let (opt, prov, _) = compile_and_compare(&g, &specs, 3);
+    let packed = packed_weights(&opt);
+    assert_eq!(packed.len(), 2);
+    assert!(packed.iter().all(|w| prov.union_note(&w.name).is_none()));
+}
+
+#[test]
 fn a_dual_gemm_with_one_dense_side_stays_dense() {
     let g = geglu(DType::F32, 32, 64);
     let specs = vec![SparseWeight::new("gate_proj.weight", [16, 16], Some(0.5))];
