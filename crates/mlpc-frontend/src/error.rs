@@ -213,7 +213,9 @@ pub enum ModelError {
         "sparsity pattern `{pattern}` matches no weight of the model; its weights are {weights}"
     )]
     SparsityNoMatch { pattern: String, weights: String },
-    #[error("weight `{weight}` is selected by two sparsity keys, `{first}` and `{second}`")]
+    /// `first` is the first key in backticks, and how it selected the weight where that was not
+    /// by matching it.
+    #[error("weight `{weight}` is selected by two sparsity keys, {first} and `{second}`")]
     SparsityOverlap {
         weight: String,
         first: String,
@@ -227,6 +229,8 @@ pub enum ModelError {
         block: [u64; 2],
         shape: Vec<usize>,
     },
+    #[error("sparsity key `{key}`: \"with\" {message}")]
+    SparsityWith { key: String, message: String },
     #[error("density must be a number in (0, 1], found {found}")]
     Density { found: String },
 }

@@ -50,6 +50,9 @@ pub struct SparsitySpec {
     pub block: [u64; 2],
     /// Fraction of blocks kept; `None` means the weight's all-zero blocks define the pattern.
     pub density: Option<f64>,
+    /// The weight of the same shape pruned together with this one (`"with"`), whose spec names
+    /// this one back with the same block and density.
+    pub with: Option<String>,
 }
 
 /// Reads a model file. A weights file named in it is resolved relative to the model file's

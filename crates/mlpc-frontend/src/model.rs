@@ -1239,6 +1239,8 @@ fn sparsity(b: &Builder<'_>, v: &Value, at: &Loc) -> R<Vec<SparsitySpec>> {
         }
     };
     let mut chosen: BTreeMap<String, SparsitySpec> = BTreeMap::new();
+    // The weights selected as another's `"with"`, not by their own key.
+    let mut partners: BTreeSet<String> = BTreeSet::new();
     for (key, spec) in m {
         let kat = at.key(key);
         let sm = r.obj(
@@ -1246,7 +1248,7 @@ fn sparsity(b: &Builder<'_>, v: &Value, at: &Loc) -> R<Vec<SparsitySpec>> {
             &kat,
             "a sparsity spec {\"block\": [rows, cols], \"density\": d}",
         )?;
-        r.keys(sm, &kat, &["block", "density"])?;
+        r.keys(sm, &kat, &["block", "density", "with"])?;
         let block_at = kat.key("block");
         let block_v = r.required(sm, &kat, "block", "[rows, cols] of a block")?;
         let dims = r.fixed_shape(block_v, &block_at)?;
@@ -1267,7 +1269,55 @@ fn sparsity(b: &Builder<'_>, v: &Value, at: &Loc) -> R<Vec<SparsitySpec>> {
                 })?)
             }
         };
+        let with_err = |message: String| {
+            r.err(
+                &kat.key("with"),
+                ModelError::SparsityWith {
+                    key: key.clone(),
+                    message,
+                },
+            )
+        };
+        let with = match sm.get("with") {
+            None => None,
+            Some(wv) => {
+                let Some(text) = wv.as_str() else {
+                    return Err(r.ty(
+                        &kat.key("with"),
+                        "a weight name (or, for a glob key, a glob with as many `*`)",
+                        wv,
+                    ));
+                };
+                if density.is_none() {
+                    return Err(with_err(
+                        "needs a \"density\": weights pruned together keep the blocks of largest \
+                         summed norm"
+                            .to_string(),
+                    ));
+                }
+                Some(text)
+            }
+        };
         // A key that is a weight's name selects that weight, also where it reads as a glob.
+        let plain_key = weights.contains(&key.as_str()) || !is_glob(key);
+        if let Some(text) = with {
+            let stars = |t: &str| t.matches('*').count();
+            if plain_key && is_glob(text) {
+                return Err(with_err(format!(
+                    "`{text}` is a glob, but the key names one weight: name one weight"
+                )));
+            }
+            if !plain_key
+                && (key.contains(['?', '[', '{'])
+                    || text.contains(['?', '[', '{'])
+                    || stars(key) != stars(text))
+            {
+                return Err(with_err(format!(
+                    "`{text}` must have as many `*` as the key and no other wildcard (each `*` \
+                     takes the text the key's `*` matched), and the key no wildcard but `*`"
+                )));
+            }
+        }
         let matched: Vec<&str> = if weights.contains(&key.as_str()) {
             vec![key.as_str()]
         } else if is_glob(key) {
@@ -1339,15 +1389,62 @@ fn sparsity(b: &Builder<'_>, v: &Value, at: &Loc) -> R<Vec<SparsitySpec>> {
                     },
                 ));
             }
-            if let Some(prev) = chosen.get(w) {
-                return Err(r.err(
-                    &kat,
-                    ModelError::SparsityOverlap {
-                        weight: w.to_string(),
-                        first: prev.pattern.clone(),
-                        second: key.clone(),
-                    },
-                ));
+            let partner = match with {
+                None => None,
+                Some(text) if plain_key => Some(text.to_string()),
+                Some(text) => {
+                    // Matched by globset, so the `*`-only key splits the name this way.
+                    let caps = star_captures(key, w).unwrap_or_default();
+                    let mut caps = caps.into_iter();
+                    let mut p = String::new();
+                    for (k, lit) in text.split('*').enumerate() {
+                        if k > 0 {
+                            p.push_str(caps.next().unwrap_or_default());
+                        }
+                        p.push_str(lit);
+                    }
+                    Some(p)
+                }
+            };
+            if let Some(p) = &partner {
+                let pshape = b.g.weight(p).map(|t| t.shape().to_vec());
+                let message = match pshape {
+                    _ if p == w => Some(format!("names `{w}` itself")),
+                    None => Some(format!(
+                        "names `{p}` for `{w}`, which is not a weight of the model{}",
+                        closest(p, weights.iter().copied().filter(|x| *x != w))
+                    )),
+                    Some(s) if s != shape => Some(format!(
+                        "names `{p}` of shape {s:?} for `{w}` of shape {shape:?}: weights \
+                         pruned together have one shape"
+                    )),
+                    Some(_) => None,
+                };
+                if let Some(message) = message {
+                    return Err(with_err(message));
+                }
+            }
+            for name in std::iter::once(w).chain(partner.as_deref()) {
+                if let Some(prev) = chosen.get(name) {
+                    if prev.pattern == *key {
+                        return Err(with_err(format!(
+                            "makes `{name}` the partner of two weights, or of one the key \
+                             selects too; each weight is pruned with at most one other"
+                        )));
+                    }
+                    let by = match partners.contains(name) {
+                        true => " (its \"with\")",
+                        false => "",
+                    };
+                    return Err(r.err(
+                        &kat,
+                        ModelError::SparsityOverlap {
+                            weight: name.to_string(),
+                            first: format!("`{}`{by}", prev.pattern),
+                            second: key.clone(),
+                        },
+                    ));
+                }
             }
             chosen.insert(
                 w.to_string(),
@@ -1356,16 +1453,69 @@ fn sparsity(b: &Builder<'_>, v: &Value, at: &Loc) -> R<Vec<SparsitySpec>> {
                     pattern: key.clone(),
                     block: [rows, cols],
                     density,
+                    with: partner.clone(),
                 },
             );
+            if let Some(p) = partner {
+                partners.insert(p.clone());
+                chosen.insert(
+                    p.clone(),
+                    SparsitySpec {
+                        weight: p,
+                        pattern: key.clone(),
+                        block: [rows, cols],
+                        density,
+                        with: Some(w.to_string()),
+                    },
+                );
+            }
         }
     }
     Ok(chosen.into_values().collect())
 }
 
+/// The texts the `*`s of `key` (a glob whose only wildcard is `*`) match in `name`, each middle
+/// one as short as it can be; `None` where `name` does not match.
+fn star_captures<'a>(key: &str, name: &'a str) -> Option<Vec<&'a str>> {
+    let mut parts = key.split('*');
+    let mut rest = name.strip_prefix(parts.next()?)?;
+    let literals: Vec<&str> = parts.collect();
+    let mut caps = Vec::with_capacity(literals.len());
+    for (k, lit) in literals.iter().enumerate() {
+        if k + 1 == literals.len() {
+            caps.push(rest.strip_suffix(lit)?);
+        } else {
+            let at = rest.find(lit)?;
+            caps.push(&rest[..at]);
+            rest = &rest[at + lit.len()..];
+        }
+    }
+    Some(caps)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn star_captures_split_a_name_by_the_keys_stars() {
+        let caps = |k, n| star_captures(k, n);
+        assert_eq!(
+            caps(
+                "layers.*.mlp.gate_proj.weight",
+                "layers.12.mlp.gate_proj.weight"
+            ),
+            Some(vec!["12"])
+        );
+        assert_eq!(
+            caps("*.gate.*", "a.gate.b.gate.c"),
+            Some(vec!["a", "b.gate.c"])
+        );
+        assert_eq!(caps("*ab*b", "abb"), Some(vec!["", ""]));
+        assert_eq!(caps("plain", "plain"), Some(vec![]));
+        assert_eq!(caps("a*", "b"), None);
+        assert_eq!(caps("*x", "xy"), None);
+    }
 
     #[test]
     fn edit_distance_and_hints() {

@@ -167,18 +167,21 @@ fn gated_geglu_graph_form_with_sparsity() {
                 pattern: "down.weight".into(),
                 block: [16, 16],
                 density: None,
+                with: None,
             },
             SparsitySpec {
                 weight: "gate.weight".into(),
                 pattern: "{gate,up}.weight".into(),
                 block: [8, 16],
                 density: Some(0.5),
+                with: None,
             },
             SparsitySpec {
                 weight: "up.weight".into(),
                 pattern: "{gate,up}.weight".into(),
                 block: [8, 16],
                 density: Some(0.5),
+                with: None,
             },
         ]
     );
@@ -186,6 +189,34 @@ fn gated_geglu_graph_form_with_sparsity() {
 
 /// A key that is a used weight's name selects that weight, though it reads as a glob: `w[0]`
 /// (as a glob, it matches `w0`, which it used to select, leaving `w[0]` dense).
+#[test]
+fn with_names_the_weight_pruned_together_also_through_a_glob() {
+    let spec = |weight: &str, pattern: &str, with: &str| SparsitySpec {
+        weight: weight.into(),
+        pattern: pattern.into(),
+        block: [8, 16],
+        density: Some(0.25),
+        with: Some(with.into()),
+    };
+    for (key, with) in [("gate.weight", "up.weight"), ("*gate.w*", "*up.w*")] {
+        let text = GEGLU.replace(
+            r#""down.weight": { "block": [16, 16] },
+    "{gate,up}.weight": { "block": [8, 16], "density": 0.5 }"#,
+            &format!(r#""{key}": {{ "block": [8, 16], "density": 0.25, "with": "{with}" }}"#),
+        );
+        assert_ne!(text, GEGLU);
+        let m = parse(&text);
+        assert_eq!(
+            m.sparsity,
+            vec![
+                spec("gate.weight", key, "up.weight"),
+                spec("up.weight", key, "gate.weight"),
+            ],
+            "{key}"
+        );
+    }
+}
+
 #[test]
 fn a_key_that_names_a_weight_selects_it_before_any_glob_reading() {
     let model = |key: &str| {

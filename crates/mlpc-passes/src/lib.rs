@@ -42,4 +42,4 @@ pub use plan::{
     unfused_kernel_count, ByteCount, PlanError, INPUT_ALIGN_BYTES,
 };
 pub use provenance::{Fate, Provenance};
-pub use prune_block_sparse::{kept_blocks, PruneBlockSparse, SparseWeight};
+pub use prune_block_sparse::{kept_blocks, kept_blocks_together, PruneBlockSparse, SparseWeight};

@@ -8,6 +8,10 @@
 //!   zero); equal norms rank the lower row-major block index first. Every other block becomes zero.
 //! - without a density the weight's all-zero blocks already define the pattern; the data is left
 //!   as it is.
+//! - two weights of one shape selected `with` each other (same block and density: the gate and
+//!   up weights of a gated pair, whose dual GEMM runs the union of their patterns) are pruned
+//!   together: both keep the same `round(d * B)` blocks, those whose squared norms summed over
+//!   the two are largest, so the union is no larger than each.
 //!
 //! After: every selected weight is zero outside its kept blocks, so the graph computes the pruned
 //! model exactly, whatever runs it; `lower-block-sparse` then finds the pattern as the set of
@@ -28,6 +32,10 @@ pub struct SparseWeight {
     pub block: [u64; 2],
     /// Fraction of blocks kept, in (0, 1]; `None`: the all-zero blocks define the pattern.
     pub density: Option<f64>,
+    /// A weight of the same shape pruned together with this one (with a density): both keep the
+    /// same blocks, those of largest summed squared norm over the two. Its own spec names this
+    /// weight back, with the same block and density.
+    pub with: Option<String>,
 }
 
 impl SparseWeight {
@@ -36,7 +44,14 @@ impl SparseWeight {
             weight: weight.into(),
             block,
             density,
+            with: None,
         }
+    }
+
+    /// This spec, pruned together with `partner` (see [`SparseWeight::with`]).
+    pub fn pruned_with(mut self, partner: impl Into<String>) -> SparseWeight {
+        self.with = Some(partner.into());
+        self
     }
 }
 
@@ -137,6 +152,25 @@ impl BlockNorm {
     }
 }
 
+impl BlockNorm {
+    /// Adds `other` to this norm (exactly; NaN above infinity above every sum of finite norms).
+    fn add(&mut self, other: &BlockNorm) {
+        match (&mut *self, other) {
+            (BlockNorm::NaN, _) => {}
+            (_, BlockNorm::NaN) => *self = BlockNorm::NaN,
+            (BlockNorm::Inf, _) | (_, BlockNorm::Inf) => *self = BlockNorm::Inf,
+            (BlockNorm::Finite(a), BlockNorm::Finite(b)) => {
+                let mut carry = 0u128;
+                for (x, y) in a.iter_mut().zip(b) {
+                    let sum = u128::from(*x) + u128::from(*y) + carry;
+                    *x = sum as u64;
+                    carry = sum >> 64;
+                }
+            }
+        }
+    }
+}
+
 impl Ord for BlockNorm {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         let rank = |n: &BlockNorm| match n {
@@ -195,20 +229,52 @@ pub fn kept_blocks(
             }
             (0..norms.len()).filter(|&b| nonzero[b]).collect()
         }
-        Some(d) => {
-            if !(d > 0.0 && d <= 1.0) {
-                return Err(format!("density {d} is not in (0, 1]"));
-            }
-            let count = ((d * norms.len() as f64).round() as usize).min(norms.len());
-            let mut order: Vec<usize> = (0..norms.len()).collect();
-            // Largest norm first (NaN above infinity above every number); equal norms by index.
-            order.sort_by(|&a, &b| norms[b].cmp(&norms[a]).then(a.cmp(&b)));
-            order.truncate(count);
-            order
-        }
+        Some(d) => largest(&norms, d)?,
     };
     kept.sort_unstable();
     Ok(kept)
+}
+
+/// The `round(density * blocks)` blocks of largest norm, ascending (ties to the lower index).
+fn largest(norms: &[BlockNorm], d: f64) -> Result<Vec<usize>, String> {
+    if !(d > 0.0 && d <= 1.0) {
+        return Err(format!("density {d} is not in (0, 1]"));
+    }
+    let count = ((d * norms.len() as f64).round() as usize).min(norms.len());
+    let mut order: Vec<usize> = (0..norms.len()).collect();
+    // Largest norm first (NaN above infinity above every number); equal norms by index.
+    order.sort_by(|&a, &b| norms[b].cmp(&norms[a]).then(a.cmp(&b)));
+    order.truncate(count);
+    order.sort_unstable();
+    Ok(order)
+}
+
+/// The kept blocks (row-major indices, ascending) of weights of one shape pruned together to
+/// `density`: the `round(density * blocks)` blocks whose squared L2 norms, summed over the
+/// weights, are largest (ties to the lower index).
+pub fn kept_blocks_together(
+    ws: &[&HostTensor],
+    block: [u64; 2],
+    density: f64,
+) -> Result<Vec<usize>, String> {
+    let Some(first) = ws.first() else {
+        return Ok(Vec::new());
+    };
+    if let Some(other) = ws.iter().find(|w| w.shape() != first.shape()) {
+        return Err(format!(
+            "weights pruned together need one shape, not {:?} and {:?}",
+            first.shape(),
+            other.shape()
+        ));
+    }
+    let grid = block_grid(first.shape(), block)?;
+    let mut norms = block_norms(first, block, grid);
+    for w in &ws[1..] {
+        for (n, m) in norms.iter_mut().zip(block_norms(w, block, grid)) {
+            n.add(&m);
+        }
+    }
+    largest(&norms, density)
 }
 
 /// `w` with every block outside `kept` (row-major block indices) set to zero.
@@ -269,18 +335,89 @@ impl Pass for PruneBlockSparse {
                 }
                 return Err(err("the graph has no weight of this name".to_string()));
             };
-            let kept = kept_blocks(w, spec.block, spec.density).map_err(err)?;
-            if spec.density.is_none() {
+            let partner = match &spec.with {
+                None => None,
+                Some(p) => {
+                    let j = self.partner(i).map_err(err)?;
+                    if j < i {
+                        // Pruned together with its partner already.
+                        continue;
+                    }
+                    match g
+                        .weight(p)
+                        .filter(|_| g.find(p).is_some_and(|n| g.node(n).op == Op::Weight))
+                    {
+                        Some(pw) => Some((p.clone(), pw)),
+                        // A dead partner: the weight is pruned alone.
+                        None if prov.fate(p) == Some(&Fate::Removed) => None,
+                        None => {
+                            return Err(err(format!(
+                                "it is pruned together with `{p}`, but the graph has no weight \
+                                 of that name"
+                            )))
+                        }
+                    }
+                }
+            };
+            let Some(d) = spec.density else {
+                // The pattern of all-zero blocks: nothing to prune.
+                kept_blocks(w, spec.block, None).map_err(err)?;
                 continue;
-            }
+            };
+            let kept = match &partner {
+                Some((_, pw)) => kept_blocks_together(&[w, pw], spec.block, d).map_err(err)?,
+                None => kept_blocks(w, spec.block, Some(d)).map_err(err)?,
+            };
             let grid = block_grid(w.shape(), spec.block).map_err(err)?;
-            let pruned = zero_dropped(w, spec.block, grid, &kept);
-            if pruned.bytes() != w.bytes() {
-                g.set_weight(spec.weight.clone(), pruned);
+            let mut updates = Vec::new();
+            for (name, data) in [(spec.weight.clone(), w)].into_iter().chain(partner) {
+                let pruned = zero_dropped(data, spec.block, grid, &kept);
+                if pruned.bytes() != data.bytes() {
+                    updates.push((name, pruned));
+                }
+            }
+            for (name, pruned) in updates {
+                g.set_weight(name, pruned);
                 changed = true;
             }
         }
         Ok(changed)
+    }
+}
+
+impl PruneBlockSparse {
+    /// The index of the spec that spec `i` is pruned together with (its [`SparseWeight::with`]),
+    /// which must name it back with the same block and density.
+    fn partner(&self, i: usize) -> Result<usize, String> {
+        let spec = &self.specs[i];
+        let Some(p) = &spec.with else {
+            return Err("it is pruned alone".to_string());
+        };
+        if *p == spec.weight {
+            return Err("it cannot be pruned together with itself".to_string());
+        }
+        if spec.density.is_none() {
+            return Err(format!(
+                "it is pruned together with `{p}`, and so needs a density (the blocks of largest \
+                 summed norm are kept)"
+            ));
+        }
+        let Some(j) = self.specs.iter().position(|s| s.weight == *p) else {
+            return Err(format!(
+                "it is pruned together with `{p}`, which is not selected for block sparsity"
+            ));
+        };
+        let other = &self.specs[j];
+        if other.with.as_deref() != Some(spec.weight.as_str())
+            || other.block != spec.block
+            || other.density != spec.density
+        {
+            return Err(format!(
+                "it is pruned together with `{p}`, whose spec must name it back with the same \
+                 block and density"
+            ));
+        }
+        Ok(j)
     }
 }
 
@@ -401,6 +538,42 @@ mod tests {
         assert_eq!(kept_blocks(&t, [2, 2], None).unwrap(), vec![1, 2]);
         // A NaN norm ranks first.
         assert_eq!(kept_blocks(&t, [2, 2], Some(0.25)).unwrap(), vec![2]);
+    }
+
+    #[test]
+    fn weights_pruned_together_keep_the_blocks_of_largest_summed_norm() {
+        // Four 1 x 2 blocks. Norms of a: 25, 0, 4, 1; of b: 0, 16, 4, 25. Summed: 25, 16, 8, 26.
+        let a = w([1, 8], &[3.0, 4.0, 0.0, 0.0, 2.0, 0.0, 0.0, 1.0]);
+        let b = w([1, 8], &[0.0, 0.0, 4.0, 0.0, 0.0, 2.0, 3.0, 4.0]);
+        assert_eq!(
+            kept_blocks_together(&[&a, &b], [1, 2], 0.5).unwrap(),
+            vec![0, 3]
+        );
+        assert_eq!(
+            kept_blocks_together(&[&a, &b], [1, 2], 0.75).unwrap(),
+            vec![0, 1, 3]
+        );
+        // Alone, each keeps other blocks.
+        assert_eq!(kept_blocks(&a, [1, 2], Some(0.5)).unwrap(), vec![0, 2]);
+        assert_eq!(kept_blocks(&b, [1, 2], Some(0.5)).unwrap(), vec![1, 3]);
+        // Equal sums tie to the lower index; a NaN in either weight ranks its block first.
+        let c = w([1, 8], &[0.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0]);
+        let d = w([1, 8], &[3.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(
+            kept_blocks_together(&[&c, &d], [1, 2], 0.25).unwrap(),
+            vec![0]
+        );
+        let e = w([1, 8], &[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, f64::NAN, 0.0]);
+        assert_eq!(
+            kept_blocks_together(&[&a, &e], [1, 2], 0.25).unwrap(),
+            vec![3]
+        );
+        // One shape, and a density in (0, 1].
+        let wide = w([1, 4], &[1.0; 4]);
+        assert!(kept_blocks_together(&[&a, &wide], [1, 2], 0.5)
+            .unwrap_err()
+            .contains("one shape"));
+        assert!(kept_blocks_together(&[&a, &b], [1, 2], 0.0).is_err());
     }
 
     #[test]

@@ -257,6 +257,58 @@ fn a_gated_pair_packed_to_its_union_says_what_each_side_keeps() {
 }
 
 #[test]
+fn a_gated_pair_pruned_together_keeps_one_pattern_of_the_density() {
+    // Gate and up [64, 32] in 16 x 16 blocks (eight each) at density 0.5, pruned together: both
+    // keep the same four blocks, so the dual GEMM's union is four blocks, not up to eight.
+    let g = swiglu(DType::F32, 32, 64);
+    let specs = vec![
+        SparseWeight::new("gate_proj.weight", [16, 16], Some(0.5)).pruned_with("up_proj.weight"),
+        SparseWeight::new("up_proj.weight", [16, 16], Some(0.5)).pruned_with("gate_proj.weight"),
+    ];
+    let (opt, prov, err) = compile_and_compare(&g, &specs, 3);
+    assert!(err < 1e-5, "error {err}\n{opt}");
+    assert_eq!(sparse_ops(&opt), ["sparse_dual_gemm"]);
+    let packed = packed_weights(&opt);
+    assert_eq!(packed.len(), 2);
+    for w in &packed {
+        assert_eq!(w.pattern.kept.len(), 4, "{}", w.name);
+        assert!(prov.union_note(&w.name).is_none());
+    }
+    // The kept blocks are those of largest summed norm, on both weights.
+    let gate = g.weight("gate_proj.weight").unwrap();
+    let up = g.weight("up_proj.weight").unwrap();
+    let want = mlpc_passes::kept_blocks_together(&[gate, up], [16, 16], 0.5).unwrap();
+    let reference = pruned_reference(&g, &specs);
+    for name in ["gate_proj.weight", "up_proj.weight"] {
+        let kept = mlpc_passes::kept_blocks(reference.weight(name).unwrap(), [16, 16], None);
+        assert_eq!(kept.unwrap(), want, "{name}");
+    }
+
+    // A partner that does not name the weight back, or one not selected, is an error.
+    for specs in [
+        vec![
+            SparseWeight::new("gate_proj.weight", [16, 16], Some(0.5))
+                .pruned_with("up_proj.weight"),
+            SparseWeight::new("up_proj.weight", [16, 16], Some(0.25))
+                .pruned_with("gate_proj.weight"),
+        ],
+        vec![SparseWeight::new("gate_proj.weight", [16, 16], Some(0.5))
+            .pruned_with("up_proj.weight")],
+        vec![SparseWeight::new("gate_proj.weight", [16, 16], None).pruned_with("up_proj.weight")],
+    ] {
+        let mut g = g.clone();
+        let e = PruneBlockSparse::new(specs)
+            .run(&mut g, &mut Provenance::new(&swiglu(DType::F32, 32, 64)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("gate_proj.weight") && e.contains("pruned together"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn a_dual_gemm_with_one_dense_side_stays_dense() {
     let g = geglu(DType::F32, 32, 64);
     let specs = vec![SparseWeight::new("gate_proj.weight", [16, 16], Some(0.5))];

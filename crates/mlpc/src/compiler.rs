@@ -307,7 +307,10 @@ impl Compiler {
         let sparse: Vec<SparseWeight> = model
             .sparsity
             .iter()
-            .map(|s| SparseWeight::new(s.weight.clone(), s.block, s.density))
+            .map(|s| SparseWeight {
+                with: s.with.clone(),
+                ..SparseWeight::new(s.weight.clone(), s.block, s.density)
+            })
             .collect();
         // The reference of a model that prunes weights: the source graph with its selected
         // weights pruned (pruning changes the function on purpose; every other pass, the
