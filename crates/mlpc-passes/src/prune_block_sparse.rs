@@ -325,11 +325,8 @@ impl Pass for PruneBlockSparse {
                     "selected twice; one block shape and density a weight".into()
                 ));
             }
-            let is_weight_node = g
-                .find(&spec.weight)
-                .is_some_and(|n| g.node(n).op == Op::Weight);
             // Borrowed, not copied: the pruned copy is the only new one.
-            let Some(w) = g.weight(&spec.weight).filter(|_| is_weight_node) else {
+            let Some(w) = weight_node(g, &spec.weight) else {
                 if prov.fate(&spec.weight) == Some(&Fate::Removed) {
                     continue;
                 }
@@ -339,17 +336,19 @@ impl Pass for PruneBlockSparse {
                 None => None,
                 Some(p) => {
                     let j = self.partner(i).map_err(err)?;
-                    if j < i {
+                    match weight_node(g, p) {
                         // Pruned together with its partner already.
-                        continue;
-                    }
-                    match g
-                        .weight(p)
-                        .filter(|_| g.find(p).is_some_and(|n| g.node(n).op == Op::Weight))
-                    {
+                        Some(_) if j < i => continue,
                         Some(pw) => Some((p.clone(), pw)),
-                        // A dead partner: the weight is pruned alone.
-                        None if prov.fate(p) == Some(&Fate::Removed) => None,
+                        // Pruned alone, the weight would keep other blocks than in the reference
+                        // (the source graph pruned, its dead partner included).
+                        None if prov.fate(p) == Some(&Fate::Removed) => {
+                            return Err(err(format!(
+                                "it is pruned together with `{p}`, which no output needs \
+                                 (`dce` removed it); a weight is pruned together only with a \
+                                 live one"
+                            )))
+                        }
                         None => {
                             return Err(err(format!(
                                 "it is pruned together with `{p}`, but the graph has no weight \
@@ -383,6 +382,12 @@ impl Pass for PruneBlockSparse {
         }
         Ok(changed)
     }
+}
+
+/// The data of the weight node `name`, if the graph has one.
+fn weight_node<'g>(g: &'g Graph, name: &str) -> Option<&'g HostTensor> {
+    let is_weight_node = g.find(name).is_some_and(|n| g.node(n).op == Op::Weight);
+    g.weight(name).filter(|_| is_weight_node).map(|w| &**w)
 }
 
 impl PruneBlockSparse {

@@ -284,6 +284,28 @@ fn a_gated_pair_pruned_together_keeps_one_pattern_of_the_density() {
         assert_eq!(kept.unwrap(), want, "{name}");
     }
 
+    // A partner that no output needs, listed before or after the weight: an error, since the
+    // weight pruned alone would keep other blocks than the source graph pruned (the reference).
+    let mut lone = one_linear(DType::F32, 16, 16);
+    let unused = HostTensor::from_f64(DType::F32, vec![16, 16], &[1.0; 256]).unwrap();
+    lone.add_weight("a.unused", unused.clone()).unwrap();
+    lone.add_weight("z.unused", unused).unwrap();
+    for dead in ["a.unused", "z.unused"] {
+        let mut specs = vec![
+            SparseWeight::new(dead, [8, 8], Some(0.5)).pruned_with("fc.weight"),
+            SparseWeight::new("fc.weight", [8, 8], Some(0.5)).pruned_with(dead),
+        ];
+        if dead == "z.unused" {
+            specs.reverse();
+        }
+        let e = Pipeline::default()
+            .with_sparsity(specs)
+            .run(&mut lone.clone(), &opts())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("which no output needs"), "{e}");
+    }
+
     // A partner that does not name the weight back, or one not selected, is an error.
     for specs in [
         vec![
