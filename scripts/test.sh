@@ -18,6 +18,16 @@ case $PROPTEST_RNG_SEED in
         ;;
 esac
 
+# A full build of the workspace and its tests writes a few GB under target/: say so plainly
+# before the linker or rustc fails on a full disk with a message about something else.
+target_dir=${CARGO_TARGET_DIR:-$MLPC_ROOT/target}
+mkdir -p "$target_dir"
+free_kb=$(df -Pk "$target_dir" | awk 'NR == 2 { print $4 }')
+if [ -n "$free_kb" ] && [ "$free_kb" -lt $((4 * 1024 * 1024)) ]; then
+    echo "warning: $((free_kb / 1024)) MB free under $target_dir; building and testing the" \
+        "workspace needs about 3-6 GB (the build may fail with \"No space left on device\")" >&2
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy --workspace --all-targets -- -D warnings"
