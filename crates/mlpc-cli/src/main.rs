@@ -108,11 +108,16 @@ enum Command {
         #[command(flatten)]
         opts: CompileArgs,
     },
-    /// Time the model on the GPU: CUDA events around each run after warm-up, median of many
-    /// runs, rotating weight and input sets.
+    /// Time the model: on the GPU, CUDA events around each run after warm-up, median of many
+    /// runs, rotating weight and input sets; on the CPU (`-b cpu`), the wall clock around each
+    /// run.
     Bench {
         /// The model file (model.json).
         model: PathBuf,
+        /// The backend to time, `cuda` or `cpu`. Never chosen for you: a timing is of the
+        /// backend named.
+        #[arg(short, long, value_enum, default_value = "cuda")]
+        backend: BackendArg,
         /// A value for a symbolic dimension, e.g. `--bind T=8192`; repeat for several.
         #[arg(long = "bind", value_name = "SYM=N", value_parser = parse_binding)]
         bindings: Vec<(String, u64)>,
@@ -120,12 +125,12 @@ enum Command {
         /// runs see the clocks the GPU's power limit holds under sustained load (0: none).
         #[arg(long, value_name = "MS", default_value_t = 1000)]
         heat_ms: u64,
-        /// Untimed runs after the heat.
-        #[arg(long, value_name = "N", default_value_t = 20)]
-        warmup: usize,
-        /// Timed runs.
-        #[arg(long, value_name = "N", default_value_t = 200)]
-        iters: usize,
+        /// Untimed runs after the heat [default: 20 on the GPU, 2 on the CPU].
+        #[arg(long, value_name = "N")]
+        warmup: Option<usize>,
+        /// Timed runs [default: 200 on the GPU; on the CPU, as many as take 2 s, at least one].
+        #[arg(long, value_name = "N")]
+        iters: Option<usize>,
         /// Untimed runs after the heat for this many milliseconds instead of `--warmup` runs
         /// (counted from an estimate of one run with its flush, as triton's `do_bench` counts
         /// its 25 ms of warm-up).
@@ -392,6 +397,24 @@ fn pick_backend(b: Option<BackendArg>) -> Result<(Backend, Option<String>), mlpc
     })
 }
 
+/// `mlpc bench`'s warm-up and timed runs on `backend` when neither is given: on the GPU 20 and
+/// 200 runs; on the CPU, where one run of a large model takes a second, 2 runs and 2 s of runs.
+fn bench_defaults(backend: Backend) -> (mlpc::Runs, mlpc::Runs) {
+    match backend {
+        Backend::Cpu => (mlpc::Runs::Count(2), mlpc::Runs::Millis(2000)),
+        Backend::Reference | Backend::Cuda => (mlpc::Runs::Count(20), mlpc::Runs::Count(200)),
+    }
+}
+
+/// A bench phase: the wall time given, else the count given, else `default`.
+fn phase(count: Option<usize>, ms: Option<u64>, default: mlpc::Runs) -> mlpc::Runs {
+    match (count, ms) {
+        (_, Some(ms)) => mlpc::Runs::Millis(ms),
+        (Some(n), None) => mlpc::Runs::Count(n),
+        (None, None) => default,
+    }
+}
+
 /// Prints the compilation's warnings to stderr, one line each.
 fn warn(compiled: &mlpc::Compiled) {
     for w in compiled.warnings() {
@@ -548,6 +571,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
         }
         Command::Bench {
             model,
+            backend,
             bindings,
             heat_ms,
             warmup,
@@ -559,24 +583,64 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             opts,
             graphs,
         } => {
+            // Before the model is compiled, as `run` and `check` do.
+            let backend = Backend::from(backend);
+            backend.require()?;
+            let cuda_only = [
+                (flush_l2, "--flush-l2"),
+                (graphs.no_graphs, "--no-graphs"),
+                (graphs.no_early_launch, "--no-early-launch"),
+            ];
+            match backend {
+                Backend::Reference => {
+                    return Err(mlpc::Error::Bench(
+                        "`bench` times the `cuda` or the `cpu` backend, not the reference \
+                         interpreter"
+                            .into(),
+                    ))
+                }
+                Backend::Cpu => {
+                    if let Some((_, flag)) = cuda_only.iter().find(|(on, _)| *on) {
+                        return Err(mlpc::Error::Bench(format!(
+                            "{flag} is for the cuda backend, not `cpu`"
+                        )));
+                    }
+                }
+                Backend::Cuda => {}
+            }
             let compiled = render::compile_file(
-                graphs.apply(opts.compiler(None)?.tile_bindings(bindings.clone())),
+                graphs.apply(opts.compiler_for(backend)?.tile_bindings(bindings.clone())),
                 &model,
             )?;
             warn(&compiled);
             let b = bindings_of(&bindings);
-            let r = compiled.bench(
-                &b,
-                mlpc::BenchOptions {
-                    heat_ms,
-                    warmup: warmup_ms.map_or(mlpc::Runs::Count(warmup), mlpc::Runs::Millis),
-                    iters: rep_ms.map_or(mlpc::Runs::Count(iters), mlpc::Runs::Millis),
-                    flush_l2,
-                    ..Default::default()
-                },
-            )?;
+            let bench_opts = mlpc::BenchOptions {
+                heat_ms,
+                warmup: phase(warmup, warmup_ms, bench_defaults(backend).0),
+                iters: phase(iters, rep_ms, bench_defaults(backend).1),
+                flush_l2,
+                ..Default::default()
+            };
+            let r = match backend {
+                Backend::Cpu => compiled.bench_cpu(&b, bench_opts)?,
+                _ => compiled.bench(&b, bench_opts)?,
+            };
             let binds: Vec<String> = bindings.iter().map(|(s, v)| format!("{s}={v}")).collect();
-            outln!(
+            if backend == Backend::Cpu {
+                outln!(
+                    "{} [{}] {} kernels on the CPU: median {:.4} ms (min {:.4}, mean {:.4}, {} runs), {:.1} GFLOP/s; after {} ms of heat",
+                    compiled.name(),
+                    binds.join(","),
+                    compiled.plan().kernels.len(),
+                    r.median_ms,
+                    r.min_ms,
+                    r.mean_ms,
+                    r.iters,
+                    r.tflops() * 1e3,
+                    heat_ms,
+                );
+            } else {
+                outln!(
                 "{} [{}] {} kernels: median {:.4} ms (min {:.4}, mean {:.4}, {} runs, {} weight sets), {:.1} TFLOP/s, host {:.1} us per run, {}; after {} ms of heat{}",
                 compiled.name(),
                 binds.join(","),
@@ -592,6 +656,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 heat_ms,
                 if flush_l2 { ", L2 flushed before each run" } else { "" },
             );
+            }
             let tiles = compiled.tile_notes();
             if tiles
                 .iter()
@@ -604,6 +669,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             if let Some(path) = json {
                 let line = serde_json::json!({
                     "model": compiled.name(),
+                    "backend": backend.name(),
                     "dtype": compiled.plan().dtype,
                     "bindings": binds,
                     "kernels": compiled.plan().kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>(),
@@ -829,12 +895,33 @@ mod tests {
         let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.command);
         match parse(&["mlpc", "bench", "m.json"]) {
             Ok(Command::Bench {
+                backend,
                 warmup,
                 iters,
                 warmup_ms,
                 rep_ms,
                 ..
-            }) => assert_eq!((warmup, iters, warmup_ms, rep_ms), (20, 200, None, None)),
+            }) => {
+                assert!(matches!(backend, BackendArg::Cuda));
+                assert_eq!((warmup, iters, warmup_ms, rep_ms), (None, None, None, None));
+                let gpu = bench_defaults(Backend::Cuda);
+                assert_eq!(gpu, (mlpc::Runs::Count(20), mlpc::Runs::Count(200)));
+                let cpu = bench_defaults(Backend::Cpu);
+                assert_eq!(cpu, (mlpc::Runs::Count(2), mlpc::Runs::Millis(2000)));
+                assert_eq!(phase(warmup, warmup_ms, gpu.0), mlpc::Runs::Count(20));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            phase(Some(3), None, mlpc::Runs::Millis(1)),
+            mlpc::Runs::Count(3)
+        );
+        assert_eq!(
+            phase(None, Some(9), mlpc::Runs::Count(1)),
+            mlpc::Runs::Millis(9)
+        );
+        match parse(&["mlpc", "bench", "m.json", "-b", "cpu"]) {
+            Ok(Command::Bench { backend, .. }) => assert!(matches!(backend, BackendArg::Cpu)),
             other => panic!("{other:?}"),
         }
         match parse(&[

@@ -1869,3 +1869,68 @@ fn a_cache_size_cap_trims_after_compiling() {
         assert!(!d.join("out").exists());
     }
 }
+
+/// `bench -b cpu` times the CPU backend: one line with the median and GFLOP/s, and, with
+/// `--json`, a line naming the backend and the runs asked for. Options that only mean something
+/// on the GPU are errors before anything is compiled, and so is timing the reference.
+#[test]
+fn bench_times_the_cpu_backend_when_asked() {
+    let dir = scratch(&["models/f32-sparse-two-blocks.json"]);
+    let d = dir.path();
+    let args = [
+        "bench",
+        "f32-sparse-two-blocks.json",
+        "-b",
+        "cpu",
+        "--bind",
+        "T=24",
+        "--heat-ms",
+        "0",
+        "--iters",
+        "3",
+        "--json",
+        "b.jsonl",
+    ];
+    let o = succeeds(d, &args);
+    assert!(
+        o.stdout.starts_with("f32-sparse-two-blocks [T=24] ")
+            && o.stdout.contains(" on the CPU: median ")
+            && o.stdout.contains(", 3 runs), ")
+            && o.stdout.contains(" GFLOP/s; after 0 ms of heat"),
+        "{}",
+        o.stdout
+    );
+    let line: serde_json::Value =
+        serde_json::from_str(fs::read_to_string(d.join("b.jsonl")).unwrap().trim()).unwrap();
+    assert_eq!(line["backend"], "cpu");
+    assert_eq!(line["iters"], 3);
+    assert_eq!(line["weight_sets"], 1);
+    let (median, min) = (
+        line["median_ms"].as_f64().unwrap(),
+        line["min_ms"].as_f64().unwrap(),
+    );
+    assert!(min > 0.0 && min <= median, "{line}");
+    assert!(line["flops"].as_f64().unwrap() > 0.0, "{line}");
+    fs::remove_file(d.join("b.jsonl")).unwrap();
+
+    for (extra, message) in [
+        (
+            &["-b", "cpu", "--flush-l2"][..],
+            "error: benchmark: --flush-l2 is for the cuda backend, not `cpu`",
+        ),
+        (
+            &["-b", "cpu", "--no-graphs"][..],
+            "error: benchmark: --no-graphs is for the cuda backend, not `cpu`",
+        ),
+        (
+            &["-b", "reference"][..],
+            "error: benchmark: `bench` times the `cuda` or the `cpu` backend, not the reference \
+             interpreter",
+        ),
+    ] {
+        let mut args = vec!["bench", "f32-sparse-two-blocks.json", "--bind", "T=24"];
+        args.extend_from_slice(extra);
+        let t = fails(d, &args);
+        assert!(t.ends_with(&format!("--- stderr\n{message}\n")), "{t}");
+    }
+}

@@ -1,4 +1,4 @@
-//! Checking a backend against the reference interpreter, and timing the CUDA backend.
+//! Checking a backend against the reference interpreter, and timing the CUDA and CPU backends.
 
 use crate::backend::Backend;
 use crate::compiler::Compiled;
@@ -97,7 +97,8 @@ impl Default for BenchOptions {
     }
 }
 
-/// Timings of one model on the GPU, from CUDA events around each run.
+/// Timings of one model: on the GPU from CUDA events around each run ([`Compiled::bench`]), on
+/// the CPU from the wall clock around each run ([`Compiled::bench_cpu`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchReport {
     pub median_ms: f64,
@@ -108,14 +109,14 @@ pub struct BenchReport {
     /// Floating-point operations of one run (2 per multiply-add of every GEMM).
     pub flops: f64,
     /// Median host time of one `run` call (guards, allocation, argument updates, launches), in
-    /// microseconds.
+    /// microseconds. On the CPU, where the host does the work, the median run itself.
     pub host_us: f64,
     /// Whether the runs were allowed to replay CUDA graphs ([`crate::Compiler::cuda_graphs`]).
     pub graphs: bool,
     /// How many of the timed runs were launched as one CUDA graph.
     pub graph_runs: usize,
     /// What each run launched: `kernel: entry, grid XxYxZ`, in plan order (the entry a GEMM
-    /// module's rule picked for these bindings on this device).
+    /// module's rule picked for these bindings on this device); on the CPU, the kernels' names.
     pub launches: Vec<String>,
 }
 
@@ -123,6 +124,15 @@ impl BenchReport {
     pub fn tflops(&self) -> f64 {
         self.flops / (self.median_ms * 1e-3) / 1e12
     }
+}
+
+/// `f` run back to back for `ms` milliseconds (at least once when `ms` is not 0).
+fn run_for(ms: u64, mut f: impl FnMut() -> Result<(), Error>) -> Result<(), Error> {
+    let start = std::time::Instant::now();
+    while start.elapsed().as_secs_f64() * 1e3 < ms as f64 {
+        f()?;
+    }
+    Ok(())
 }
 
 /// Floating-point operations of one run of `plan` under `bindings`: 2·M·N·K per GEMM (twice that
@@ -314,6 +324,77 @@ impl Compiled {
                     format!("{}: {}, grid {x}x{y}x{z}", l.kernel, l.entry)
                 })
                 .collect(),
+        })
+    }
+    /// Times the CPU backend ([`crate::Backend::Cpu`]): `heat_ms` of untimed runs back to back
+    /// (the cores' clocks settle under sustained load as a GPU's do), warm-up runs, then timed
+    /// runs, each `run` call bracketed by the wall clock: converting the inputs, every kernel on
+    /// the thread pool, and the outputs. Rotates through input sets of random data; the weights
+    /// are the model's own, packed once when the backend compiled the plan (compiling for the
+    /// CPU happens before the timing, on the first use). A wall time for the warm-up or the timed
+    /// runs is counted from the median of five runs taken after the heat. [`BenchOptions`]'
+    /// `weight_sets` and `flush_l2` are for the GPU: asking for either here is an error.
+    pub fn bench_cpu(
+        &self,
+        bindings: &[(&str, u64)],
+        opts: BenchOptions,
+    ) -> Result<BenchReport, Error> {
+        Backend::Cpu.require()?;
+        if opts.flush_l2 {
+            return Err(Error::Bench(
+                "flushing the L2 cache before each run is for the cuda backend, not `cpu`".into(),
+            ));
+        }
+        if opts.weight_sets.is_some_and(|n| n != 1) {
+            return Err(Error::Bench(
+                "rotating weight sets is for the cuda backend; `cpu` times the model's own weights"
+                    .into(),
+            ));
+        }
+        let cpu = self.cpu_state()?;
+        let mut inputs = Vec::new();
+        for s in 0..opts.input_sets.max(1) {
+            inputs.push(self.random_inputs(bindings, 1000 + s as u64)?);
+        }
+        let mut bound = Bindings::new();
+        for &(sym, value) in bindings {
+            // `random_inputs` has checked that every symbol is an input's.
+            let _ = bound.bind(&Arc::from(sym), value);
+        }
+        let mut next = 0usize;
+        let mut run = || -> Result<f64, Error> {
+            let set = &inputs[next % inputs.len()];
+            next += 1;
+            let start = std::time::Instant::now();
+            let out = cpu.run(set)?;
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            drop(out);
+            Ok(ms)
+        };
+        run_for(opts.heat_ms, || run().map(|_| ()))?;
+        let mut probe = (0..5).map(|_| run()).collect::<Result<Vec<f64>, Error>>()?;
+        probe.sort_by(f64::total_cmp);
+        let estimate_ms = probe[probe.len() / 2];
+        for _ in 0..opts.warmup.count(estimate_ms) {
+            run()?;
+        }
+        let iters = opts.iters.count(estimate_ms).max(1);
+        let mut times = (0..iters)
+            .map(|_| run())
+            .collect::<Result<Vec<f64>, Error>>()?;
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        Ok(BenchReport {
+            median_ms: median,
+            min_ms: times[0],
+            mean_ms: times.iter().sum::<f64>() / times.len() as f64,
+            iters: times.len(),
+            weight_sets: 1,
+            host_us: median * 1e3,
+            graphs: false,
+            graph_runs: 0,
+            flops: plan_flops(self.plan(), &bound),
+            launches: self.plan().kernels.iter().map(|k| k.name.clone()).collect(),
         })
     }
 }
