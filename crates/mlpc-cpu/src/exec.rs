@@ -2,7 +2,7 @@
 //! allocation, and the split of every kernel's output into tiles run on the thread pool.
 
 use crate::llvm::{self, Jit, KernelFn};
-use crate::pack::{bsr_layout, pack_b, pack_bsr, AlignedF32, BsrLayout};
+use crate::pack::{bsr_layout, pack_b, pack_bsr, widen, AlignedF32, BsrLayout};
 use crate::spec::{spec_of, Family, GemmSpec, Spec};
 use crate::{CpuBackend, CpuError, Tiling, Weights};
 use mlpc_ir::{bind_inputs, Bindings, BufferKind, Graph, HostTensor, MatLayout, Plan};
@@ -424,9 +424,13 @@ impl Executable {
                 }
             });
         }
+        // A stored in 16 bits is widened to f32 for the micro-kernel (the spec's A dtype).
+        let wide_a = g.widen_a.map(|dt| widen(data[spec.args[0]].bytes(), dt));
         let mut bufs: Vec<*const u8> = Vec::with_capacity(spec.args.len() + 1);
         for (slot, &a) in spec.args.iter().enumerate() {
-            let p = if g.b_slots().contains(&slot) {
+            let p = if let (0, Some(w)) = (slot, &wide_a) {
+                w.as_ptr()
+            } else if g.b_slots().contains(&slot) {
                 match (&k.packed[slot], &fresh[slot - 1]) {
                     (Some(p), _) => p.as_ptr(),
                     (None, Some(p)) => p.as_ptr(),

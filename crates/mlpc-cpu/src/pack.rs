@@ -64,6 +64,24 @@ pub(crate) fn load_f32(bytes: &[u8], dtype: DType, i: usize) -> f32 {
     }
 }
 
+/// Every element of `bytes` (little-endian `dtype`) widened to f32, exactly: a GEMM's f16 / bf16
+/// A operand, once per run (`GemmSpec::widen_a`). In parallel, in chunks of 64 Ki elements.
+pub(crate) fn widen(bytes: &[u8], dtype: DType) -> AlignedF32 {
+    use rayon::prelude::*;
+    const CHUNK: usize = 64 * 1024;
+    let size = dtype.size_bytes();
+    let mut out = AlignedF32::zeroed(bytes.len() / size);
+    out.as_mut_slice()
+        .par_chunks_mut(CHUNK)
+        .zip(bytes.par_chunks(CHUNK * size))
+        .for_each(|(dst, src)| {
+            for (i, v) in dst.iter_mut().enumerate() {
+                *v = load_f32(src, dtype, i);
+            }
+        });
+    out
+}
+
 /// Packs the `[K, N]` operand stored in `bytes` (row-major `[K, N]` for layout `n`, `[N, K]` for
 /// `t`) into `ceil(N / nr)` zero-padded panels of `K x nr` f32.
 pub(crate) fn pack_b(
@@ -241,5 +259,33 @@ mod tests {
         assert_eq!(pn.as_slice(), &[0.0, 1.0, 3.0, 4.0, 2.0, 0.0, 5.0, 0.0]);
         assert_eq!(pn.as_slice(), pt.as_slice());
         assert_eq!(pn.as_ptr() as usize % 64, 0);
+    }
+
+    #[test]
+    fn widening_is_exact_across_chunks() {
+        // More than one chunk of 64 Ki elements, every 16-bit pattern of both types (NaNs keep
+        // their payload bits, as the kernels' own widening does).
+        let bits: Vec<u16> = (0..=u16::MAX).chain(0..=999).collect();
+        let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+        for dt in [DType::Bf16, DType::F16] {
+            let wide = widen(&bytes, dt);
+            assert_eq!(wide.as_slice().len(), bits.len());
+            assert_eq!(wide.as_ptr() as usize % 64, 0);
+            for (i, (&w, &b)) in wide.as_slice().iter().zip(&bits).enumerate() {
+                let want = match dt {
+                    DType::Bf16 => half::bf16::from_bits(b).to_f32(),
+                    _ => half::f16::from_bits(b).to_f32(),
+                };
+                assert!(
+                    w.to_bits() == want.to_bits() || (w.is_nan() && want.is_nan()),
+                    "{dt:?} element {i}: {w} for {want}"
+                );
+            }
+        }
+        let f32s: Vec<u8> = [1.5f32, -0.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(widen(&f32s, DType::F32).as_slice(), &[1.5, -0.0]);
     }
 }
