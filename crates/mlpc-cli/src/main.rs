@@ -626,37 +626,38 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 _ => compiled.bench(&b, bench_opts)?,
             };
             let binds: Vec<String> = bindings.iter().map(|(s, v)| format!("{s}={v}")).collect();
-            if backend == Backend::Cpu {
-                outln!(
-                    "{} [{}] {} kernels on the CPU: median {:.4} ms (min {:.4}, mean {:.4}, {} runs), {:.1} GFLOP/s; after {} ms of heat",
-                    compiled.name(),
-                    binds.join(","),
-                    compiled.plan().kernels.len(),
+            let timing = match backend {
+                Backend::Cpu => format!(
+                    " on the CPU: median {:.4} ms (min {:.4}, mean {:.4}, {} runs), {:.1} GFLOP/s",
                     r.median_ms,
                     r.min_ms,
                     r.mean_ms,
                     r.iters,
                     r.tflops() * 1e3,
-                    heat_ms,
-                );
-            } else {
-                outln!(
-                "{} [{}] {} kernels: median {:.4} ms (min {:.4}, mean {:.4}, {} runs, {} weight sets), {:.1} TFLOP/s, host {:.1} us per run, {}; after {} ms of heat{}",
+                ),
+                Backend::Reference | Backend::Cuda => format!(
+                    ": median {:.4} ms (min {:.4}, mean {:.4}, {} runs, {} weight sets), {:.1} TFLOP/s, host {:.1} us per run, {}",
+                    r.median_ms,
+                    r.min_ms,
+                    r.mean_ms,
+                    r.iters,
+                    r.weight_sets,
+                    r.tflops(),
+                    r.host_us,
+                    render::graph_use(r.graphs, r.graph_runs, r.iters),
+                ),
+            };
+            outln!(
+                "{} [{}] {} kernels{timing}; after {heat_ms} ms of heat{}",
                 compiled.name(),
                 binds.join(","),
                 compiled.plan().kernels.len(),
-                r.median_ms,
-                r.min_ms,
-                r.mean_ms,
-                r.iters,
-                r.weight_sets,
-                r.tflops(),
-                r.host_us,
-                render::graph_use(r.graphs, r.graph_runs, r.iters),
-                heat_ms,
-                if flush_l2 { ", L2 flushed before each run" } else { "" },
+                if flush_l2 {
+                    ", L2 flushed before each run"
+                } else {
+                    ""
+                },
             );
-            }
             let tiles = compiled.tile_notes();
             if tiles
                 .iter()
