@@ -326,14 +326,16 @@ impl Compiled {
                 .collect(),
         })
     }
+
     /// Times the CPU backend ([`crate::Backend::Cpu`]): `heat_ms` of untimed runs back to back
     /// (the cores' clocks settle under sustained load as a GPU's do), warm-up runs, then timed
     /// runs, each `run` call bracketed by the wall clock: converting the inputs, every kernel on
     /// the thread pool, and the outputs. Rotates through input sets of random data; the weights
     /// are the model's own, packed once when the backend compiled the plan (compiling for the
     /// CPU happens before the timing, on the first use). A wall time for the warm-up or the timed
-    /// runs is counted from the median of five runs taken after the heat. [`BenchOptions`]'
-    /// `weight_sets` and `flush_l2` are for the GPU: asking for either here is an error.
+    /// runs is counted from the median of five runs taken after the heat (only then are they
+    /// taken). [`BenchOptions`]' `weight_sets` and `flush_l2` are for the GPU: asking for either
+    /// here is an error.
     pub fn bench_cpu(
         &self,
         bindings: &[(&str, u64)],
@@ -372,9 +374,17 @@ impl Compiled {
             Ok(ms)
         };
         run_for(opts.heat_ms, || run().map(|_| ()))?;
-        let mut probe = (0..5).map(|_| run()).collect::<Result<Vec<f64>, Error>>()?;
-        probe.sort_by(f64::total_cmp);
-        let estimate_ms = probe[probe.len() / 2];
+        // Counted phases need no estimate (`Runs::count` reads it only for a wall time).
+        let sized = [opts.warmup, opts.iters]
+            .iter()
+            .any(|r| matches!(r, Runs::Millis(_)));
+        let estimate_ms = if sized {
+            let mut probe = (0..5).map(|_| run()).collect::<Result<Vec<f64>, Error>>()?;
+            probe.sort_by(f64::total_cmp);
+            probe[probe.len() / 2]
+        } else {
+            f64::NAN
+        };
         for _ in 0..opts.warmup.count(estimate_ms) {
             run()?;
         }
