@@ -2,9 +2,7 @@
 //! allocation, and the split of every kernel's output into tiles run on the thread pool.
 
 use crate::llvm::{self, Jit, KernelFn};
-use crate::pack::{
-    bsr_layout, pack_b, pack_b_with, pack_bsr, pack_bsr_with, widen, AlignedF32, BsrLayout, Panels,
-};
+use crate::pack::{bsr_layout, pack_b, pack_bsr, widen, AlignedF32, BsrLayout};
 use crate::spec::{spec_of, Family, GemmSpec, Spec};
 use crate::{CpuBackend, CpuError, Tiling, Weights};
 use mlpc_ir::{bind_inputs, Bindings, BufferKind, Graph, HostTensor, MatLayout, Plan};
@@ -19,7 +17,7 @@ pub(crate) struct Compiled {
     spec: Spec,
     func: KernelFn,
     /// Per operand slot: the B panels packed at compile time, for B operands that are weights.
-    packed: Vec<Option<Arc<Panels>>>,
+    packed: Vec<Option<Arc<AlignedF32>>>,
     /// For a sparse GEMM: the segments of its B panels.
     bsr: Option<Arc<BsrLayout>>,
 }
@@ -98,22 +96,11 @@ pub(crate) fn compile(
                 .map(|p| Arc::new(bsr_layout(p, tiling.nr)));
             for slot in g.b_slots() {
                 if let Some(w) = &wdata[spec.args[slot]] {
-                    let nr = tiling.nr;
                     let panels = match (&g.sparse, &layout) {
-                        (Some(p), Some(l)) => Panels::of(
-                            w.bytes(),
-                            w.dtype(),
-                            |get| pack_bsr_with(get, p, l, nr),
-                            |get| pack_bsr_with(get, p, l, nr),
-                        ),
+                        (Some(p), Some(l)) => pack_bsr(w.bytes(), w.dtype(), p, l, tiling.nr),
                         _ => {
                             let (kk, n) = b_dims(w.shape(), g.b);
-                            Panels::of(
-                                w.bytes(),
-                                w.dtype(),
-                                |get| pack_b_with(get, g.b, kk, n, nr),
-                                |get| pack_b_with(get, g.b, kk, n, nr),
-                            )
+                            pack_b(w.bytes(), w.dtype(), g.b, kk, n, tiling.nr)
                         }
                     };
                     packed[slot] = Some(Arc::new(panels));
@@ -222,12 +209,6 @@ impl Data<'_> {
             Data::Owned(v) => v,
         }
     }
-}
-
-thread_local! {
-    /// Each pool thread's f32 copies of the 16-bit panels its current GEMM task multiplies
-    /// (one per B slot), grown as needed and kept for the next task.
-    static WIDE: std::cell::RefCell<Vec<AlignedF32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The pointers and sizes one kernel call reads.
@@ -446,19 +427,12 @@ impl Executable {
         // A stored in 16 bits is widened to f32 for the micro-kernel (the spec's A dtype).
         let wide_a = g.widen_a.map(|dt| widen(data[spec.args[0]].bytes(), dt));
         let mut bufs: Vec<*const u8> = Vec::with_capacity(spec.args.len() + 1);
-        // Per B slot, its panels where they are kept in 16 bits (widened per task below).
-        let mut half: Vec<(usize, &Panels)> = Vec::new();
         for (slot, &a) in spec.args.iter().enumerate() {
             let p = if let (0, Some(w)) = (slot, &wide_a) {
                 w.as_ptr()
             } else if g.b_slots().contains(&slot) {
                 match (&k.packed[slot], &fresh[slot - 1]) {
-                    (Some(p), _) => {
-                        if p.is_half() {
-                            half.push((slot, p));
-                        }
-                        p.as_ptr()
-                    }
+                    (Some(p), _) => p.as_ptr(),
                     (None, Some(p)) => p.as_ptr(),
                     (None, None) => unreachable!("every B slot is packed above"),
                 }
@@ -474,8 +448,7 @@ impl Executable {
         let call = Call {
             func: k.func,
             bufs,
-            // The last: the element offset the B pointers start at (0: the whole panels).
-            dims: vec![m as i64, n as i64, kk as i64, sam as i64, sak as i64, 0],
+            dims: vec![m as i64, n as i64, kk as i64, sam as i64, sak as i64],
         };
         let mr = if g.dual {
             self.tiling.mr_dual
@@ -486,48 +459,10 @@ impl Executable {
         let panels = n.div_ceil(nr);
         let (mc, pc) = gemm_blocks(m, panels, kk * nr * 4 * b_sets, mr, threads);
         let (rt, pt) = (m.div_ceil(mc), panels.div_ceil(pc));
-        // Where panels `p0 .. p1` lie, in elements.
-        let panel_start = |p: usize| match &k.bsr {
-            Some(l) => l.panel_start(p),
-            None => p * kk * nr,
-        };
         (0..rt * pt).into_par_iter().for_each(|t| {
             let (ri, pi) = (t / pt, t % pt);
             let (r0, p0) = (ri * mc, pi * pc);
-            let (r1, p1) = ((r0 + mc).min(m), (p0 + pc).min(panels));
-            if half.is_empty() {
-                call.tile(r0, r1, p0, p1);
-                return;
-            }
-            // 16-bit panels: this task's widened into f32 copies, which the kernel reads as the
-            // panels from element `e0` on. Every B slot of a GEMM has the same layout.
-            let (e0, e1) = (panel_start(p0), panel_start(p1));
-            WIDE.with(|wide| {
-                let mut wide = wide.borrow_mut();
-                let mut task = Call {
-                    func: call.func,
-                    bufs: call.bufs.clone(),
-                    dims: call.dims.clone(),
-                };
-                task.dims[5] = e0 as i64;
-                for (i, &(slot, p)) in half.iter().enumerate() {
-                    if wide.len() <= i {
-                        wide.push(AlignedF32::zeroed(0));
-                    }
-                    if wide[i].len() < e1 - e0 {
-                        wide[i] = AlignedF32::zeroed(e1 - e0);
-                    }
-                    p.widen_range(e0..e1, &mut wide[i].as_mut_slice()[..e1 - e0]);
-                    task.bufs[slot] = wide[i].as_ptr();
-                }
-                // Slots kept in f32 (a B computed at run time beside a weight) start at `e0` too.
-                for slot in g.b_slots() {
-                    if !half.iter().any(|&(s, _)| s == slot) {
-                        task.bufs[slot] = call.bufs[slot].wrapping_add(4 * e0);
-                    }
-                }
-                task.tile(r0, r1, p0, p1);
-            });
+            call.tile(r0, (r0 + mc).min(m), p0, (p0 + pc).min(panels));
         });
         Ok(())
     }

@@ -11,122 +11,41 @@
 //! is `seg_ptr[panels + 1]` (the segments of panel `p` are `seg_ptr[p] .. seg_ptr[p + 1]`), then
 //! per segment `k_start, len, offset` (the f32 offset of its first panel row). Inside a segment the
 //! rows of columns whose own block is not kept are zero.
-//!
-//! A weight stored in 16 bits keeps its type in its panels ([`Panels::Half`]): half the bytes of
-//! f32 panels, and of what a decode step streams. Each GEMM task widens the panels it multiplies
-//! into an f32 copy the size of its L2 share ([`Panels::widen_range`]) and runs the f32 micro-kernel
-//! on that copy, so every element is widened once per task (the m / mc row blocks of a GEMM), not
-//! once per use.
 
 use mlpc_ir::{BlockPattern, DType, MatLayout};
-use std::marker::PhantomData;
 
 /// 64 bytes: one cache line, one 512-bit vector.
 #[derive(Clone, Copy, Default)]
 #[repr(C, align(64))]
 struct Line([f32; 16]);
 
-/// An element type of an [`Aligned`] array: plain bits, every pattern valid, at most 64-byte
-/// alignment.
-pub(crate) trait Elem: Copy + Default + Send + Sync + 'static {}
-impl Elem for f32 {}
-impl Elem for u16 {}
-
-/// An array of `T` whose start is 64-byte aligned.
-pub(crate) struct Aligned<T: Elem> {
+/// An f32 array whose start is 64-byte aligned.
+pub(crate) struct AlignedF32 {
     lines: Vec<Line>,
     len: usize,
-    _t: PhantomData<T>,
 }
 
-pub(crate) type AlignedF32 = Aligned<f32>;
-
-impl<T: Elem> Aligned<T> {
-    pub fn zeroed(len: usize) -> Aligned<T> {
-        Aligned {
-            lines: vec![Line::default(); (len * std::mem::size_of::<T>()).div_ceil(64)],
+impl AlignedF32 {
+    pub fn zeroed(len: usize) -> AlignedF32 {
+        AlignedF32 {
+            lines: vec![Line::default(); len.div_ceil(16)],
             len,
-            _t: PhantomData,
         }
     }
 
-    pub fn as_slice(&self) -> &[T] {
-        // SAFETY: `lines` holds at least `len * size_of::<T>()` bytes, 64-byte aligned (more than
-        // `T` needs), and every bit pattern is a valid `T` (`Elem`).
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<T>(), self.len) }
+    #[cfg(test)]
+    pub fn as_slice(&self) -> &[f32] {
+        // SAFETY: `Line` is 16 f32s with no padding, and `lines` holds at least `len` of them.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<f32>(), self.len) }
     }
 
-    pub fn as_mut_slice(&mut self) -> &mut [T] {
+    pub fn as_mut_slice(&mut self) -> &mut [f32] {
         // SAFETY: as in `as_slice`, and `&mut self` makes the access unique.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<T>(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<f32>(), self.len) }
     }
 
     pub fn as_ptr(&self) -> *const u8 {
         self.lines.as_ptr().cast()
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-}
-
-/// A weight's packed panels: f32, or the 16-bit type the weight is stored in.
-pub(crate) enum Panels {
-    F32(AlignedF32),
-    /// Raw f16 / bf16 bits, widened per task at run time.
-    Half(Aligned<u16>, DType),
-}
-
-impl Panels {
-    /// Packs weight `bytes` of `dtype`: in 16 bits where the weight is (`pack_u16`), else in
-    /// f32 (`pack_f32`), each [`pack_b_with`] or [`pack_bsr_with`] over the element getter it is
-    /// given.
-    pub fn of(
-        bytes: &[u8],
-        dtype: DType,
-        pack_f32: impl FnOnce(&dyn Fn(usize) -> f32) -> AlignedF32,
-        pack_u16: impl FnOnce(&dyn Fn(usize) -> u16) -> Aligned<u16>,
-    ) -> Panels {
-        match dtype {
-            DType::F32 => Panels::F32(pack_f32(&|i| load_f32(bytes, dtype, i))),
-            DType::F16 | DType::Bf16 => Panels::Half(
-                pack_u16(&|i| u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])),
-                dtype,
-            ),
-        }
-    }
-
-    pub fn is_half(&self) -> bool {
-        matches!(self, Panels::Half(..))
-    }
-
-    pub fn as_ptr(&self) -> *const u8 {
-        match self {
-            Panels::F32(p) => p.as_ptr(),
-            Panels::Half(p, _) => p.as_ptr(),
-        }
-    }
-
-    /// Elements `range` of the panels, widened (exactly) or copied into `dst`.
-    pub fn widen_range(&self, range: std::ops::Range<usize>, dst: &mut [f32]) {
-        match self {
-            Panels::F32(p) => dst.copy_from_slice(&p.as_slice()[range]),
-            Panels::Half(p, dt) => {
-                let src = &p.as_slice()[range];
-                match dt {
-                    DType::Bf16 => {
-                        for (d, &b) in dst.iter_mut().zip(src) {
-                            *d = f32::from_bits(u32::from(b) << 16);
-                        }
-                    }
-                    _ => {
-                        for (d, &b) in dst.iter_mut().zip(src) {
-                            *d = half::f16::from_bits(b).to_f32();
-                        }
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -173,26 +92,15 @@ pub(crate) fn pack_b(
     n: usize,
     nr: usize,
 ) -> AlignedF32 {
-    pack_b_with(&|i| load_f32(bytes, dtype, i), layout, k, n, nr)
-}
-
-/// [`pack_b`] of the operand whose element `i` (in its stored order) is `get(i)`.
-pub(crate) fn pack_b_with<T: Elem>(
-    get: &dyn Fn(usize) -> T,
-    layout: MatLayout,
-    k: usize,
-    n: usize,
-    nr: usize,
-) -> Aligned<T> {
     let panels = n.div_ceil(nr);
-    let mut out = Aligned::<T>::zeroed(panels * k * nr);
+    let mut out = AlignedF32::zeroed(panels * k * nr);
     let dst = out.as_mut_slice();
     match layout {
         MatLayout::N => {
             for kk in 0..k {
                 for col in 0..n {
                     let (p, j) = (col / nr, col % nr);
-                    dst[p * k * nr + kk * nr + j] = get(kk * n + col);
+                    dst[p * k * nr + kk * nr + j] = load_f32(bytes, dtype, kk * n + col);
                 }
             }
         }
@@ -201,7 +109,7 @@ pub(crate) fn pack_b_with<T: Elem>(
                 let (p, j) = (col / nr, col % nr);
                 let panel = &mut dst[p * k * nr..(p + 1) * k * nr];
                 for kk in 0..k {
-                    panel[kk * nr + j] = get(col * k + kk);
+                    panel[kk * nr + j] = load_f32(bytes, dtype, col * k + kk);
                 }
             }
         }
@@ -214,24 +122,6 @@ pub(crate) struct BsrLayout {
     pub index: Vec<i64>,
     /// Panel rows over all segments.
     rows: usize,
-    /// Panels (`ceil(N / nr)`).
-    panels: usize,
-    nr: usize,
-}
-
-impl BsrLayout {
-    /// The element offset where panel `p`'s segments start (the end of all of them for
-    /// `p = panels`): panels lie one after another, so panels `p0 .. p1` are the elements
-    /// `panel_start(p0) .. panel_start(p1)`.
-    pub fn panel_start(&self, p: usize) -> usize {
-        let seg = self.index[p] as usize;
-        let segs = self.index[self.panels] as usize;
-        if seg < segs {
-            self.index[self.panels + 1 + 3 * seg + 2] as usize
-        } else {
-            self.rows * self.nr
-        }
-    }
 }
 
 /// The segments of every panel of `nr` columns of the logical `[N, K]` weight of `p`.
@@ -269,8 +159,6 @@ pub(crate) fn bsr_layout(p: &BlockPattern, nr: usize) -> BsrLayout {
     BsrLayout {
         index: seg_ptr,
         rows,
-        panels,
-        nr,
     }
 }
 
@@ -282,16 +170,6 @@ pub(crate) fn pack_bsr(
     layout: &BsrLayout,
     nr: usize,
 ) -> AlignedF32 {
-    pack_bsr_with(&|i| load_f32(bytes, dtype, i), p, layout, nr)
-}
-
-/// [`pack_bsr`] of the blocks whose element `i` (in their stored order) is `get(i)`.
-pub(crate) fn pack_bsr_with<T: Elem>(
-    get: &dyn Fn(usize) -> T,
-    p: &BlockPattern,
-    layout: &BsrLayout,
-    nr: usize,
-) -> Aligned<T> {
     let n = p.out as usize;
     let [br, bc] = p.block.map(|d| d as usize);
     let grid_cols = p.block_cols() as usize;
@@ -301,7 +179,7 @@ pub(crate) fn pack_bsr_with<T: Elem>(
         slot[r as usize * grid_cols + c as usize] = i as u32;
     }
     let panels = n.div_ceil(nr);
-    let mut out = Aligned::<T>::zeroed(layout.rows * nr);
+    let mut out = AlignedF32::zeroed(layout.rows * nr);
     let dst = out.as_mut_slice();
     for panel in 0..panels {
         let (s0, s1) = (
@@ -325,7 +203,7 @@ pub(crate) fn pack_bsr_with<T: Elem>(
                     let b = slot[(col / br) * grid_cols + k / bc];
                     if b != u32::MAX {
                         let src = b as usize * br * bc + (col % br) * bc + k % bc;
-                        dst[off + kk * nr + j] = get(src);
+                        dst[off + kk * nr + j] = load_f32(bytes, dtype, src);
                     }
                 }
             }
@@ -366,79 +244,6 @@ mod tests {
             &[0.0, 2.0, 0.0, 0.0, 1.0, 3.0, 0.0, 0.0]
         );
         assert_eq!(&packed.as_slice()[8..12], &[0.0, 0.0, 8.0, 10.0]);
-    }
-
-    /// Panels kept in 16 bits hold the raw bits where f32 panels hold the values, and widen to
-    /// them over any run of whole panels (`panel_start`), dense or sparse.
-    #[test]
-    fn half_panels_widen_to_the_f32_panels() {
-        let p = BlockPattern {
-            block: [2, 2],
-            out: 6,
-            inp: 6,
-            kept: vec![(0, 0), (0, 2), (2, 1), (2, 2)],
-        };
-        let values: Vec<f32> = (0..36).map(|v| v as f32 * 0.5 - 3.0).collect();
-        for dt in [DType::Bf16, DType::F16] {
-            let bits: Vec<u16> = values
-                .iter()
-                .map(|&v| match dt {
-                    DType::Bf16 => half::bf16::from_f32(v).to_bits(),
-                    _ => half::f16::from_f32(v).to_bits(),
-                })
-                .collect();
-            let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
-            let l = bsr_layout(&p, 2);
-            // Block row 1 keeps nothing: panel 1 has no segments.
-            assert_eq!(l.panel_start(1), l.panel_start(2));
-            let sparse = Panels::of(
-                &bytes,
-                dt,
-                |get| pack_bsr_with(get, &p, &l, 2),
-                |get| pack_bsr_with(get, &p, &l, 2),
-            );
-            let dense = Panels::of(
-                &bytes,
-                dt,
-                |get| pack_b_with(get, MatLayout::T, 6, 6, 2),
-                |get| pack_b_with(get, MatLayout::T, 6, 6, 2),
-            );
-            let runs = [(0, 3), (0, 1), (1, 3), (2, 3), (1, 1)];
-            let cases = [
-                (
-                    sparse,
-                    pack_bsr(&bytes, dt, &p, &l, 2),
-                    runs.map(|(p0, p1)| l.panel_start(p0)..l.panel_start(p1)),
-                ),
-                (
-                    dense,
-                    pack_b(&bytes, dt, MatLayout::T, 6, 6, 2),
-                    runs.map(|(p0, p1)| p0 * 12..p1 * 12),
-                ),
-            ];
-            for (panels, want, ranges) in cases {
-                assert!(panels.is_half());
-                for r in ranges {
-                    let mut got = vec![f32::NAN; r.len()];
-                    panels.widen_range(r.clone(), &mut got);
-                    assert_eq!(got, &want.as_slice()[r.clone()], "{dt:?} elements {r:?}");
-                }
-            }
-        }
-        let f32_bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let f = Panels::of(
-            &f32_bytes,
-            DType::F32,
-            |get| pack_b_with(get, MatLayout::N, 6, 6, 4),
-            |get| pack_b_with(get, MatLayout::N, 6, 6, 4),
-        );
-        assert!(!f.is_half());
-        let mut got = vec![0.0; 48];
-        f.widen_range(0..48, &mut got);
-        assert_eq!(
-            got,
-            pack_b(&f32_bytes, DType::F32, MatLayout::N, 6, 6, 4).as_slice()
-        );
     }
 
     #[test]

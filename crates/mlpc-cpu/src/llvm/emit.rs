@@ -12,9 +12,7 @@
 //!   accumulator. The epilogue chain runs on the accumulators, then one masked store per vector
 //!   converts to the output dtype. A row tail of `rem < mr` rows runs one micro-kernel per binary
 //!   digit of `rem` (8, 4, 2, 1 rows); column tails are zero-padded panels and masked loads and
-//!   stores. `dims = [M, N, K, a_row_stride, a_k_stride, b_base]`: the B pointers hold the
-//!   panels from element `b_base` on (0 for the whole panels; a task's widened copy of 16-bit
-//!   panels starts at its first panel).
+//!   stores. `dims = [M, N, K, a_row_stride, a_k_stride]`.
 //! - Sparse GEMM: the same micro-kernel, but the K loop runs over the segments of the panel (the k
 //!   ranges of kept blocks, [`crate::pack::BsrLayout`]), whose index follows the output in `bufs`;
 //!   a panel without segments stores the epilogue of zero.
@@ -176,7 +174,6 @@ impl<'ctx> Cg<'ctx> {
         let n = self.dim(fr.dims, 1)?;
         let k = self.dim(fr.dims, 2)?;
         let (sam, sak) = (self.dim(fr.dims, 3)?, self.dim(fr.dims, 4)?);
-        let b_base = self.dim(fr.dims, 5)?;
         let a = self.buf(fr.bufs, 0)?;
         let a_dt = spec.dtypes[0];
         let nv = t.nr / self.lanes as usize;
@@ -229,10 +226,9 @@ impl<'ctx> Cg<'ctx> {
         let nacc = g.b_slots().len() * rows * nv;
         let accs = match &g.sparse {
             None => {
-                // Panel bases: panel * K * nr, less the offset the B pointers start at.
+                // Panel bases: panel * K * nr.
                 let panel_len = self.b.build_int_mul(k, nr, "panel.len")?;
                 let panel_off = self.b.build_int_mul(panel, panel_len, "panel.off")?;
-                let panel_off = self.b.build_int_sub(panel_off, b_base, "panel.rel")?;
                 let mut panels = Vec::new();
                 for slot in g.b_slots() {
                     let p = self.buf(fr.bufs, slot)?;
@@ -292,7 +288,6 @@ impl<'ctx> Cg<'ctx> {
                         let len = cg.load_index(idx, at1)?;
                         let at2 = cg.b.build_int_add(at, cg.i64(2), "seg.at2")?;
                         let off = cg.load_index(idx, at2)?;
-                        let off = cg.b.build_int_sub(off, b_base, "seg.rel")?;
                         let panels: Vec<PointerValue<'ctx>> = slots
                             .iter()
                             .map(|&p| cg.elem_ptr(p, DType::F32, off))
