@@ -373,7 +373,7 @@ struct GemmBsrWgmma {
     static_assert(BR % 8 == 0 && BR >= 8 && BR <= 256, "BR must be a wgmma N");
     static_assert(!Cfg::A_REGS || BR == 16 || BR == 32 || BR == 64,
                   "A from registers: block heights 16, 32 and 64 (wgmma_detail::MmaRs)");
-    static_assert(G * kAcc * (kDual ? 2 : 1) <= (kDual ? 128 : 192),
+    static_assert(G * kAcc * (kDual ? 2 : 1) <= (kDual ? 160 : 192),
                   "the accumulators must fit the registers");
     static_assert(kTileABytes % 1024 == 0, "the slots start on a swizzle period");
     static_assert(kSlotBytes % (8 * 2 * SWB) == 0, "every slot starts on a swizzle period");

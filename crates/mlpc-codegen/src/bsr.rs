@@ -20,7 +20,7 @@
 //! multiple of 8), a block height that is a wgmma N ([`WGMMA_N`]), a block width that is a
 //! multiple of 16 and fewer than 32768 block columns. One CTA computes 128 rows of the output and
 //! a GROUP of `G` block rows (`G * BR <= 256` columns, 128 for dual GEMMs, `G <= 16`; 352 for
-//! 32-row blocks where K >= 4096), one accumulator array per block row: consecutive ones, or
+//! 32-row blocks where K >= 4096, 160 for dual GEMMs of them), one accumulator array per block row: consecutive ones, or
 //! ones chosen to keep blocks in the same columns ([`Groups`]). Its k loop walks the group's steps: the union of the kept
 //! block columns of its rows, each with the mask of the rows that keep it ([`GroupSteps`]). A
 //! step's A slice is loaded once for all of them. See the template's comment for the shared
@@ -449,9 +449,11 @@ pub(crate) fn select_wgmma(
     let own = select_wgmma_cols(arch, dtype, dual, la, p, cols)?;
     // Wide groups whose slots leave the ring three stages (a step keeping 21 or 22 of its 22
     // blocks: density 0.7 and up) run about 1.5x slower than with four (docs/perf-notes.md,
-    // block-sparse variant 43); groups of eight keep four there.
-    if cols > 256 && own.stages < 4 {
-        if let Some(narrow) = select_wgmma_cols(arch, dtype, dual, la, p, 256) {
+    // block-sparse variant 43); groups of eight keep four there (dual GEMMs: groups of four
+    // for five, by the same rule, not timed).
+    let narrow_cols = if dual { 128 } else { 256 };
+    if cols > narrow_cols && own.stages < 4 {
+        if let Some(narrow) = select_wgmma_cols(arch, dtype, dual, la, p, narrow_cols) {
             if narrow.stages >= 4 {
                 return Some(narrow);
             }
@@ -471,10 +473,19 @@ pub(crate) fn select_wgmma(
 /// stores (variant 23), and still 5 % slower with both sides storing by the copy engine
 /// (docs/perf-notes.md, block-sparse variant 26). [`select_wgmma`] takes 256 after all where the
 /// wide groups' slots would leave the ring fewer than four stages (density 0.7 and up).
+///
+/// Dual GEMMs of the same blocks and K take 160 (groups of five block rows, 160 accumulators
+/// a thread for the two products, against four rows' 128): each A slice then feeds a fifth more
+/// kept blocks. Llama's MLP at T = 4096 and d = 0.25 ran 7.5 % faster with its gated pair
+/// packed to the union of their patterns, 2.3 % with the pair pruned together; the seed GeGLU
+/// (K = 768) ran level to 1 % slower, so not for shorter K (docs/perf-notes.md, block-sparse
+/// variant 51). Six rows (192) spill and serialise the wgmmas.
 fn wide_group_cols(dual: bool, p: &BlockPattern) -> u32 {
+    let wide_32 = p.block == [32, 32] && p.inp >= 4096;
     match dual {
+        true if wide_32 => 160,
         true => 128,
-        false if p.block == [32, 32] && p.inp >= 4096 && p.block_cols() < 1 << 8 => 352,
+        false if wide_32 && p.block_cols() < 1 << 8 => 352,
         false => 256,
     }
 }
@@ -2864,7 +2875,14 @@ mod tests {
         assert_eq!((short[0].g, short[0].wb, short[0].slots), (8, 2, 15));
         let gs = |s: Vec<WgmmaBsr>| s.iter().map(|s| s.g).collect::<Vec<_>>();
         assert_eq!(gs(short), [8, 6, 4, 2]);
-        // Dual GEMMs (groups of four) and shorter K (groups of eight): the narrower ones only.
+        // Dual GEMMs (groups of five at this K) and shorter K (groups of eight): the narrower
+        // ones only.
+        assert_eq!(
+            pick(Arch::Sm90a, DType::Bf16, true, n4096, &wide)
+                .unwrap()
+                .g,
+            5
+        );
         assert_eq!(
             gs(select_wgmma_short_grids(
                 Arch::Sm90a,
@@ -2873,7 +2891,7 @@ mod tests {
                 n4096,
                 &wide
             )),
-            [2]
+            [4, 2]
         );
         let own = pick(Arch::Sm90a, DType::Bf16, false, n, &b32).unwrap();
         assert_eq!((own.g, own.wb), (8, 2));

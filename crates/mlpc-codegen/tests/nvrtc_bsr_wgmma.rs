@@ -161,6 +161,53 @@ fn the_benchmark_shape_compiles_without_local_memory() {
     }
 }
 
+/// A dual GEMM of 32 x 32 blocks with K = 4096 (llama's gate and up projections, 640 output
+/// columns here): groups of five block rows (160 accumulators a thread for the two products)
+/// without local memory or serialised wgmmas, short grids of four and two rows beside them;
+/// with K = 2048 the groups stay at four rows.
+#[test]
+fn deep_dual_gemms_take_groups_of_five_block_rows() {
+    let kernel = |inp: u64| {
+        let mut x = inp;
+        let pat = bsr_plans::pattern([32, 32], 640, inp, |_, _| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) as f64) < 0.25 * (1u64 << 31) as f64
+        });
+        let plan = bsr_plans::plan(
+            &format!("dual_k{inp}"),
+            mlpc_ir::DType::Bf16,
+            pat,
+            true,
+            false,
+            false,
+        );
+        generate(&plan, &sm_90a()).unwrap().remove(0)
+    };
+    let shallow = kernel(2048);
+    assert!(
+        shallow.entry.ends_with("_b32x32_wgmma_128x128x64"),
+        "{}",
+        shallow.entry
+    );
+    let deep = kernel(4096);
+    assert!(
+        deep.entry.ends_with("_b32x32_wgmma_128x160x64"),
+        "{}",
+        deep.entry
+    );
+    let short: Vec<&str> = deep.short_grids.iter().map(|s| s.entry.as_str()).collect();
+    assert_eq!(short.len(), 2, "{short:?}");
+    for (e, cols) in short.iter().zip([128, 64]) {
+        assert!(
+            e.contains(&format!("_b32x32_wgmma_128x{cols}x")),
+            "{short:?}"
+        );
+    }
+    nvrtc_checks::compile_clean(&[deep], Arch::Sm90a);
+}
+
 /// Compiles the device part of a measurement program under `scripts/gpu/` (built with nvcc on a
 /// CUDA machine; `prefix` starts the names of its entries, `entry` is one of them) as NVRTC
 /// compiles the templates, and checks that it has `entries` entries using each wgmma `shapes`,
