@@ -142,8 +142,9 @@ struct BsrWgmmaConfig {
     static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
     static_assert(G >= 1 && WB >= 1 && G * WB <= 24, "the row mask of a step has 24 bits at most");
     /// Low bits of a step's info that hold its row mask (the block column is above them): 16,
-    /// or 24 for masks wider than 16 bits (block columns below 256 then).
-    static constexpr int kMaskBits = G * WB > 16 ? 24 : 16;
+    /// or G * WB for masks wider than 16 bits (block columns below 2^(31 - G * WB) then: 512
+    /// for the 22 bits of eleven rows in windows of two).
+    static constexpr int kMaskBits = G * WB > 16 ? G * WB : 16;
     static_assert(BK == 16 || BK == 32 || BK == 48 || BK == 64, "BK must be 16, 32, 48 or 64");
     static_assert(STAGES >= 2, "the ring needs a stage loading while one computes");
     static_assert(SLOTS >= 1 && SLOTS <= WB * G, "a step keeps at most WB * G blocks");

@@ -463,8 +463,10 @@ pub(crate) fn select_wgmma(
 }
 
 /// Accumulator columns of the kernel's own entry: 352 for a plain GEMM of 32 x 32 blocks whose K
-/// is at least 4096 (eleven block rows a group, a 24-bit mask with windows of two; the block
-/// column in the step's top 8 bits, so fewer than 256 block columns), else 256 (128 for dual
+/// is at least 4096 (eleven block rows a group, a 22-bit mask with windows of two; the block
+/// column in the step's 9 bits above it and below the sign, so fewer than 512 block columns:
+/// K < 16384; docs/perf-notes.md, block-sparse variant 52: llama's down projection, K = 11008,
+/// 13 % faster than in groups of eight), else 256 (128 for dual
 /// GEMMs, two accumulator sets). Eleven rows share each A piece among more kept blocks: 3-5 %
 /// faster on the 4096^2 weight at density 0.5 / 0.25 (level at 0.1) where the waves of groups
 /// come out even; where they do not, the short-grid entry of eight rows runs instead
@@ -485,7 +487,7 @@ fn wide_group_cols(dual: bool, p: &BlockPattern) -> u32 {
     match dual {
         true if wide_32 => 160,
         true => 128,
-        false if wide_32 && p.block_cols() < 1 << 8 => 352,
+        false if wide_32 && p.block_cols() < 1 << 9 => 352,
         false => 256,
     }
 }
@@ -547,8 +549,8 @@ fn select_wgmma_cols(
     if lda.as_constant().is_some_and(|c| c % 8 != 0) {
         return None;
     }
-    // The step's block column shares an int with the row mask (16 bits; 24 for wide groups,
-    // which [`wide_group_cols`] gives only patterns of fewer than 256 block columns).
+    // The step's block column shares an int with the row mask (16 bits; up to 22 for wide
+    // groups, which [`wide_group_cols`] gives only patterns of fewer than 512 block columns).
     if !WGMMA_N.contains(&br) || bc % 16 != 0 || p.block_cols() >= 1 << 15 {
         return None;
     }
@@ -1780,7 +1782,7 @@ mod tests {
             "const u32 ring = (smem_addr(mlpc_smem) + 1023u) & ~1023u;",
             "return lane < __popc(info & kMaskLow) ? p.step_blk[first + lane] : 0;",
             "const int col = (int)(info >> Cfg::kMaskBits) * BC;",
-            "static constexpr int kMaskBits = G * WB > 16 ? 24 : 16;",
+            "static constexpr int kMaskBits = G * WB > 16 ? G * WB : 16;",
             "static constexpr u32 kMaskLow = (1u << Cfg::kMaskBits) - 1u;",
             "const u32 sa = ring + stage * kStageBytes;",
             "bar, kTileABytes + __popc(mask) * kSlotBytes * (kDual ? 2 : 1));",
@@ -2382,15 +2384,26 @@ mod tests {
             check(&p, dual, 130, Some(expect));
         }
         // Eleven block rows a group (21 rows: the last group of ten; the kernel's own entry where
-        // K is at least 4096): a 22-bit mask in the step's low 24 bits, windows of two, and at
-        // low density pairs of kept columns.
-        for (density, pairs) in [(0.9, false), (0.1, true)] {
-            let p = scattered([32, 32], 672, 224, density, 40, Some(3));
+        // K is at least 4096): a 22-bit mask in the step's low 22 bits, windows of two, and at
+        // low density pairs of kept columns; with 258 block columns too (K = 8256: the column
+        // in the step's bits 22-30; M = 65 there, to keep the emulation short).
+        for (density, pairs, inp, m) in [
+            (0.9, false, 224, 130),
+            (0.1, true, 224, 130),
+            (0.9, false, 8256, 65),
+            (0.1, true, 8256, 65),
+        ] {
+            let p = scattered([32, 32], 672, inp, density, 40, Some(3));
             let la = (MatLayout::N, &Extent::constant(p.inp));
             let cfg = select_wgmma_cols(Arch::Sm90a, DType::Bf16, false, la, &p, 352).unwrap();
             assert_eq!((cfg.g, cfg.wb, cfg.pairs), (11, 2, pairs));
-            check_cfg(&p, cfg, false, 130);
-            check_cfg(&p, WgmmaBsr { wide: false, ..cfg }, false, 130);
+            check_cfg(&p, cfg, false, m);
+            check_cfg(&p, WgmmaBsr { wide: false, ..cfg }, false, m);
+            // The kernel's own entry takes them where K >= 4096.
+            if pairs {
+                let own = select_wgmma(Arch::Sm90a, DType::Bf16, false, la, &p).unwrap();
+                assert_eq!(own.g, if inp >= 4096 { 11 } else { 8 }, "K = {inp}");
+            }
         }
     }
 

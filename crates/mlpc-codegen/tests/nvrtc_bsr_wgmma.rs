@@ -208,6 +208,35 @@ fn deep_dual_gemms_take_groups_of_five_block_rows() {
     nvrtc_checks::compile_clean(&[deep], Arch::Sm90a);
 }
 
+/// A plain GEMM of 32 x 32 blocks with K = 11008 (llama's down projection, 352 output columns
+/// here): 344 block columns, past the 256 that an 8-bit column field held, still take groups of
+/// eleven block rows (a 22-bit mask, the column above it), without local memory.
+#[test]
+fn deep_k_gemms_keep_groups_of_eleven_block_rows() {
+    let mut x = 7u64;
+    let pat = bsr_plans::pattern([32, 32], 352, 11008, |_, _| {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((x >> 33) as f64) < 0.25 * (1u64 << 31) as f64
+    });
+    let plan = bsr_plans::plan(
+        "down_k11008",
+        mlpc_ir::DType::Bf16,
+        pat,
+        false,
+        false,
+        false,
+    );
+    let k = generate(&plan, &sm_90a()).unwrap().remove(0);
+    assert!(k.entry.ends_with("_b32x32_wgmma_128x352x64"), "{}", k.entry);
+    assert!(
+        k.source.contains(">> 22"),
+        "the step lists' comment names the 22 mask bits"
+    );
+    nvrtc_checks::compile_clean(&[k], Arch::Sm90a);
+}
+
 /// Compiles the device part of a measurement program under `scripts/gpu/` (built with nvcc on a
 /// CUDA machine; `prefix` starts the names of its entries, `entry` is one of them) as NVRTC
 /// compiles the templates, and checks that it has `entries` entries using each wgmma `shapes`,

@@ -497,8 +497,8 @@ pub(crate) struct GroupSteps {
     /// The packed index (position in `pattern.kept`) of each kept block, step by step, in
     /// increasing mask bit within a step.
     pub step_blk: Vec<u32>,
-    /// Low bits of `step_info` that hold the mask (16, or 24 for masks wider than 16 bits, the
-    /// template's `kMaskBits`); the column is above them.
+    /// Low bits of `step_info` that hold the mask (16, or the mask's own width where it is
+    /// wider, the template's `kMaskBits`); the column is above them.
     pub mask_bits: u32,
 }
 
@@ -519,11 +519,7 @@ impl Default for GroupSteps {
 impl GroupSteps {
     /// The mask bits of step info for masks of `bits` bits (the template's `kMaskBits`).
     pub fn mask_bits_for(bits: u32) -> u32 {
-        if bits > 16 {
-            24
-        } else {
-            16
-        }
+        bits.max(16)
     }
 
     /// Step `s`'s (first) block column.
