@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# What has not run on a GPU yet, as one call on a CUDA machine from the repository root (about
-# 6 minutes; block-sparse variants 50 and 51 in docs/perf-notes.md say what it is for):
+# What has not run on a GPU since the last change to the block-sparse kernels, as one call on a
+# CUDA machine from the repository root (about 8 minutes; block-sparse variants 50-52 in
+# docs/perf-notes.md say what it is for):
 #
 #   CUR=target/ab/mlpc-cur GUARDS=target/ab/gpu_guards-cur bash scripts/gpu/pending.sh
 #
-# With CUR (an mlpc built from main by scripts/gpu/build.sh; default target/release/mlpc): the
-# cases sparse-swiglu-with (gated pairs pruned together, `"with"`) and sparse-swiglu-deep (dual
-# block-sparse groups of five block rows) through validate.py on the default target, with the
-# guard cases (GUARDS) and compute-sanitizer on both; then llama's MLP with every weight at
-# density 0.25 in 32 x 32 blocks, packed to the union of the gated pair's patterns and pruned
-# together, checked at T = 129 and timed at T = 4096 beside the dense model (ROUNDS rounds, the
-# three models alternating; JSON lines in $OUT/pending-bench.jsonl when OUT is set). Every step
-# that fails (124: killed by its time limit) prints a FAIL line with its exit status; the script
-# ends with a summary line, and exits 1 when any step failed.
+# With CUR (an mlpc built from main by scripts/gpu/build.sh; default target/release/mlpc): every
+# block-sparse model through validate.py on the default target (`--only sparse,bsr`: the cases,
+# the benchmark models, the decode and short-grid rows), with the guard cases (GUARDS) and
+# compute-sanitizer on the dual kernel's cases; then llama's MLP with every weight at density
+# 0.25 in 32 x 32 blocks, packed to the union of the gated pair's patterns and pruned together,
+# checked at T = 129 and timed at T = 4096 beside the dense model (ROUNDS rounds, the three
+# models alternating; JSON lines in $OUT/pending-bench.jsonl when OUT is set); with GOALS=1 and
+# OUT set, then bench_goals.py into copies of docs/benchmarks.md and its measurements in $OUT
+# (copy both back to refresh the tables). Every step that fails (124: killed by its time limit)
+# prints a FAIL line with its exit status; the script ends with a summary line, and exits 1
+# when any step failed.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader; date -u
 M=${CUR:-target/release/mlpc}
@@ -33,9 +36,9 @@ chk() {
   verdict "${PIPESTATUS[0]}" check "$@"
 }
 
-echo "== validate.py --only sparse-swiglu-with,sparse-swiglu-deep"
-timeout 300 python3 scripts/gpu/validate.py --mlpc "$M" --guards "${GUARDS:-target/release/examples/gpu_guards}" \
-  --out "${OUT:-/tmp}/pending-validation.md" --only sparse-swiglu-with,sparse-swiglu-deep --target auto \
+echo "== validate.py --only sparse,bsr"
+timeout 360 python3 scripts/gpu/validate.py --mlpc "$M" --guards "${GUARDS:-target/release/examples/gpu_guards}" \
+  --out "${OUT:-/tmp}/pending-validation.md" --only sparse,bsr --target auto \
   --sanitize tests/cases/sparse-swiglu-with/model.json,tests/cases/sparse-swiglu-deep/model.json 2>&1 | tail -12
 verdict "${PIPESTATUS[0]}" validate.py
 # llama's MLP at d = 0.25: the union of the gated pair's patterns, and the pair pruned together.
@@ -59,6 +62,12 @@ for r in $(seq "${ROUNDS:-2}"); do
     verdict "${PIPESTATUS[0]}" bench "$m" round "$r"
   done
 done
+if [ "${GOALS:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
+  echo "== bench_goals.py"
+  cp docs/benchmarks.md docs/benchmarks-goals.json "$OUT/"
+  timeout 300 python3 scripts/gpu/bench_goals.py --mlpc "$M" --out "$OUT/benchmarks.md" 2>&1 | tail -14
+  verdict "${PIPESTATUS[0]}" bench_goals.py
+fi
 date -u
 if [ "$failed" -eq 0 ]; then
   echo "== summary: all $steps steps passed"
