@@ -20,8 +20,8 @@
 //! multiple of 8), a block height that is a wgmma N ([`WGMMA_N`]), a block width that is a
 //! multiple of 16 and fewer than 32768 block columns. One CTA computes 128 rows of the output and
 //! a GROUP of `G` block rows (`G * BR <= 256` columns, 128 for dual GEMMs, `G <= 16`; 352 for
-//! 32-row blocks where K >= 4096, 160 for dual GEMMs of them), one accumulator array per block row: consecutive ones, or
-//! ones chosen to keep blocks in the same columns ([`Groups`]). Its k loop walks the group's steps: the union of the kept
+//! 32-row blocks where K >= 4096, 160 for dual GEMMs of them), one accumulator array per block
+//! row: consecutive ones, or ones chosen to keep blocks in the same columns ([`Groups`]). Its k loop walks the group's steps: the union of the kept
 //! block columns of its rows, each with the mask of the rows that keep it ([`GroupSteps`]). A
 //! step's A slice is loaded once for all of them. See the template's comment for the shared
 //! layout (swizzled K-major atoms of 64, 32 or 16 elements) and the pipeline; the tests below
