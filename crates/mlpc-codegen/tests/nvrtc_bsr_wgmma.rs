@@ -115,6 +115,18 @@ fn bsr_wgmma_kernels_compile_for_sm_90a_without_local_memory_or_serialised_wgmma
     );
 }
 
+/// A pattern of 32 x 32 blocks of an `out x inp` weight, each block kept with probability
+/// `density`, drawn by a linear congruential generator started at `seed`.
+fn random_pattern(out: u64, inp: u64, density: f64, seed: u64) -> mlpc_ir::BlockPattern {
+    let mut x = seed;
+    bsr_plans::pattern([32, 32], out, inp, |_, _| {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((x >> 33) as f64) < density * (1u64 << 31) as f64
+    })
+}
+
 /// The benchmark's shape (W 4096 x 4096 of 32x32 blocks, bf16) at densities 0.5, 0.25 and 0.1:
 /// thousands of steps in the constant lists still compile to the same resources.
 #[test]
@@ -122,13 +134,7 @@ fn the_benchmark_shape_compiles_without_local_memory() {
     let kernels: Vec<CudaKernel> = [(0.5, 1u64), (0.25, 2), (0.1, 3)]
         .into_iter()
         .map(|(density, seed)| {
-            let mut x = seed;
-            let pat = bsr_plans::pattern([32, 32], 4096, 4096, |_, _| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((x >> 33) as f64) < density * (1u64 << 31) as f64
-            });
+            let pat = random_pattern(4096, 4096, density, seed);
             let name = format!("bench_d{}", (density * 100.0) as u32);
             let plan = bsr_plans::plan(&name, mlpc_ir::DType::Bf16, pat, false, false, false);
             generate(&plan, &sm_90a()).unwrap().remove(0)
@@ -168,13 +174,7 @@ fn the_benchmark_shape_compiles_without_local_memory() {
 #[test]
 fn deep_dual_gemms_take_groups_of_five_block_rows() {
     let kernel = |inp: u64| {
-        let mut x = inp;
-        let pat = bsr_plans::pattern([32, 32], 640, inp, |_, _| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((x >> 33) as f64) < 0.25 * (1u64 << 31) as f64
-        });
+        let pat = random_pattern(640, inp, 0.25, inp);
         let plan = bsr_plans::plan(
             &format!("dual_k{inp}"),
             mlpc_ir::DType::Bf16,
@@ -213,13 +213,7 @@ fn deep_dual_gemms_take_groups_of_five_block_rows() {
 /// eleven block rows (a 22-bit mask, the column above it), without local memory.
 #[test]
 fn deep_k_gemms_keep_groups_of_eleven_block_rows() {
-    let mut x = 7u64;
-    let pat = bsr_plans::pattern([32, 32], 352, 11008, |_, _| {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((x >> 33) as f64) < 0.25 * (1u64 << 31) as f64
-    });
+    let pat = random_pattern(352, 11008, 0.25, 7);
     let plan = bsr_plans::plan(
         "down_k11008",
         mlpc_ir::DType::Bf16,
