@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# What has not run on a GPU since the last change to the block-sparse kernels, as one call on a
-# CUDA machine from the repository root (about 8 minutes; block-sparse variants 50-52 in
-# docs/perf-notes.md say what it is for):
+# What runs on a GPU after a change to the block-sparse kernels, as one call on a
+# CUDA machine from the repository root (about 7 minutes; last run 2026-12-06 after block-sparse
+# variants 50-52 of docs/perf-notes.md):
 #
 #   CUR=target/ab/mlpc-cur GUARDS=target/ab/gpu_guards-cur bash scripts/gpu/pending.sh
 #
