@@ -38,7 +38,7 @@ chk() {
 
 echo "== validate.py --only sparse,bsr"
 timeout 360 python3 scripts/gpu/validate.py --mlpc "$M" --guards "${GUARDS:-target/release/examples/gpu_guards}" \
-  --out "${OUT:-/tmp}/pending-validation.md" --only sparse,bsr --target auto \
+  --out "${OUT:-/tmp}/pending-validation.md" --cache /tmp/pending-kernel-cache --only sparse,bsr --target auto \
   --sanitize tests/cases/sparse-swiglu-with/model.json,tests/cases/sparse-swiglu-deep/model.json 2>&1 | tail -12
 verdict "${PIPESTATUS[0]}" validate.py
 # llama's MLP at d = 0.25: the union of the gated pair's patterns, and the pair pruned together.

@@ -21,7 +21,10 @@
 # 129, 1000, bert-sparse-ffn at 67 and 2048, the generated weights at a few hundred rows, the
 # 4096^2 ones at 300, 1000 and 4200, at density 0.16 too); every row's model at T = 200, at the T
 # it is timed at, and at every T of CHECK_T ("1 9 16", say) too.
-# CHECKS=0 skips them all (timing-only probes whose results are wrong by design).
+# CHECKS=0 skips them all (timing-only probes whose results are wrong by design). The checks run
+# one after another and the reference interpreter's time grows with the model and T: a
+# llama-sized MODEL.json row checked at T = 4096 takes minutes on its own, so give such rows a
+# smaller T for the checks' sake, or check them first with validate.py (parallel).
 #
 # Prints, per round, a header naming the sides and one line per row: `ROW | MEDIAN | MEDIAN ...`
 # (ms, `mlpc bench` medians after its second of heat, timed as the harness times: 25 ms of

@@ -27,7 +27,11 @@ the FP64 tensor cores (mlpc's `--f32-fp64-tensor-cores`; the heuristic's choice)
 pipes (`--f32-ffma`), and the sanitizer on two of the copies; no guard cases.
 
 usage: validate.py --mlpc BIN --guards BIN --out REPORT.md [--jobs N] [--quick]
-                   [--f32-kernel fp64|ffma] [--only TEXT,...]
+                   [--f32-kernel fp64|ffma] [--only TEXT,...] [--cache DIR]
+
+The generated models and the compiled kernels (PTX, cubins, ptxas logs: over a thousand files for
+the whole run) go to kernel-cache/ beside the report, or to --cache DIR (e.g. a directory outside
+the folder a remote run returns).
 """
 import argparse
 import concurrent.futures as cf
@@ -234,8 +238,10 @@ def main():
     ap.add_argument("--only", help="check only the models whose label or path contains one of these "
                     "comma-separated texts (e.g. `portable`, `sparse`; a text that matches no model is an "
                     "error); the guards and the sanitizer still run")
+    ap.add_argument("--cache", help="where the generated models and compiled kernels go "
+                    "(default: kernel-cache/ beside --out)")
     a = ap.parse_args()
-    cache = os.path.abspath(os.path.join(os.path.dirname(a.out) or ".", "kernel-cache"))
+    cache = os.path.abspath(a.cache or os.path.join(os.path.dirname(a.out) or ".", "kernel-cache"))
     # Compile every model once (fills the kernel cache) so the parallel checks do not race on it.
     f32 = a.f32_kernel
     extra = [F32_FLAGS[f32]] if f32 else []
