@@ -40,7 +40,7 @@ done
 [ "${1:-}" = -- ] && shift
 rows=("$@")
 if [ ${#sides[@]} -lt 2 ]; then
-    sed -n '2,25p' "$0" >&2
+    sed -n '2,33p' "$0" >&2
     exit 1
 fi
 [ ${#rows[@]} -eq 0 ] && rows=(bsr-0.5 bsr-0.25 bsr-0.1 mlp3-sparse bert-sparse geglu-sparse)
