@@ -21,10 +21,10 @@
 # 129, 1000, bert-sparse-ffn at 67 and 2048, the generated weights at a few hundred rows, the
 # 4096^2 ones at 300, 1000 and 4200, at density 0.16 too); every row's model at T = 200, at the T
 # it is timed at, and at every T of CHECK_T ("1 9 16", say) too.
-# CHECKS=0 skips them all (timing-only probes whose results are wrong by design). The checks run
-# one after another and the reference interpreter's time grows with the model and T: a
-# llama-sized MODEL.json row checked at T = 4096 takes minutes on its own, so give such rows a
-# smaller T for the checks' sake, or check them first with validate.py (parallel).
+# CHECKS=0 skips them all (timing-only probes whose results are wrong by design). They run JOBS at
+# a time (default 6), their results printed in order once all have run. The reference
+# interpreter's time grows with the model and T: a llama-sized MODEL.json row checked at T = 4096
+# takes minutes on its own.
 #
 # Prints, per round, a header naming the sides and one line per row: `ROW | MEDIAN | MEDIAN ...`
 # (ms, `mlpc bench` medians after its second of heat, timed as the harness times: 25 ms of
@@ -99,18 +99,44 @@ t_of() {
 }
 
 failed=0
-# check SIDE_INDEX ARGS...: `mlpc check ARGS` with that side.
+# check SIDE_INDEX ARGS...: queues `mlpc check ARGS` with that side (run_checks runs the queue).
+queue=()
 check() {
-    local i=$1
-    shift
-    # --backend cuda: without a usable driver the CLI would check on the CPU instead.
-    if out=$(side "${sides[$i]}" "$caches/$i" check --backend cuda "$@" 2>&1); then
-        echo "ok   [${sides[$i]}] $*"
-    else
-        echo "FAIL [${sides[$i]}] $*"
-        echo "$out" | tail -5
-        failed=1
-    fi
+    queue+=("$*")
+}
+# Runs the queued checks JOBS at a time (default 6: the reference interpreter's time, not the
+# GPU's, is most of a check, and the kernel cache takes concurrent writers), each into a result
+# file of its own, then prints the results in the queue's order; any FAIL line sets `failed`.
+run_checks() {
+    local k running=0 results
+    results=$(mktemp -d)
+    echo "   ${#queue[@]} checks, ${JOBS:-6} at a time"
+    for k in "${!queue[@]}"; do
+        (
+            # shellcheck disable=SC2086 # a queue entry is words by design
+            set -- ${queue[$k]}
+            i=$1
+            shift
+            # --backend cuda: without a usable driver the CLI would check on the CPU instead.
+            if out=$(side "${sides[$i]}" "$caches/$i" check --backend cuda "$@" 2>&1); then
+                echo "ok   [${sides[$i]}] $*"
+            else
+                echo "FAIL [${sides[$i]}] $*"
+                echo "$out" | tail -5
+            fi
+        ) >"$results/$k" &
+        running=$((running + 1))
+        if [ "$running" -ge "${JOBS:-6}" ]; then
+            wait -n
+            running=$((running - 1))
+        fi
+    done
+    wait
+    for k in "${!queue[@]}"; do
+        cat "$results/$k"
+        grep -q '^FAIL' "$results/$k" && failed=1
+    done
+    rm -rf "$results"
 }
 checks() {
     local sparse=0 row i t
@@ -148,6 +174,7 @@ checks() {
             done
         done
     done
+    run_checks
 }
 [ "${CHECKS:-1}" = 0 ] || checks
 if [ $failed -ne 0 ]; then
