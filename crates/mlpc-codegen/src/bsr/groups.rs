@@ -678,6 +678,13 @@ impl GroupSteps {
         for chunk in placed.chunk_by(|x, y| x.0 == y.0) {
             let mask = chunk.iter().fold(0u32, |m, &(_, bit, _)| m | (1 << bit));
             let (first, second) = columns(chunk[0].0);
+            // The template reads the column as a signed int above the mask: the selection keeps
+            // the block columns below that (`wide_group_cols`, `select_wgmma_cols`).
+            debug_assert!(
+                first < 1 << (31 - self.mask_bits),
+                "block column {first} does not fit above a {}-bit mask",
+                self.mask_bits
+            );
             self.step_info.push((first << self.mask_bits) | mask);
             self.step_col1.extend(second);
             self.step_first.push(self.step_blk.len() as u32);
