@@ -216,14 +216,29 @@ fn try_dual(g: &mut Graph, prov: &mut Provenance, p: NodeId, q: NodeId, mul: Nod
 }
 
 /// Applies the rewrites of `stage` in topological order: every one there is for
-/// [`Stage::ActAdd`], only the first for the other stages. Returns whether it rewrote anything.
+/// [`Stage::ActAdd`] and [`Stage::Dual`], only the first for the others. Returns whether it
+/// rewrote anything.
 ///
 /// Rules are tried in priority order, each from the start of the graph's current topological
 /// order, until none applies. After an activation or an add, a walk need not start over: the
 /// nodes before the GEMM keep their place, and none of them can fuse now (the only node whose
 /// user changed is the add's other operand, whose user is now a GEMM). So the walk goes on at the
-/// GEMM, which comes again at once, or after its new operand. A product may let an activation or
-/// an add fuse again, so after one the caller starts over.
+/// GEMM, which comes again at once, or after its new operands.
+///
+/// Dual GEMMs are all made in one walk, as if each were followed by the activations and adds it
+/// lets fuse (the caller then fuses those, and tries the stages again from the first): no dual
+/// rewrite, nor any activation or add it lets fuse, makes or unmakes another. Each rewrite owns
+/// its `mul` and two GEMMs (each GEMM's only user is that `mul`); the dual GEMM it leaves takes
+/// no part in another dual rewrite; the nodes whose user changes (the `mul`'s users, the extra
+/// operand of an add fused after it) now read a GEMM, which no dual rewrite looks at; and the
+/// shared A operand has two users, so no rewrite absorbs it (one that replaces it, the `mul` of an
+/// earlier pair, replaces it in both GEMMs). A gated stack then takes a constant number of walks
+/// instead of one a layer. Where the later GEMM of a pair becomes the dual one, the rewrite
+/// removes the node the walk stands on, which the walk then skips.
+///
+/// A product of one GEMM may let an activation or an add fuse again, and may let another
+/// product's other operand settle (it read the product, now it reads a GEMM), so after one the
+/// caller starts over.
 fn fuse_stage(g: &mut Graph, prov: &mut Provenance, stage: Stage) -> Result<bool, PassError> {
     let mut walk = TopoWalk::new(g);
     let mut changed = false;
@@ -231,7 +246,7 @@ fn fuse_stage(g: &mut Graph, prov: &mut Provenance, stage: Stage) -> Result<bool
         if !fuse_at(g, prov, &walk, n, stage) {
             continue;
         }
-        if stage != Stage::ActAdd {
+        if !matches!(stage, Stage::ActAdd | Stage::Dual) {
             return Ok(true);
         }
         changed = true;
@@ -306,7 +321,8 @@ impl Pass for FuseEpilogue {
         let mut changed = false;
         'fixpoint: loop {
             for stage in STAGES {
-                // `fuse_stage` leaves no activation or add to fuse: the next stage follows.
+                // `fuse_stage` leaves no activation or add to fuse, nor a dual GEMM to make:
+                // the next stage follows.
                 if fuse_stage(g, prov, stage)? {
                     changed = true;
                     if stage != Stage::ActAdd {

@@ -526,3 +526,84 @@ fn a_deep_chain_fuses_lowers_and_explains_one_kernel_a_layer() {
         "{text}"
     );
 }
+
+/// Gated layers whose up GEMM comes first in the walk: the dual rewrite at the up GEMM makes the
+/// later gate GEMM the dual one and removes the node the walk stands on; the walk goes on to the
+/// next layer's pair in the same stage.
+#[test]
+fn dual_gemms_whose_walk_meets_the_up_side_first() {
+    let mut b = Builder::new("up-first", DType::F32, 7);
+    let mut h = b.input("x", &[t(), d(4)]);
+    for i in 0..2 {
+        let up = b.linear(&format!("up{i}"), h, 4, 6, false);
+        let gate = b.linear(&format!("gate{i}"), h, 4, 6, false);
+        let s = b.act(&format!("silu{i}"), Activation::Silu, gate);
+        let m = b.op(&format!("m{i}"), Op::Mul, &[up, s]);
+        h = b.linear(&format!("down{i}"), m, 6, 4, true);
+    }
+    b.output("y", h);
+    let g = b.finish();
+    let (opt, prov, plan) = run_default(&g);
+    assert_eq!(
+        kernel_names(&plan),
+        [
+            "dual_gemm_silu_mul_f32_nt",
+            "gemm_bias_f32_nt",
+            "dual_gemm_silu_mul_f32_nt_1",
+            "gemm_bias_f32_nt_1"
+        ]
+    );
+    assert_eq!(
+        line(&opt, "gate1"),
+        "%gate1 = dual_gemm.nt %down0, %gate1.weight, %up1.weight gate[silu] up[] mul : f32[T,6]"
+    );
+    for i in 0..2 {
+        assert_eq!(
+            prov.fate(&format!("up{i}")),
+            Some(&Fate::FusedInto(format!("gate{i}")))
+        );
+    }
+    assert_same_values(&g, &opt, false);
+}
+
+/// A stack of 1500 gated layers (`down(silu(x Wg) * (x Wu)) + x`): a dual GEMM and a down
+/// projection with its residual a layer. All the dual GEMMs are made in one walk; one a walk,
+/// each walk starting over from the top, made this quadratic in the depth (seconds here).
+#[test]
+fn a_deep_gated_stack_makes_one_dual_gemm_a_layer() {
+    const LAYERS: usize = 1500;
+    let mut b = Builder::new("deep-gated", DType::F32, 7);
+    let mut h = b.input("x", &[t(), d(4)]);
+    for i in 0..LAYERS {
+        let gate = b.linear(&format!("gate{i}"), h, 4, 6, false);
+        let s = b.act(&format!("silu{i}"), Activation::Silu, gate);
+        let up = b.linear(&format!("up{i}"), h, 4, 6, false);
+        let m = b.op(&format!("m{i}"), Op::Mul, &[s, up]);
+        let down = b.linear(&format!("down{i}"), m, 6, 4, false);
+        h = b.op(&format!("res{i}"), Op::Add, &[down, h]);
+    }
+    b.output("y", h);
+    let g = b.finish();
+    let (opt, prov, plan) = run_default(&g);
+    assert_eq!(plan.kernels.len(), 2 * LAYERS);
+    let l = LAYERS - 1;
+    assert_eq!(
+        line(&opt, &format!("gate{l}")),
+        format!(
+            "%gate{l} = dual_gemm.nt %down{}, %gate{l}.weight, %up{l}.weight gate[silu] up[] mul \
+             : f32[T,6]",
+            l - 1
+        )
+    );
+    assert_eq!(
+        kernel_names(&plan)[2 * l..],
+        [
+            format!("dual_gemm_silu_mul_f32_nt_{l}"),
+            format!("gemm_add_f32_nt_{l}")
+        ]
+    );
+    assert_eq!(
+        prov.fate(&format!("up{l}")),
+        Some(&Fate::FusedInto(format!("gate{l}")))
+    );
+}
