@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every check of the project: formatting, clippy with warnings as errors, every test of the
-# workspace, the API documentation without warnings (broken intra-doc links), and that the benchmark tables are what their measurements files render. Installs what is missing first (see scripts/setup.sh). `.ci/run` calls this.
+# workspace, random models through `mlpc check` on the CPU backend, the API documentation without warnings (broken intra-doc links), and that the benchmark tables are what their measurements files render. Installs what is missing first (see scripts/setup.sh). `.ci/run` calls this.
 set -euo pipefail
 . "$(dirname "$0")/setup.sh"
 mlpc_setup
@@ -34,6 +34,11 @@ echo "== cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test --workspace"
 cargo test --workspace
+# The whole compiler on random models (a fixed range of seeds): each through `mlpc check` on the
+# CPU backend against the reference interpreter; on a GPU the same script checks the CUDA kernels.
+echo "== scripts/random_check.py: 60 random models on the CPU backend"
+cargo build -p mlpc-cli --quiet
+python3 scripts/random_check.py --mlpc "$target_dir/debug/mlpc" --backend cpu --count 60 --seed 0 --jobs 2
 echo "== cargo doc --workspace --no-deps (warnings as errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 # The GPU tables are written by the harness: rendering them again from their measurements files
