@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """`mlpc check` of random models on one backend: a differential test of the whole compiler.
 
-Generates COUNT random models in graph form (matmuls, some in pairs that share their A operand and
-meet in a product, as gated MLPs do; activations; bias, residual and other adds; products; one or
-two outputs), each in f32, f16 or bf16, half of them with their weights pruned block-sparse
-(blocks from 16 x 16 to 64 x 64, or tiny ones on tiny widths; densities 0.1 to 1), on widths from
-8 to 256 and token counts from 1 to 777. Every model goes through `mlpc check` on the backend
+Generates COUNT random models in graph form (matmuls between a model width and a hidden width,
+some in pairs that share their A operand and meet in a product, as gated MLPs do; activations;
+bias, residual and other adds; products; one or two outputs; some with a batch dimension), each in
+f32, f16 or bf16, about half of them with weights pruned block-sparse (blocks from 2 x 2 to 64 x
+64 that divide both widths, densities 0.1 to 1 or the all-zero blocks' pattern, some gated pairs
+pruned together with `with`), on widths from 8 to 352 and token counts from 1 to 777. Every model goes through `mlpc check` on the backend
 (compiled, run on fresh random inputs with poisoned outputs, compared with the reference
 interpreter), JOBS at a time, and each result is sorted into:
 
@@ -23,6 +24,7 @@ a model is not ok), so that `mlpc check DIR/rSEED.json -b BACKEND --bind T=N` re
 
 usage: random_check.py --mlpc BIN [--backend cuda|cpu|reference] [--count N] [--seed S]
                        [--jobs J] [--keep DIR] [--timeout SECONDS] [--target TARGET]
+                       [--arg=ARG ...]
 
 On a CUDA machine, with binaries built by scripts/gpu/build.sh:
   python3 scripts/random_check.py --mlpc target/release/mlpc --backend cuda --count 400 --jobs 12
@@ -40,8 +42,11 @@ import sys
 import tempfile
 
 ACTIVATIONS = ["relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"]
-WIDTHS = [8, 32, 64, 128, 256]
-BLOCKS = [[2, 2], [4, 4], [8, 8], [16, 16], [32, 32], [64, 64], [16, 32], [32, 16], [32, 64]]
+# (model width, hidden width) of a graph; a matmul maps one to either.
+WIDTHS = [(8, 8), (8, 24), (32, 32), (32, 96), (64, 64), (64, 192), (128, 128), (128, 352),
+          (256, 256), (256, 96), (48, 80)]
+BLOCKS = [[2, 2], [4, 4], [8, 8], [16, 16], [32, 32], [64, 64], [16, 32], [32, 16], [32, 64],
+          [24, 24], [16, 48]]
 DENSITIES = [0.1, 0.25, 0.5, 0.75, 1.0]
 TOKENS = [1, 2, 3, 7, 16, 17, 64, 129, 300, 777]
 ROUNDING = "against the optimised graph, which rounds only where the kernels store"
@@ -50,74 +55,100 @@ ROUNDING = "against the optimised graph, which rounds only where the kernels sto
 def model(seed):
     """The random model of `seed` and the token count to check it at."""
     r = random.Random(seed)
-    w = r.choice(WIDTHS)
-    params, nodes, values = {}, [], ["x", "z"]
+    dims = r.choice(WIDTHS)
+    batched = r.random() < 0.15
+    params, nodes = {}, []
+    width = {"x": dims[0], "z": dims[0]}  # every value's last dimension
+    pairs = []  # (gate weight, up weight) of twins that meet in a product
     count = [0]
 
     def name(prefix):
         count[0] += 1
         return f"{prefix}{count[0]}"
 
-    def matmul(a):
-        weight, t, mm = name("w"), name("t"), name("mm")
-        params[weight] = [w, w]
-        nodes.append({"name": t, "op": "transpose", "inputs": [weight]})
-        nodes.append({"name": mm, "op": "matmul", "inputs": [a, t]})
-        values.append(mm)
-        return mm
+    def add_node(prefix, op, inputs, w):
+        n = name(prefix)
+        nodes.append({"name": n, "op": op, "inputs": inputs})
+        width[n] = w
+        return n
+
+    def matmul(a, out):
+        weight = name("w")
+        params[weight] = [out, width[a]]
+        t = add_node("t", "transpose", [weight], None)
+        return add_node("mm", "matmul", [a, t], out), weight
+
+    def values(w=None):
+        return [v for v, vw in width.items() if vw is not None and (w is None or vw == w)]
 
     for _ in range(r.randint(3, 25)):
         k = r.random()
         if k < 0.35:
-            a = r.choice(values)
-            gate = matmul(a)
+            a = r.choice(values())
+            out = r.choice(dims)
+            gate, wg = matmul(a, out)
             if r.random() < 0.5:
                 # A twin sharing A: often the two meet in a product, as a gated MLP's do.
-                up = matmul(a)
+                up, wu = matmul(a, out)
+                products = (gate, up)
                 if r.random() < 0.7:
                     if r.random() < 0.6:
-                        act = name("act")
-                        nodes.append({"name": act, "op": r.choice(ACTIVATIONS), "inputs": [gate]})
-                        values.append(act)
-                        gate = act
+                        gate = add_node("act", r.choice(ACTIVATIONS), [gate], out)
                     if r.random() < 0.3:
-                        bias, add = name("b"), name("add")
-                        params[bias] = [w]
-                        nodes.append({"name": add, "op": "add", "inputs": [up, bias]})
-                        values.append(add)
-                        up = add
-                    mul = name("mul")
-                    nodes.append({"name": mul, "op": "mul", "inputs": r.sample([gate, up], 2)})
-                    values.append(mul)
+                        bias = name("b")
+                        params[bias] = [out]
+                        up = add_node("add", "add", [up, bias], out)
+                    add_node("mul", "mul", r.sample([gate, up], 2), out)
+                    pairs.append((wg, wu, products))
         elif k < 0.55:
-            act = name("act")
-            nodes.append({"name": act, "op": r.choice(ACTIVATIONS), "inputs": [r.choice(values[-4:])]})
-            values.append(act)
+            a = r.choice(values()[-4:])
+            add_node("act", r.choice(ACTIVATIONS), [a], width[a])
         elif k < 0.75:
-            mul = name("mul")
-            nodes.append({"name": mul, "op": "mul", "inputs": [r.choice(values[-4:]), r.choice(values)]})
-            values.append(mul)
+            a = r.choice(values()[-4:])
+            add_node("mul", "mul", [a, r.choice(values(width[a]))], width[a])
         else:
-            a = r.choice(values[-4:])
+            a = r.choice(values()[-4:])
             if r.random() < 0.4:
                 other = name("b")
-                params[other] = [w]
+                params[other] = [width[a]]
             else:
-                other = r.choice(values)
-            add = name("add")
-            nodes.append({"name": add, "op": "add", "inputs": r.sample([a, other], 2)})
-            values.append(add)
-    outputs = [values[-1]]
-    if len(values) > 3 and r.random() < 0.3:
-        outputs.append(r.choice(values[2:-1]))
+                other = r.choice(values(width[a]))
+            add_node("add", "add", r.sample([a, other], 2), width[a])
+    vs = values()
+    outputs = [vs[-1]]
+    if len(vs) > 3 and r.random() < 0.3:
+        outputs.append(r.choice(vs[2:-1]))
+    shape = [2, "T", dims[0]] if batched else ["T", dims[0]]
     m = {"mlpc": 1, "name": f"r{seed}", "dtype": r.choice(["f32", "f16", "bf16", "bf16"]),
-         "seed": seed, "params": params,
-         "inputs": {"x": {"shape": ["T", w]}, "z": {"shape": ["T", w]}},
+         "seed": seed, "params": params, "inputs": {"x": {"shape": shape}, "z": {"shape": shape}},
          "nodes": nodes, "outputs": list(dict.fromkeys(outputs))}
+    # What the outputs need: a weight pruned together with one no output needs is an error.
+    live, stack = set(), list(m["outputs"])
+    inputs_of = {n["name"]: n["inputs"] for n in nodes}
+    while stack:
+        v = stack.pop()
+        if v not in live:
+            live.add(v)
+            stack.extend(inputs_of.get(v, []))
     matrices = [p for p, shape in params.items() if len(shape) == 2]
-    if matrices and r.random() < 0.5:
-        block = r.choice([b for b in BLOCKS if w % b[0] == 0 and w % b[1] == 0])
-        m["sparsity"] = {"w*": {"block": block, "density": r.choice(DENSITIES)}}
+    blocks = [b for b in BLOCKS if all(d % b[0] == 0 and d % b[1] == 0 for d in dims)]
+    if matrices and blocks and r.random() < 0.5:
+        # Exact weight names; a gated pair's gate, some of the time, with its up weight.
+        keep = r.random()
+        block = r.choice(blocks)
+        sparsity, taken = {}, set()
+        for gate, up, products in pairs:
+            if live.issuperset(products) and r.random() < 0.4:
+                sparsity[gate] = {"block": block, "density": r.choice(DENSITIES), "with": up}
+                taken |= {gate, up}
+        for w in matrices:
+            if w not in taken and r.random() < keep:
+                spec = {"block": block}
+                if r.random() < 0.9:
+                    spec["density"] = r.choice(DENSITIES)
+                sparsity[w] = spec
+        if sparsity:
+            m["sparsity"] = sparsity
     return m, r.choice(TOKENS)
 
 
@@ -138,6 +169,7 @@ def check(args, path, tokens):
     cmd = [args.mlpc, "check", path, "-b", args.backend, "--bind", f"T={tokens}"]
     if args.target:
         cmd += ["--target", args.target]
+    cmd += args.arg
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
         rc, output = p.returncode, p.stdout + p.stderr
@@ -157,6 +189,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=300, help="seconds a check may take")
     ap.add_argument("--target", help="passed to `mlpc check --target` (e.g. cuda:sm_90: the "
                     "portable kernels on a Hopper GPU)")
+    ap.add_argument("--arg", action="append", default=[],
+                    help="one more argument of every `mlpc check` (e.g. --arg=--f32-ffma); repeat")
     args = ap.parse_args()
     if not (os.path.isfile(args.mlpc) and os.access(args.mlpc, os.X_OK)):
         sys.exit(f"random_check.py: --mlpc {args.mlpc}: no such executable")
@@ -170,7 +204,8 @@ def main():
             json.dump(m, f)
         work.append((seed, path, tokens, m["dtype"], "sparsity" in m))
     counts = {k: 0 for k in ("ok", "rounding", "FAIL", "error", "crash")}
-    target = f" ({args.target})" if args.target else ""
+    target = " ".join(([args.target] if args.target else []) + args.arg)
+    target = f" ({target})" if target else ""
     print(f"{args.count} random models (seeds {args.seed}..{args.seed + args.count - 1}) on "
           f"{args.backend}{target}, {args.jobs} at a time, in {directory}", flush=True)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
