@@ -6,7 +6,8 @@ some in pairs that share their A operand and meet in a product, as gated MLPs do
 bias, residual and other adds; products; one or two outputs; some with a batch dimension), each in
 f32, f16 or bf16, about half of them with weights pruned block-sparse (blocks from 2 x 2 to 64 x
 64 that divide both widths, densities 0.1 to 1 or the all-zero blocks' pattern, some gated pairs
-pruned together with `with`), on widths from 8 to 352 and token counts from 1 to 777. Every model goes through `mlpc check` on the backend
+pruned together with `with`), on widths from 1 to 352 (some odd, whose rows no 16-byte copy
+aligns) and token counts from 1 to 777. Every model goes through `mlpc check` on the backend
 (compiled, run on fresh random inputs with poisoned outputs, compared with the reference
 interpreter), JOBS at a time, and each result is sorted into:
 
@@ -44,7 +45,7 @@ import tempfile
 ACTIVATIONS = ["relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"]
 # (model width, hidden width) of a graph; a matmul maps one to either.
 WIDTHS = [(8, 8), (8, 24), (32, 32), (32, 96), (64, 64), (64, 192), (128, 128), (128, 352),
-          (256, 256), (256, 96), (48, 80)]
+          (256, 256), (256, 96), (48, 80), (7, 13), (33, 65), (100, 36), (1, 5)]
 BLOCKS = [[2, 2], [4, 4], [8, 8], [16, 16], [32, 32], [64, 64], [16, 32], [32, 16], [32, 64],
           [24, 24], [16, 48]]
 DENSITIES = [0.1, 0.25, 0.5, 0.75, 1.0]
