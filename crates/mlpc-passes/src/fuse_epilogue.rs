@@ -110,6 +110,14 @@ fn may_still_fuse(g: &Graph, v: NodeId) -> bool {
             .any(|o| single_user(g, o).is_some_and(|(u, _)| u == v))
 }
 
+/// Whether a user of `n` is an activation, an add or a product: a node a rewrite at `n` may
+/// fuse.
+fn has_elementwise_user(g: &Graph, n: NodeId) -> bool {
+    g.users(n)
+        .into_iter()
+        .any(|(u, _)| matches!(g.node(u).op, Op::Act(_) | Op::Add | Op::Mul))
+}
+
 /// Shifts the operand index of every step by `by`.
 fn shifted(chain: &EpilogueChain, by: usize) -> EpilogueChain {
     chain
@@ -236,9 +244,19 @@ fn try_dual(g: &mut Graph, prov: &mut Provenance, p: NodeId, q: NodeId, mul: Nod
 /// instead of one a layer. Where the later GEMM of a pair becomes the dual one, the rewrite
 /// removes the node the walk stands on, which the walk then skips.
 ///
-/// A product of one GEMM may let an activation or an add fuse again, and may let another
-/// product's other operand settle (it read the product, now it reads a GEMM), so after one the
-/// caller starts over.
+/// A product of one GEMM may let an activation or an add fuse again, may make a dual GEMM, and
+/// may let another product's other operand settle (it read the product, now it reads a GEMM):
+/// each of those happens at a user of the GEMM that is an activation, an add or a product (the
+/// rewrite changes the users of the GEMM, of the product's other operand, which now reads the
+/// GEMM in place of the product, and of the product's users, which now read the GEMM; it adds no
+/// path between two nodes that had none). After any product of [`Stage::MulAny`] (it may settle
+/// a product earlier in the walk) the caller starts over. After a settled product, the
+/// activations and adds it lets fuse are fused at once, as the next round's first stage would
+/// (they are all at the GEMM: an add whose other operand is a GEMM could not have fused into
+/// that GEMM before either). If the GEMM then still has such a user, the caller starts over;
+/// else the walk goes on at the GEMM, every node it passed still rejected by every stage. A deep
+/// stack of `act((x W) * r)` layers then takes a constant number of walks instead of one a
+/// layer.
 fn fuse_stage(g: &mut Graph, prov: &mut Provenance, stage: Stage) -> Result<bool, PassError> {
     let mut walk = TopoWalk::new(g);
     let mut changed = false;
@@ -246,10 +264,19 @@ fn fuse_stage(g: &mut Graph, prov: &mut Provenance, stage: Stage) -> Result<bool
         if !fuse_at(g, prov, &walk, n, stage) {
             continue;
         }
-        if !matches!(stage, Stage::ActAdd | Stage::Dual) {
-            return Ok(true);
-        }
         changed = true;
+        match stage {
+            Stage::ActAdd | Stage::Dual => {}
+            Stage::MulSettled => {
+                // The activations and adds the product lets fuse, all at `n`: what the
+                // `ActAdd` stage of the next round would do first.
+                while fuse_at(g, prov, &walk, n, Stage::ActAdd) {}
+                if has_elementwise_user(g, n) {
+                    return Ok(true);
+                }
+            }
+            Stage::MulAny => return Ok(true),
+        }
         walk.revisit(g, n);
     }
     match walk.unfinished(g)[..] {

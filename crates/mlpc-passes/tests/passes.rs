@@ -607,3 +607,37 @@ fn a_deep_gated_stack_makes_one_dual_gemm_a_layer() {
         Some(&Fate::FusedInto(format!("gate{l}")))
     );
 }
+
+/// A stack of 1500 layers `relu((h W) * r)`, each `r` an input: a GEMM with a `mul` step and a
+/// `relu` a layer. The products, and the activations they let fuse, are all fused in one walk;
+/// starting over from the top after each made this quadratic in the depth (seconds here).
+#[test]
+fn a_deep_product_stack_makes_one_gemm_a_layer() {
+    const LAYERS: usize = 1500;
+    let mut b = Builder::new("deep-products", DType::F32, 7);
+    let mut h = b.input("x", &[t(), d(4)]);
+    for i in 0..LAYERS {
+        let r = b.input(&format!("r{i}"), &[t(), d(4)]);
+        let gm = b.linear(&format!("w{i}"), h, 4, 4, false);
+        let m = b.op(&format!("m{i}"), Op::Mul, &[gm, r]);
+        h = b.act(&format!("relu{i}"), Activation::Relu, m);
+    }
+    b.output("y", h);
+    let g = b.finish();
+    let (opt, prov, plan) = run_default(&g);
+    assert_eq!(plan.kernels.len(), LAYERS);
+    let l = LAYERS - 1;
+    assert_eq!(
+        line(&opt, &format!("w{l}")),
+        format!(
+            "%w{l} = gemm.nt %w{}, %w{l}.weight then mul(%r{l}), relu : f32[T,4]",
+            l - 1
+        )
+    );
+    for absorbed in [format!("m{l}"), format!("relu{l}")] {
+        assert_eq!(
+            prov.fate(&absorbed),
+            Some(&Fate::FusedInto(format!("w{l}")))
+        );
+    }
+}
