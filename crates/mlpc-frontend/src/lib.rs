@@ -21,6 +21,7 @@ pub use generate::{check_bound_symbols, random_inputs, MAX_GENERATED_ELEMENTS};
 pub use model::FORMAT_VERSION;
 pub use tensors::{
     parse_tensors, read_tensors, read_tensors_named, serialize_tensors, write_tensors,
+    SafetensorsFile,
 };
 
 use std::path::{Path, PathBuf};

@@ -364,61 +364,117 @@ fn check_layout(
     Ok(())
 }
 
-/// The bytes of a safetensors file holding `tensors` (in name order; a name given twice is
-/// written once, with its last tensor). The whole file is allocated at once: where it does not
-/// fit in memory, an error rather than an abort.
+/// A safetensors file about to be written: its header, made and checked at once, and the
+/// tensors whose bytes follow it, borrowed. [`SafetensorsFile::write_to`] streams the file, so
+/// that writing it needs no second copy of the tensors in memory.
+pub struct SafetensorsFile<'a> {
+    /// The header's length (8 bytes, little-endian) and the header, padded with spaces to a
+    /// multiple of 8 bytes, as the reference writer aligns the data.
+    header: Vec<u8>,
+    /// In name order, the order of their data.
+    tensors: Vec<&'a HostTensor>,
+    len: u64,
+}
+
+impl<'a> SafetensorsFile<'a> {
+    /// The file holding `tensors` (in name order; a name given twice is written once, with its
+    /// last tensor). A tensor named `__metadata__` is an error: the format reserves the name.
+    pub fn new(
+        tensors: impl IntoIterator<Item = (&'a str, &'a HostTensor)>,
+    ) -> Result<SafetensorsFile<'a>, TensorFileError> {
+        let tensors: BTreeMap<&str, &HostTensor> = tensors.into_iter().collect();
+        if tensors.contains_key("__metadata__") {
+            // The file written would be unreadable.
+            return Err(TensorFileError::Serialize {
+                message: "a tensor named `__metadata__`: the safetensors format reserves the \
+                          name for its header's metadata"
+                    .into(),
+            });
+        }
+        let mut header = serde_json::Map::new();
+        let mut offset = 0usize;
+        for (name, t) in &tensors {
+            let end = offset + t.bytes().len();
+            let dtype = match t.dtype() {
+                DType::F32 => "F32",
+                DType::F16 => "F16",
+                DType::Bf16 => "BF16",
+            };
+            header.insert(
+                name.to_string(),
+                serde_json::json!({ "dtype": dtype, "shape": t.shape(), "data_offsets": [offset, end] }),
+            );
+            offset = end;
+        }
+        let text = serde_json::Value::Object(header).to_string().into_bytes();
+        let padded = text.len().next_multiple_of(8);
+        let mut header = Vec::with_capacity(8 + padded);
+        header.extend_from_slice(&(padded as u64).to_le_bytes());
+        header.extend_from_slice(&text);
+        header.resize(8 + padded, b' ');
+        let len = (header.len() + offset) as u64;
+        Ok(SafetensorsFile {
+            header,
+            tensors: tensors.into_values().collect(),
+            len,
+        })
+    }
+
+    /// The file's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the file is empty: never (its header is at least 8 bytes).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes the file to `out`, the header and then each tensor's bytes, as they are.
+    pub fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        out.write_all(&self.header)?;
+        for t in &self.tensors {
+            out.write_all(t.bytes())?;
+        }
+        Ok(())
+    }
+
+    /// The file's bytes, allocated at once: where they do not fit in memory, an error rather
+    /// than an abort.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, TensorFileError> {
+        let total = self.len;
+        let mut out = Vec::new();
+        usize::try_from(total)
+            .ok()
+            .and_then(|n| out.try_reserve_exact(n).ok())
+            .ok_or_else(|| TensorFileError::Serialize {
+                message: format!("the file's {total} bytes do not fit in memory"),
+            })?;
+        self.write_to(&mut out)
+            .map_err(|e| TensorFileError::Serialize {
+                message: e.to_string(),
+            })?;
+        Ok(out)
+    }
+}
+
+/// The bytes of a safetensors file holding `tensors` ([`SafetensorsFile`]'s rules). The whole
+/// file is allocated at once: where it does not fit in memory, an error rather than an abort.
 pub fn serialize_tensors<'a>(
     tensors: impl IntoIterator<Item = (&'a str, &'a HostTensor)>,
 ) -> Result<Vec<u8>, TensorFileError> {
-    let tensors: BTreeMap<&str, &HostTensor> = tensors.into_iter().collect();
-    if tensors.contains_key("__metadata__") {
-        // The format reserves the key: the file written would be unreadable.
-        return Err(TensorFileError::Serialize {
-            message: "a tensor named `__metadata__`: the safetensors format reserves the name \
-                      for its header's metadata"
-                .into(),
-        });
-    }
-    let mut header = serde_json::Map::new();
-    let mut offset = 0usize;
-    for (name, t) in &tensors {
-        let end = offset + t.bytes().len();
-        let dtype = match t.dtype() {
-            DType::F32 => "F32",
-            DType::F16 => "F16",
-            DType::Bf16 => "BF16",
-        };
-        header.insert(
-            name.to_string(),
-            serde_json::json!({ "dtype": dtype, "shape": t.shape(), "data_offsets": [offset, end] }),
-        );
-        offset = end;
-    }
-    let mut header = serde_json::Value::Object(header).to_string().into_bytes();
-    // The data starts 8-byte aligned, as the reference writer aligns it.
-    header.resize(header.len().next_multiple_of(8), b' ');
-    let total = 8 + header.len() + offset;
-    let mut out = Vec::new();
-    out.try_reserve_exact(total)
-        .map_err(|_| TensorFileError::Serialize {
-            message: format!("the file's {total} bytes do not fit in memory"),
-        })?;
-    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
-    out.extend_from_slice(&header);
-    for t in tensors.values() {
-        out.extend_from_slice(t.bytes());
-    }
-    Ok(out)
+    SafetensorsFile::new(tensors)?.to_bytes()
 }
 
 /// Writes `tensors` as a safetensors file. The file appears complete or not at all: the bytes go
-/// to a temporary file in the same directory, which is then renamed over `path`.
+/// to a temporary file in the same directory, which is then renamed over `path`. The tensors are
+/// streamed into it, not copied into memory first.
 pub fn write_tensors(
     path: &Path,
     tensors: &BTreeMap<String, HostTensor>,
 ) -> Result<(), FrontendError> {
-    let bytes =
-        serialize_tensors(tensors.iter().map(|(k, t)| (k.as_str(), t))).map_err(|error| {
+    let file =
+        SafetensorsFile::new(tensors.iter().map(|(k, t)| (k.as_str(), t))).map_err(|error| {
             FrontendError::Tensors {
                 path: path.to_path_buf(),
                 error,
@@ -444,7 +500,7 @@ pub fn write_tensors(
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(write_err)?;
-    tmp.write_all(&bytes).map_err(write_err)?;
+    file.write_to(tmp.as_file_mut()).map_err(write_err)?;
     tmp.as_file().sync_all().map_err(write_err)?;
     tmp.persist(path).map_err(|e| write_err(e.error))?;
     Ok(())
@@ -486,6 +542,34 @@ mod tests {
         let bytes = safetensors::serialize([("w", View(&t))], &None).unwrap();
         let back = parse_tensors(&bytes, Path::new("w")).unwrap();
         assert_eq!(back["w"], t);
+    }
+
+    /// The file streamed to a path, its bytes in memory and its announced length agree, and the
+    /// reference reader reads every tensor back from it.
+    #[test]
+    fn the_streamed_file_is_the_serialised_one_and_the_reference_reads_it() {
+        let a = HostTensor::from_f64(DType::Bf16, vec![3], &[1.0, -2.0, 0.5]).unwrap();
+        let b = HostTensor::from_f64(DType::F32, vec![2, 2], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+        let tensors = BTreeMap::from([("b".to_string(), b), ("a".to_string(), a)]);
+        let file = SafetensorsFile::new(tensors.iter().map(|(k, t)| (k.as_str(), t))).unwrap();
+        let bytes = file.to_bytes().unwrap();
+        assert_eq!(bytes.len() as u64, file.len());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.safetensors");
+        write_tensors(&path, &tensors).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        let reference = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        for (name, t) in &tensors {
+            let view = reference.tensor(name).unwrap();
+            assert_eq!(
+                (view.shape(), view.data()),
+                (t.shape(), t.bytes()),
+                "{name}"
+            );
+        }
+        let named = [("__metadata__", &tensors["a"])];
+        let e = SafetensorsFile::new(named).err().unwrap().to_string();
+        assert!(e.contains("reserves the name"), "{e}");
     }
 
     #[test]

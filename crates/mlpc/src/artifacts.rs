@@ -3,14 +3,59 @@
 //! place by a rename. A failed compilation leaves the previous directory untouched.
 
 use crate::error::Error;
+use mlpc_ir::HostTensor;
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The files of one compilation, by path relative to the output directory.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Artifacts {
-    files: Vec<(PathBuf, Vec<u8>)>,
+    files: Vec<(PathBuf, FileContents)>,
+}
+
+/// What one file of [`Artifacts`] holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FileContents {
+    Bytes(Vec<u8>),
+    /// A safetensors file of these tensors (shared with the compiled model, not copied), made
+    /// as it is written: the weights would otherwise be held twice, once as tensors and once
+    /// as the file's bytes.
+    Tensors(BTreeMap<String, Arc<HostTensor>>),
+}
+
+impl FileContents {
+    /// The bytes of a [`FileContents::Bytes`] file.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            FileContents::Bytes(b) => Some(b),
+            FileContents::Tensors(_) => None,
+        }
+    }
+
+    /// The safetensors file of a [`FileContents::Tensors`] file (checked when it was added).
+    fn tensors(
+        tensors: &BTreeMap<String, Arc<HostTensor>>,
+    ) -> Result<mlpc_frontend::SafetensorsFile<'_>, mlpc_frontend::TensorFileError> {
+        mlpc_frontend::SafetensorsFile::new(tensors.iter().map(|(k, v)| (k.as_str(), &**v)))
+    }
+
+    /// Writes the file at `path` (`shown` in errors).
+    fn write(&self, path: &Path, shown: &Path) -> Result<(), Error> {
+        match self {
+            FileContents::Bytes(b) => fs::write(path, b).map_err(Error::io("write", shown)),
+            FileContents::Tensors(t) => {
+                let file = FileContents::tensors(t).map_err(|e| Error::Bundle {
+                    dir: shown.to_path_buf(),
+                    what: e.to_string(),
+                })?;
+                let mut out = fs::File::create(path).map_err(Error::io("write", shown))?;
+                file.write_to(&mut out).map_err(Error::io("write", shown))
+            }
+        }
+    }
 }
 
 impl Artifacts {
@@ -35,8 +80,29 @@ impl Artifacts {
     /// Adds (or replaces) the file at `path`, relative to the output directory: one of
     /// [`Artifacts::OUTPUT_NAMES`] or a path under one ([`Artifacts::write_to`] refuses others).
     pub fn add(&mut self, path: impl Into<PathBuf>, contents: impl Into<Vec<u8>>) {
+        self.put(path.into(), FileContents::Bytes(contents.into()));
+    }
+
+    /// Adds (or replaces) a safetensors file of `tensors` at `path`, as [`Artifacts::add`] does:
+    /// written from the tensors, which are not copied. Errors where no such file can be made
+    /// (a tensor named `__metadata__`, which the format reserves).
+    pub fn add_tensors(
+        &mut self,
+        path: impl Into<PathBuf>,
+        tensors: BTreeMap<String, Arc<HostTensor>>,
+    ) -> Result<(), Error> {
         let path = path.into();
-        let contents = contents.into();
+        if let Err(e) = FileContents::tensors(&tensors) {
+            return Err(Error::Bundle {
+                dir: path,
+                what: e.to_string(),
+            });
+        }
+        self.put(path, FileContents::Tensors(tensors));
+        Ok(())
+    }
+
+    fn put(&mut self, path: PathBuf, contents: FileContents) {
         match self.files.iter_mut().find(|(p, _)| *p == path) {
             Some(f) => f.1 = contents,
             None => self.files.push((path, contents)),
@@ -44,15 +110,20 @@ impl Artifacts {
     }
 
     /// The files in the order they were added.
-    pub fn files(&self) -> impl Iterator<Item = (&Path, &[u8])> {
-        self.files.iter().map(|(p, c)| (p.as_path(), c.as_slice()))
+    pub fn files(&self) -> impl Iterator<Item = (&Path, &FileContents)> {
+        self.files.iter().map(|(p, c)| (p.as_path(), c))
     }
 
-    pub fn get(&self, path: &str) -> Option<&[u8]> {
+    pub fn get(&self, path: &str) -> Option<&FileContents> {
         self.files
             .iter()
             .find(|(p, _)| p == Path::new(path))
-            .map(|(_, c)| c.as_slice())
+            .map(|(_, c)| c)
+    }
+
+    /// The bytes of the file at `path`, where it is held as bytes ([`FileContents::bytes`]).
+    pub fn bytes(&self, path: &str) -> Option<&[u8]> {
+        self.get(path).and_then(FileContents::bytes)
     }
 
     /// Writes every file under `dir`, replacing a previous output directory there. Returns the
@@ -126,7 +197,7 @@ impl Artifacts {
             if let Some(p) = path.parent() {
                 fs::create_dir_all(p).map_err(Error::io("create directory", dir.join(rel)))?;
             }
-            fs::write(&path, contents).map_err(Error::io("write", dir.join(rel)))?;
+            contents.write(&path, &dir.join(rel))?;
             written.push(dir.join(rel));
         }
         set_public(staging.path()).map_err(Error::io("set permissions of", dir))?;
@@ -342,7 +413,7 @@ mod tests {
     fn later_files_replace_earlier_ones_of_the_same_path() {
         let mut a = sample();
         a.add("graph.txt", "again");
-        assert_eq!(a.get("graph.txt"), Some(&b"again"[..]));
+        assert_eq!(a.bytes("graph.txt"), Some(&b"again"[..]));
         assert_eq!(a.files().count(), 2);
     }
 }

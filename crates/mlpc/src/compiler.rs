@@ -942,14 +942,7 @@ impl Compiled {
         );
         a.add("explain.txt", self.explain_with_tiles());
         if self.compiler.emit_weights {
-            let weights = self.optimized.weights();
-            let bytes =
-                mlpc_frontend::serialize_tensors(weights.iter().map(|(k, v)| (k.as_str(), &**v)))
-                    .map_err(|e| Error::Bundle {
-                    dir: PathBuf::from("weights.safetensors"),
-                    what: e.to_string(),
-                })?;
-            a.add("weights.safetensors", bytes);
+            a.add_tensors("weights.safetensors", self.optimized.weights().clone())?;
         }
         if let Some(build) = &self.cuda {
             for (name, text) in mlpc_codegen::headers() {

@@ -97,14 +97,14 @@ fn input_errors_come_through_unchanged() {
 fn artifacts_hold_ir_plan_explain_and_kernels_and_are_written_together() {
     let c = compiled();
     let a = c.artifacts().unwrap();
-    let text = std::str::from_utf8(a.get("graph.txt").unwrap()).unwrap();
+    let text = std::str::from_utf8(a.bytes("graph.txt").unwrap()).unwrap();
     assert_eq!(text, c.graph().to_string());
     assert!(text.starts_with("graph \"api-test\" {"), "{text}");
-    let optimized = std::str::from_utf8(a.get("optimized.txt").unwrap()).unwrap();
+    let optimized = std::str::from_utf8(a.bytes("optimized.txt").unwrap()).unwrap();
     assert_eq!(optimized, c.optimized().to_string());
-    let plan: mlpc::ir::Plan = serde_json::from_slice(a.get("plan.json").unwrap()).unwrap();
+    let plan: mlpc::ir::Plan = serde_json::from_slice(a.bytes("plan.json").unwrap()).unwrap();
     assert_eq!(&plan, c.plan());
-    let explain = std::str::from_utf8(a.get("explain.txt").unwrap()).unwrap();
+    let explain = std::str::from_utf8(a.bytes("explain.txt").unwrap()).unwrap();
     assert_eq!(explain, c.explain_with_tiles());
     // The block-sparse kernel's lists (row offsets and block columns: 3 + 2 indices of 16 bits)
     // follow the pass pipeline's report.
@@ -121,7 +121,7 @@ fn artifacts_hold_ir_plan_explain_and_kernels_and_are_written_together() {
     assert_eq!(kernels.len(), c.plan().kernels.len());
     for k in kernels {
         let path = format!("kernels/{}.cu", k.name);
-        assert_eq!(a.get(&path), Some(k.source.as_bytes()), "{path}");
+        assert_eq!(a.bytes(&path), Some(k.source.as_bytes()), "{path}");
     }
 
     let tmp = tempfile::tempdir().unwrap();
@@ -252,6 +252,15 @@ fn a_compiled_directory_with_its_weights_loads_on_its_own() {
             "{name:?} is not in Artifacts::OUTPUT_NAMES"
         );
     }
+    // The weights file, streamed from the compiled model's tensors, holds exactly them.
+    let weights = mlpc::frontend::read_tensors(&dir.join("weights.safetensors")).unwrap();
+    let expected: Vec<(&String, &mlpc::ir::HostTensor)> = c
+        .optimized()
+        .weights()
+        .iter()
+        .map(|(k, v)| (k, &**v))
+        .collect();
+    assert_eq!(weights.iter().collect::<Vec<_>>(), expected);
     let b = mlpc::Bundle::load(&dir).unwrap();
     assert_eq!(b.plan(), c.plan());
     // Its inputs are read by the names its guards check; another tensor is an unexpected input.
