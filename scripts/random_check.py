@@ -22,11 +22,13 @@ interpreter), JOBS at a time, and each result is sorted into:
 
 Prints one line per model that is not ok, then a summary; exits 1 when any is FAIL, error or
 crash. The models are written to DIR (--keep DIR, else a temporary directory, kept and named when
-a model is not ok), so that `mlpc check DIR/rSEED.json -b BACKEND --bind T=N` reproduces one.
+a model is not ok), so that `mlpc check DIR/rSEED.json -b BACKEND --bind T=N` reproduces one
+(`pSEED.json` for `--mix products`: twice the share of products, longer graphs, each node's first
+operand among the last three values).
 
 usage: random_check.py --mlpc BIN [--backend cuda|cpu|reference] [--count N] [--seed S]
-                       [--jobs J] [--keep DIR] [--timeout SECONDS] [--target TARGET]
-                       [--arg=ARG ...]
+                       [--mix default|products] [--jobs J] [--keep DIR] [--timeout SECONDS]
+                       [--target TARGET] [--arg=ARG ...]
 
 On a CUDA machine, with binaries built by scripts/gpu/build.sh:
   python3 scripts/random_check.py --mlpc target/release/mlpc --backend cuda --count 400 --jobs 12
@@ -50,14 +52,25 @@ WIDTHS = [(8, 8), (8, 24), (32, 32), (32, 96), (64, 64), (64, 192), (128, 128), 
 BLOCKS = [[2, 2], [4, 4], [8, 8], [16, 16], [32, 32], [64, 64], [16, 32], [32, 16], [32, 64],
           [24, 24], [16, 48]]
 DENSITIES = [0.1, 0.25, 0.5, 0.75, 1.0]
+# The graphs' mix of nodes: the share of steps that add a matmul (or a pair), an activation, a
+# product (the rest add an add), the most steps, and how many of the last values an activation,
+# product or add takes its first operand from. `products`: twice the share of products, longer
+# graphs, shorter reach: chains of products on GEMMs, as deep product stacks and gates build them.
+MIXES = {
+    "default": (0.35, 0.55, 0.75, 25, 4),
+    "products": (0.4, 0.48, 0.85, 40, 3),
+}
+# A model's name and file: the prefix and its seed.
+PREFIX = {"default": "r", "products": "p"}
 TOKENS = [1, 2, 3, 7, 16, 17, 64, 129, 300, 777]
 # `mlpc check` prints this under an output out of tolerance of the source graph only when the
 # output is within tolerance of the optimised graph.
 ROUNDING = "(against the optimised graph"
 
 
-def model(seed):
-    """The random model of `seed` and the token count to check it at."""
+def model(seed, mix="default"):
+    """The random model of `seed` (of the `mix`, MIXES) and the token count to check it at."""
+    to_matmul, to_act, to_product, most, reach = MIXES[mix]
     r = random.Random(seed)
     dims = r.choice(WIDTHS)
     batched = r.random() < 0.15
@@ -85,9 +98,9 @@ def model(seed):
     def values(w=None):
         return [v for v, vw in width.items() if vw is not None and (w is None or vw == w)]
 
-    for _ in range(r.randint(3, 25)):
+    for _ in range(r.randint(3, most)):
         k = r.random()
-        if k < 0.35:
+        if k < to_matmul:
             a = r.choice(values())
             out = r.choice(dims)
             gate, wg = matmul(a, out)
@@ -104,14 +117,14 @@ def model(seed):
                         up = add_node("add", "add", [up, bias], out)
                     add_node("mul", "mul", r.sample([gate, up], 2), out)
                     pairs.append((wg, wu, products))
-        elif k < 0.55:
-            a = r.choice(values()[-4:])
+        elif k < to_act:
+            a = r.choice(values()[-reach:])
             add_node("act", r.choice(ACTIVATIONS), [a], width[a])
-        elif k < 0.75:
-            a = r.choice(values()[-4:])
+        elif k < to_product:
+            a = r.choice(values()[-reach:])
             add_node("mul", "mul", [a, r.choice(values(width[a]))], width[a])
         else:
-            a = r.choice(values()[-4:])
+            a = r.choice(values()[-reach:])
             if r.random() < 0.4:
                 other = name("b")
                 params[other] = [width[a]]
@@ -123,7 +136,7 @@ def model(seed):
     if len(vs) > 3 and r.random() < 0.3:
         outputs.append(r.choice(vs[2:-1]))
     shape = [2, "T", dims[0]] if batched else ["T", dims[0]]
-    m = {"mlpc": 1, "name": f"r{seed}", "dtype": r.choice(["f32", "f16", "bf16", "bf16"]),
+    m = {"mlpc": 1, "name": f"{PREFIX[mix]}{seed}", "dtype": r.choice(["f32", "f16", "bf16", "bf16"]),
          "seed": seed, "params": params, "inputs": {"x": {"shape": shape}, "z": {"shape": shape}},
          "nodes": nodes, "outputs": list(dict.fromkeys(outputs))}
     # What the outputs need: a weight pruned together with one no output needs is an error.
@@ -188,6 +201,9 @@ def main():
     ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu", "reference"])
     ap.add_argument("--count", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="the first model's seed (default 0)")
+    ap.add_argument("--mix", default="default", choices=sorted(MIXES),
+                    help="the graphs' mix of nodes (default: default; products: twice the "
+                    "products, longer chains)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--keep", help="write the models here (kept)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds a check may take")
@@ -202,25 +218,27 @@ def main():
     os.makedirs(directory, exist_ok=True)
     work = []
     for seed in range(args.seed, args.seed + args.count):
-        m, tokens = model(seed)
-        path = os.path.join(directory, f"r{seed}.json")
+        m, tokens = model(seed, args.mix)
+        path = os.path.join(directory, f"{m['name']}.json")
         with open(path, "w") as f:
             json.dump(m, f)
         work.append((seed, path, tokens, m["dtype"], "sparsity" in m))
     counts = {k: 0 for k in ("ok", "rounding", "FAIL", "error", "crash")}
     target = " ".join(([args.target] if args.target else []) + args.arg)
     target = f" ({target})" if target else ""
-    print(f"{args.count} random models (seeds {args.seed}..{args.seed + args.count - 1}) on "
+    mix = "" if args.mix == "default" else f" of the {args.mix} mix"
+    print(f"{args.count} random models{mix} (seeds {args.seed}..{args.seed + args.count - 1}) on "
           f"{args.backend}{target}, {args.jobs} at a time, in {directory}", flush=True)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(check, args, path, tokens) for _, path, tokens, _, _ in work]
         for (seed, path, tokens, dtype, sparse), fut in zip(work, futures):
             verdict, rc, output = fut.result()
             counts[verdict] += 1
+            name = os.path.basename(path)
             if verdict != "ok":
                 detail = [line.strip() for line in output.splitlines()
                           if line.startswith(("FAIL", "error")) or "killed" in line][:3]
-                print(f"{verdict:8} r{seed}.json T={tokens} {dtype}{' sparse' if sparse else ''} "
+                print(f"{verdict:8} {name} T={tokens} {dtype}{' sparse' if sparse else ''} "
                       f"(exit {rc}): {' | '.join(detail)}", flush=True)
     print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     bad = counts["FAIL"] + counts["error"] + counts["crash"]

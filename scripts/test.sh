@@ -36,9 +36,10 @@ echo "== cargo test --workspace"
 cargo test --workspace
 # The whole compiler on random models (a fixed range of seeds): each through `mlpc check` on the
 # CPU backend against the reference interpreter; on a GPU the same script checks the CUDA kernels.
-echo "== scripts/random_check.py: 60 random models on the CPU backend"
+echo "== scripts/random_check.py: 60 random models on the CPU backend, and 30 of the products mix"
 cargo build -p mlpc-cli --quiet
 python3 scripts/random_check.py --mlpc "$target_dir/debug/mlpc" --backend cpu --count 60 --seed 0 --jobs 2
+python3 scripts/random_check.py --mlpc "$target_dir/debug/mlpc" --backend cpu --count 30 --seed 0 --jobs 2 --mix products
 echo "== cargo doc --workspace --no-deps (warnings as errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 # The GPU tables are written by the harness: rendering them again from their measurements files
