@@ -36,7 +36,7 @@ impl FileContents {
     }
 
     /// The safetensors file of a [`FileContents::Tensors`] file (checked when it was added).
-    fn tensors(
+    fn safetensors_file(
         tensors: &BTreeMap<String, Arc<HostTensor>>,
     ) -> Result<mlpc_frontend::SafetensorsFile<'_>, mlpc_frontend::TensorFileError> {
         mlpc_frontend::SafetensorsFile::new(tensors.iter().map(|(k, v)| (k.as_str(), &**v)))
@@ -47,7 +47,7 @@ impl FileContents {
         match self {
             FileContents::Bytes(b) => fs::write(path, b).map_err(Error::io("write", shown)),
             FileContents::Tensors(t) => {
-                let file = FileContents::tensors(t).map_err(|e| Error::Bundle {
+                let file = FileContents::safetensors_file(t).map_err(|e| Error::Bundle {
                     dir: shown.to_path_buf(),
                     what: e.to_string(),
                 })?;
@@ -92,7 +92,7 @@ impl Artifacts {
         tensors: BTreeMap<String, Arc<HostTensor>>,
     ) -> Result<(), Error> {
         let path = path.into();
-        if let Err(e) = FileContents::tensors(&tensors) {
+        if let Err(e) = FileContents::safetensors_file(&tensors) {
             return Err(Error::Bundle {
                 dir: path,
                 what: e.to_string(),
