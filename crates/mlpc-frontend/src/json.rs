@@ -128,6 +128,26 @@ impl Loc {
     /// The 1-based line and column where the value at this location starts in `src`, if `src` is
     /// valid JSON holding such a value.
     pub(crate) fn line_col(&self, src: &str) -> Option<(usize, usize)> {
+        let before = src.get(..self.start(src)?)?;
+        let line = before.matches('\n').count() + 1;
+        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        Some((line, col))
+    }
+
+    /// The text of the value at this location in `src` (a number as written, e.g. `1e-400`,
+    /// where the parsed value is 0), if `src` is valid JSON holding such a value.
+    pub(crate) fn text<'s>(&self, src: &'s str) -> Option<&'s str> {
+        let start = self.start(src)?;
+        let mut sc = Scan {
+            b: src.as_bytes(),
+            i: start,
+        };
+        sc.skip_value()?;
+        src.get(start..sc.i)
+    }
+
+    /// The byte offset where the value at this location starts in `src`.
+    fn start(&self, src: &str) -> Option<usize> {
         let mut sc = Scan {
             b: src.as_bytes(),
             i: 0,
@@ -163,10 +183,7 @@ impl Loc {
             }
         }
         sc.ws();
-        let before = src.get(..sc.i)?;
-        let line = before.matches('\n').count() + 1;
-        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        Some((line, col))
+        Some(sc.i)
     }
 }
 

@@ -1258,14 +1258,21 @@ fn sparsity(b: &Builder<'_>, v: &Value, at: &Loc) -> R<Vec<SparsitySpec>> {
         let density = match sm.get("density") {
             None => None,
             Some(dv) => {
+                let at = kat.key("density");
                 let d = dv.as_f64().filter(|d| *d > 0.0 && *d <= 1.0);
                 Some(d.ok_or_else(|| {
-                    r.err(
-                        &kat.key("density"),
-                        ModelError::Density {
-                            found: describe(dv),
-                        },
-                    )
+                    // A number too small for a 64-bit float parses as 0: say what was written.
+                    let nonzero = |t: &str| {
+                        let mantissa = t.split(['e', 'E']).next().unwrap_or(t);
+                        mantissa.bytes().any(|b| matches!(b, b'1'..=b'9'))
+                    };
+                    let found = match at.text(r.src) {
+                        Some(t) if dv.as_f64() == Some(0.0) && nonzero(t) => {
+                            format!("the number {t}, which is 0 as a 64-bit float")
+                        }
+                        _ => describe(dv),
+                    };
+                    r.err(&at, ModelError::Density { found })
                 })?)
             }
         };

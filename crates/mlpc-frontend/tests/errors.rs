@@ -91,6 +91,7 @@ fn model_cases() -> Vec<(&'static str, String)> {
         ("sparsity block does not divide", edit(BASE, "\"outputs\": [\"y\"]", "\"outputs\": [\"y\"], \"sparsity\": { \"fc1.weight\": { \"block\": [32, 8] } }")),
         ("sparsity density out of range", edit(BASE, "\"outputs\": [\"y\"]", "\"outputs\": [\"y\"], \"sparsity\": { \"fc1.weight\": { \"block\": [8, 8], \"density\": 1.5 } }")),
         ("sparsity density zero", edit(BASE, "\"outputs\": [\"y\"]", "\"outputs\": [\"y\"], \"sparsity\": { \"fc1.weight\": { \"block\": [8, 8], \"density\": 0 } }")),
+        ("sparsity density below a double's range", edit(BASE, "\"outputs\": [\"y\"]", "\"outputs\": [\"y\"], \"sparsity\": { \"fc1.weight\": { \"block\": [8, 8], \"density\": 1e-400 } }")),
         ("sparsity glob matches nothing", edit(BASE, "\"outputs\": [\"y\"]", "\"outputs\": [\"y\"], \"sparsity\": { \"*.intermediate.dense.weight\": { \"block\": [8, 8] } }")),
         ("sparsity key names a node", edit(BASE, "\"outputs\": [\"y\"]", "\"outputs\": [\"y\"], \"sparsity\": { \"w1t\": { \"block\": [8, 8] } }")),
         ("sparsity on a vector", edit(BASE, "\"outputs\": [\"y\"]", "\"outputs\": [\"y\"], \"sparsity\": { \"fc1.*\": { \"block\": [8, 8] } }")),
