@@ -35,11 +35,17 @@ impl FileContents {
         }
     }
 
-    /// The safetensors file of a [`FileContents::Tensors`] file (checked when it was added).
-    fn safetensors_file(
-        tensors: &BTreeMap<String, Arc<HostTensor>>,
-    ) -> Result<mlpc_frontend::SafetensorsFile<'_>, mlpc_frontend::TensorFileError> {
+    /// The safetensors file of a [`FileContents::Tensors`] file at `path` (checked when it was
+    /// added); an error names `path`.
+    fn safetensors_file<'t>(
+        tensors: &'t BTreeMap<String, Arc<HostTensor>>,
+        path: &Path,
+    ) -> Result<mlpc_frontend::SafetensorsFile<'t>, Error> {
         mlpc_frontend::SafetensorsFile::new(tensors.iter().map(|(k, v)| (k.as_str(), &**v)))
+            .map_err(|e| Error::Bundle {
+                dir: path.to_path_buf(),
+                what: e.to_string(),
+            })
     }
 
     /// Writes the file at `path` (`shown` in errors).
@@ -47,10 +53,7 @@ impl FileContents {
         match self {
             FileContents::Bytes(b) => fs::write(path, b).map_err(Error::io("write", shown)),
             FileContents::Tensors(t) => {
-                let file = FileContents::safetensors_file(t).map_err(|e| Error::Bundle {
-                    dir: shown.to_path_buf(),
-                    what: e.to_string(),
-                })?;
+                let file = FileContents::safetensors_file(t, shown)?;
                 let mut out = fs::File::create(path).map_err(Error::io("write", shown))?;
                 file.write_to(&mut out).map_err(Error::io("write", shown))
             }
@@ -92,12 +95,7 @@ impl Artifacts {
         tensors: BTreeMap<String, Arc<HostTensor>>,
     ) -> Result<(), Error> {
         let path = path.into();
-        if let Err(e) = FileContents::safetensors_file(&tensors) {
-            return Err(Error::Bundle {
-                dir: path,
-                what: e.to_string(),
-            });
-        }
+        FileContents::safetensors_file(&tensors, &path)?;
         self.put(path, FileContents::Tensors(tensors));
         Ok(())
     }
