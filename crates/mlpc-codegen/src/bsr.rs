@@ -150,14 +150,14 @@ pub(crate) fn index_array(name: &str, values: &[u32]) -> String {
 
 /// The type of the block-index tables a kernel reads through its parameters (`row_ptr` /
 /// `col_idx` of the portable kernels, `step_first` / `step_blk` / `step_col1` of the Hopper
-/// kernel: the template's `MLPC_BSR_IDX`): 16 bits where every value they can hold fits, i.e. at
-/// most 65535 kept blocks and block columns, which halves the tables' bytes in the kernel image.
-/// Each of those values is a kept block's position (at most the kept count) or a block column.
+/// kernel: the template's `MLPC_BSR_IDX`): 16 bits where the pattern's index width is 2 bytes
+/// ([`BlockPattern::index_width`]: at most 65535 kept blocks and block columns), which halves
+/// the tables' bytes in the kernel image. Each of those values is a kept block's position (at
+/// most the kept count) or a block column.
 pub(crate) fn block_index_type(p: &BlockPattern) -> &'static str {
-    let columns = p.inp / u64::from(p.block[1]);
-    match p.kept.len() as u64 <= u64::from(u16::MAX) && columns <= u64::from(u16::MAX) {
-        true => "unsigned short",
-        false => "int",
+    match p.index_width() {
+        2 => "unsigned short",
+        _ => "int",
     }
 }
 
@@ -1473,6 +1473,15 @@ mod tests {
         assert_eq!(block_index_type(&pattern(65535, 65535)), "unsigned short");
         assert_eq!(block_index_type(&pattern(65536, 64)), "int");
         assert_eq!(block_index_type(&pattern(4, 65536)), "int");
+        // `--explain` counts the compressed-sparse-rows arrays at the same width.
+        assert_eq!(
+            pattern(65535, 65535).index_bytes(),
+            2 * ((1 << 20) + 1 + 65535)
+        );
+        assert_eq!(
+            pattern(65536, 64).index_bytes(),
+            4 * ((1 << 20) + 1 + 65536)
+        );
         assert_eq!(index_type(&[0, 65535]), "unsigned short");
         assert_eq!(index_type(&[65536]), "int");
         assert_eq!(

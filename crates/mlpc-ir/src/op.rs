@@ -239,6 +239,25 @@ impl BlockPattern {
         ptr
     }
 
+    /// Bytes of one entry of the pattern's block-index arrays: 2 where every value they can
+    /// hold fits 16 bits (a kept block's position, at most the kept count, or a block column:
+    /// at most 65535 kept blocks and 65535 block columns), else 4. The kernels store their
+    /// index tables at this width.
+    pub fn index_width(&self) -> u64 {
+        let max = u64::from(u16::MAX);
+        match self.kept.len() as u64 <= max && self.block_cols() <= max {
+            true => 2,
+            false => 4,
+        }
+    }
+
+    /// Bytes of the pattern's compressed-sparse-rows index arrays ([`BlockPattern::row_ptr`],
+    /// and one block column per kept block) at [`BlockPattern::index_width`].
+    pub fn index_bytes(&self) -> u64 {
+        let entries = (self.block_rows() + 1).saturating_add(self.kept.len() as u64);
+        entries.saturating_mul(self.index_width())
+    }
+
     /// Fraction of blocks kept.
     pub fn density(&self) -> f64 {
         self.kept.len() as f64 / self.total_blocks().max(1) as f64

@@ -99,7 +99,7 @@ fn describe(by_name: &ByName, prov: &Provenance, name: &str, op: &Op) -> String 
     }
 }
 
-/// `blocks 32x32, kept 1024/4096 (25.0%), 8388608 -> 2097152 bytes + 16388 index bytes`, and
+/// `blocks 32x32, kept 1024/4096 (25.0%), 8388608 -> 2097152 bytes + 2178 index bytes`, and
 /// for a gated pair's union what each side keeps of its own.
 fn packed_summary(w: &PackedWeight, prov: &Provenance) -> String {
     let p = &w.pattern;

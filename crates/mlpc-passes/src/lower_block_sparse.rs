@@ -333,8 +333,9 @@ pub struct PackedWeight {
     pub dense_bytes: u64,
     /// Bytes of the kept blocks.
     pub packed_bytes: u64,
-    /// Bytes of the index arrays a kernel needs beside them: one 32-bit offset per block row plus
-    /// one, and one 32-bit block column per kept block (compressed sparse rows).
+    /// Bytes of the index arrays a kernel needs beside them: one offset per block row plus one,
+    /// and one block column per kept block (compressed sparse rows), each 16 bits where every
+    /// index fits, else 32 ([`BlockPattern::index_bytes`]).
     pub index_bytes: u64,
 }
 
@@ -359,7 +360,7 @@ pub fn packed_weights(g: &Graph) -> Vec<PackedWeight> {
                 pattern: p.clone(),
                 dense_bytes: p.out.saturating_mul(p.inp).saturating_mul(es),
                 packed_bytes: (p.kept.len() as u64).saturating_mul(p.block_elems()) * es,
-                index_bytes: 4 * (p.block_rows() + 1 + p.kept.len() as u64),
+                index_bytes: p.index_bytes(),
             });
         }
     }

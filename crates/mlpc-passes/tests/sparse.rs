@@ -240,7 +240,7 @@ fn a_gated_pair_packed_to_its_union_says_what_each_side_keeps() {
     assert_eq!(text.matches(want).count(), 4, "{text}");
     assert!(
         text.contains(&format!(
-            "kept 4/8 (50.0%), 8192 -> 4096 bytes + 36 index bytes; {want}"
+            "kept 4/8 (50.0%), 8192 -> 4096 bytes + 18 index bytes; {want}"
         )),
         "{text}"
     );
@@ -558,7 +558,7 @@ fn selected_weights_read_dense_are_recorded_with_why() {
     assert!(
         text.contains(
             "block-sparse weights: 1 packed as 2 (once for each way they are read), 2048 bytes \
-             dense, 2048 packed + 64 index bytes"
+             dense, 2048 packed + 32 index bytes"
         ),
         "{text}"
     );
