@@ -5,7 +5,8 @@
 //!
 //! The cache is trimmed only when asked: [`clear`] removes every entry, [`trim`] the least
 //! recently used ones until the entries fit a size (after each compilation that stored a kernel
-//! too, where **`MLPC_CACHE_MAX_SIZE`** sets one: [`max_size_from_env`]). A hit ([`lookup`])
+//! too, where **`MLPC_CACHE_MAX_SIZE`** sets one: [`max_size_from_env`]; that trim,
+//! [`trim_after_store`], is best effort and never fails the compilation). A hit ([`lookup`])
 //! marks its entry as used by setting its `.cubin`'s modification time, so a store or the last
 //! hit is an entry's last use. Both remove only what the cache writes (files named
 //! `<key>.cubin`, `.ptx` and `.log` for a 64-digit lowercase hex key, and the temporary
@@ -265,6 +266,11 @@ pub struct Removed {
     pub bytes: u64,
     /// The bytes of the entries left.
     pub kept_bytes: u64,
+    /// Entries a best-effort trim ([`trim_after_store`]) would have removed but could not remove
+    /// whole (a file another user owns, say); they are left, and counted in `kept_bytes` with
+    /// the files that could not be removed. Always 0 for [`clear`] and [`trim`], which fail
+    /// instead.
+    pub left: usize,
 }
 
 /// `source`, an I/O error on `path`, as the error of `action` in the kernel cache.
@@ -368,18 +374,52 @@ pub fn list(dir: &Path) -> Result<Listing, JitError> {
 /// Removes every entry of the cache in `dir`, and the temporary files that stores left behind;
 /// nothing else (see the module documentation). A directory that does not exist is left so.
 pub fn clear(dir: &Path) -> Result<Removed, JitError> {
-    remove_until(dir, None)
+    remove_until(dir, None, Failure::Stop, &|p| fs::remove_file(p))
 }
 
 /// Removes the temporary files that stores left behind in `dir`, then entries, incomplete ones
 /// first and then the least recently used ([`CacheEntry::last_used`]), until the entries' files
 /// take at most `max_bytes`.
 pub fn trim(dir: &Path, max_bytes: u64) -> Result<Removed, JitError> {
-    remove_until(dir, Some(max_bytes))
+    remove_until(dir, Some(max_bytes), Failure::Stop, &|p| fs::remove_file(p))
 }
 
-/// [`clear`] (`max_bytes` `None`) and [`trim`].
-fn remove_until(dir: &Path, max_bytes: Option<u64>) -> Result<Removed, JitError> {
+/// [`trim`] as a compilation runs it after storing kernels, where `MLPC_CACHE_MAX_SIZE` caps
+/// the cache: best effort, since the kernels are compiled and whole whatever it does. A file
+/// it cannot remove (in a directory shared with other users, one of theirs) leaves its entry
+/// ([`Removed::left`]) and the trim goes on with the next, the file's bytes no longer counted
+/// against `max_bytes`; a directory it cannot read is left as it is. `mlpc cache trim` ([`trim`]) reports either as an error.
+pub fn trim_after_store(dir: &Path, max_bytes: u64) -> Removed {
+    remove_until(dir, Some(max_bytes), Failure::Skip, &|p| fs::remove_file(p)).unwrap_or_default()
+}
+
+/// What [`remove_until`] does with a file it cannot remove.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// Fail with the error.
+    Stop,
+    /// Leave the file, and its entry ([`Removed::left`]); go on with the next.
+    Skip,
+}
+
+/// What became of a file [`remove_until`] removes.
+#[derive(PartialEq, Eq)]
+enum Gone {
+    Removed,
+    /// Gone before: another process removed it.
+    Already,
+    /// Not removable, and left ([`Failure::Skip`]).
+    Left,
+}
+
+/// [`clear`] (`max_bytes` `None`), [`trim`] and [`trim_after_store`], removing files with
+/// `remove_file` (a parameter so that tests can make it fail).
+fn remove_until(
+    dir: &Path,
+    max_bytes: Option<u64>,
+    failure: Failure,
+    remove_file: &dyn Fn(&Path) -> std::io::Result<()>,
+) -> Result<Removed, JitError> {
     let _lock = DirLock::exclusive(dir);
     let Some(Scan {
         listing,
@@ -390,36 +430,54 @@ fn remove_until(dir: &Path, max_bytes: Option<u64>) -> Result<Removed, JitError>
         return Ok(Removed::default());
     };
     let mut removed = Removed::default();
-    // A file removed (one already gone, by another process's hand, is not counted).
-    let mut remove = |path: &Path, bytes: u64| match fs::remove_file(path) {
-        Ok(()) => {
-            removed.files += 1;
-            removed.bytes += bytes;
-            Ok(true)
-        }
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+    let remove = |path: &Path| match remove_file(path) {
+        Ok(()) => Ok(Gone::Removed),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(Gone::Already),
+        Err(_) if failure == Failure::Skip => Ok(Gone::Left),
         Err(e) => Err(dir_error("remove", path, e)),
     };
     // Under the exclusive lock no store is writing: every temporary file is left over.
     let mut temporary_files = 0;
     for (path, bytes) in &temporaries {
-        temporary_files += usize::from(remove(path, *bytes)?);
+        if remove(path)? == Gone::Removed {
+            removed.files += 1;
+            removed.bytes += bytes;
+            temporary_files += 1;
+        }
     }
     let mut total = listing.entry_bytes();
-    let mut entries = 0;
+    // The bytes of files left: not the trim's to manage, so they do not count against the size.
+    let mut stuck = 0;
+    let (mut entries, mut left) = (0, 0);
     for entry in &listing.entries {
-        if max_bytes.is_some_and(|max| total <= max) {
+        if max_bytes.is_some_and(|max| total - stuck <= max) {
             break;
         }
+        let mut whole = true;
         for (path, bytes) in files.get(&entry.key).into_iter().flatten() {
-            remove(path, *bytes)?;
+            match remove(path)? {
+                Gone::Removed => {
+                    removed.files += 1;
+                    removed.bytes += bytes;
+                    total -= bytes;
+                }
+                Gone::Already => total -= bytes,
+                Gone::Left => {
+                    stuck += bytes;
+                    whole = false;
+                }
+            }
         }
-        total -= entry.bytes;
-        entries += 1;
+        if whole {
+            entries += 1;
+        } else {
+            left += 1;
+        }
     }
     removed.entries = entries;
     removed.temporary_files = temporary_files;
     removed.kept_bytes = total;
+    removed.left = left;
     Ok(removed)
 }
 
@@ -584,6 +642,7 @@ mod tests {
                 temporary_files: 0,
                 bytes: bytes_of("bbbb"),
                 kept_bytes: two,
+                left: 0,
             }
         );
         assert_eq!(keys(d), [c.as_str(), a.as_str()]);
@@ -598,6 +657,51 @@ mod tests {
         assert_eq!(trim(d, 0).unwrap().entries, 1);
         assert_eq!(names(d), Vec::<String>::new());
         assert_eq!(list(d).unwrap(), Listing::default());
+    }
+
+    /// The trim after a store leaves an entry it cannot remove whole and goes on with the next;
+    /// `mlpc cache trim` fails on it, naming the file.
+    #[test]
+    fn the_trim_after_a_store_leaves_what_it_cannot_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let a = stored(d, "aaaa", 300);
+        let b = stored(d, "bbbb", 200);
+        let c = stored(d, "cccc", 100);
+        // `a`'s `.ptx` cannot be removed (another user's file, say).
+        let stuck = d.join(format!("{a}.ptx"));
+        let remove = |p: &Path| match p == stuck {
+            true => Err(std::io::Error::from(ErrorKind::PermissionDenied)),
+            false => fs::remove_file(p),
+        };
+        let one = bytes_of("cccc");
+        let e = remove_until(d, Some(one), Failure::Stop, &remove).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("cannot remove") && msg.contains(&format!("{a}.ptx")),
+            "{msg}"
+        );
+        // The failure stopped the trim at `a` (some of whose files may be gone).
+        assert_eq!(keys(d), [a.as_str(), b.as_str(), c.as_str()]);
+
+        let removed = remove_until(d, Some(one), Failure::Skip, &remove).unwrap();
+        let a_ptx = fs::metadata(&stuck).unwrap().len();
+        assert_eq!(removed.left, 1);
+        assert_eq!(removed.entries, 1, "{removed:?}");
+        assert_eq!(removed.kept_bytes, one + a_ptx);
+        // `b` went in `a`'s place; `c`, the most recently used, stays; of `a` only its `.ptx`.
+        assert_eq!(names(d).len(), 4, "{:?}", names(d));
+        assert!(lookup(d, &a).is_none() && lookup(d, &b).is_none());
+        assert!(same(&lookup(d, &c).unwrap(), &entry("cccc")));
+        // The public form, with files that can be removed: what is left of `a`, and `c`.
+        assert_eq!(trim_after_store(d, 0).entries, 2);
+        assert_eq!(names(d), Vec::<String>::new());
+        // A directory that cannot be read (a file in its place): no error, nothing removed.
+        let file = d.join("not-a-directory");
+        fs::write(&file, b"x").unwrap();
+        assert!(trim(&file, 0).is_err());
+        assert_eq!(trim_after_store(&file, 0), Removed::default());
+        assert!(file.exists());
     }
 
     #[test]
