@@ -69,21 +69,38 @@ pub enum GenError {
     NoMemory { bytes: u64 },
 }
 
+/// Elements one task generates: even, so that a pair of normal values never straddles two.
+const CHUNK: usize = 1 << 18;
+
+/// A tensor of `shape` whose values `fill(stream, count, out)` pushes, in order, from a stream
+/// that has drawn one value per element before them (`stream` for the first element). Chunks of
+/// [`CHUNK`] elements are filled in parallel, each from its own copy of the stream advanced to
+/// its first element: the same values as one pass over the tensor, in less time.
 fn tensor(
     dtype: DType,
     shape: &[u64],
-    mut next: impl FnMut() -> f64,
+    stream: &Stream,
+    fill: impl Fn(&mut Stream, usize, &mut Vec<u8>) + Sync,
 ) -> Result<HostTensor, GenError> {
+    use rayon::prelude::*;
     let n = checked_numel(shape).ok_or(GenError::TooLarge)? as usize;
-    let bytes = n * dtype.size_bytes();
+    let es = dtype.size_bytes();
+    let bytes = n * es;
     let mut data = Vec::new();
     data.try_reserve_exact(bytes)
         .map_err(|_| GenError::NoMemory {
             bytes: bytes as u64,
         })?;
-    for _ in 0..n {
-        dtype.push_le(next(), &mut data);
-    }
+    data.resize(bytes, 0u8);
+    data.par_chunks_mut(CHUNK * es)
+        .enumerate()
+        .for_each(|(i, out)| {
+            let mut s = Stream(stream.0.clone());
+            s.0.advance((i * CHUNK) as u128);
+            let mut values = Vec::with_capacity(out.len());
+            fill(&mut s, out.len() / es, &mut values);
+            out.copy_from_slice(&values);
+        });
     let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
     // The bytes are the shape's by construction.
     HostTensor::from_bytes(dtype, shape, data).map_err(|_| GenError::TooLarge)
@@ -99,28 +116,30 @@ pub fn uniform_tensor(
     bound: f64,
     dtype: DType,
 ) -> Result<HostTensor, GenError> {
-    let mut s = Stream::new(seed, name);
-    tensor(dtype, shape, || (2.0 * s.unit() - 1.0) * bound)
+    tensor(dtype, shape, &Stream::new(seed, name), |s, count, out| {
+        for _ in 0..count {
+            dtype.push_le((2.0 * s.unit() - 1.0) * bound, out);
+        }
+    })
 }
 
-/// Standard normal values (Box-Muller), rounded to `dtype`.
+/// Standard normal values (Box-Muller: two draws give two values), rounded to `dtype`.
 pub fn normal_tensor(
     seed: u64,
     name: &str,
     shape: &[u64],
     dtype: DType,
 ) -> Result<HostTensor, GenError> {
-    let mut s = Stream::new(seed, name);
-    let mut spare: Option<f64> = None;
-    tensor(dtype, shape, || {
-        if let Some(v) = spare.take() {
-            return v;
+    tensor(dtype, shape, &Stream::new(seed, name), |s, count, out| {
+        for i in (0..count).step_by(2) {
+            // 1 - u lies in (0, 1], so the logarithm is finite.
+            let r = (-2.0 * (1.0 - s.unit()).ln()).sqrt();
+            let theta = 2.0 * std::f64::consts::PI * s.unit();
+            dtype.push_le(r * theta.cos(), out);
+            if i + 1 < count {
+                dtype.push_le(r * theta.sin(), out);
+            }
         }
-        // 1 - u lies in (0, 1], so the logarithm is finite.
-        let r = (-2.0 * (1.0 - s.unit()).ln()).sqrt();
-        let theta = 2.0 * std::f64::consts::PI * s.unit();
-        spare = Some(r * theta.sin());
-        r * theta.cos()
     })
 }
 
@@ -249,6 +268,10 @@ pub fn check_bound_symbols(graph: &Graph, bindings: &[(&str, u64)]) -> Result<()
 mod tests {
     use super::*;
 
+    /// The first values of two streams, as generated before the chunks (seed 0, f32).
+    const FIRST_UNIFORM: [f64; 3] = [-0.5225648283958435, 0.5214705467224121, 0.21971751749515533];
+    const FIRST_NORMAL: [f64; 3] = [-2.479792356491089, -1.5594501495361328, 1.7938746213912964];
+
     #[test]
     fn streams_depend_on_seed_and_name_only() {
         let a = uniform_tensor(7, "fc1.weight", &[4, 8], 0.5, DType::F32).unwrap();
@@ -259,6 +282,42 @@ mod tests {
         assert_ne!(a, c);
         assert_ne!(a, d);
         assert!(a.to_f64().iter().all(|v| (-0.5..0.5).contains(v)));
+    }
+
+    /// The values in chunks are those of one pass over the stream, across chunk borders, with
+    /// odd lengths, and in every dtype; and stay what they were (the first values pinned).
+    #[test]
+    fn chunked_generation_is_one_stream() {
+        for dtype in [DType::F32, DType::F16, DType::Bf16] {
+            for n in [1, 3, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 3] {
+                let shape = [n as u64];
+                let mut s = Stream::new(5, "w");
+                let mut want = Vec::new();
+                for _ in 0..n {
+                    dtype.push_le((2.0 * s.unit() - 1.0) * 0.25, &mut want);
+                }
+                let got = uniform_tensor(5, "w", &shape, 0.25, dtype).unwrap();
+                assert!(got.bytes() == want, "uniform {dtype:?} {n}");
+
+                let mut s = Stream::new(5, "x");
+                let mut want = Vec::new();
+                while want.len() < n * dtype.size_bytes() {
+                    let r = (-2.0 * (1.0 - s.unit()).ln()).sqrt();
+                    let theta = 2.0 * std::f64::consts::PI * s.unit();
+                    dtype.push_le(r * theta.cos(), &mut want);
+                    dtype.push_le(r * theta.sin(), &mut want);
+                }
+                want.truncate(n * dtype.size_bytes());
+                let got = normal_tensor(5, "x", &shape, dtype).unwrap();
+                assert!(got.bytes() == want, "normal {dtype:?} {n}");
+            }
+        }
+        let first = uniform_tensor(0, "fc1.weight", &[3], 1.0, DType::F32).unwrap();
+        let normal = normal_tensor(0, "x", &[3], DType::F32).unwrap();
+        assert_eq!(
+            (first.to_f64(), normal.to_f64()),
+            (FIRST_UNIFORM.to_vec(), FIRST_NORMAL.to_vec())
+        );
     }
 
     #[test]
