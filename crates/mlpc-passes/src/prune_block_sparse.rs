@@ -21,7 +21,7 @@
 
 use crate::pass::{Pass, PassError};
 use crate::provenance::{Fate, Provenance};
-use mlpc_ir::{Graph, HostTensor, Op};
+use mlpc_ir::{DType, Graph, HostTensor, Op};
 
 /// Block sparsity requested for one weight.
 #[derive(Clone, Debug, PartialEq)]
@@ -110,6 +110,8 @@ enum BlockNorm {
 const NORM_LIMBS: usize = 10;
 
 impl BlockNorm {
+    /// Adds `x^2` (the form [`Squares`] must agree with, element by element).
+    #[cfg(test)]
     fn add_square(&mut self, x: f32) {
         let BlockNorm::Finite(limbs) = self else {
             if x.is_nan() {
@@ -191,17 +193,123 @@ impl PartialOrd for BlockNorm {
     }
 }
 
-/// The squared L2 norm of every block, row-major over the block grid.
-fn block_norms(w: &HostTensor, block: [u64; 2], grid: (usize, usize)) -> Vec<BlockNorm> {
-    let inp = w.shape()[1];
-    let [br, bc] = block.map(|d| d as usize);
-    let mut norms = vec![BlockNorm::Finite([0; NORM_LIMBS]); grid.0 * grid.1];
-    for i in 0..w.numel() {
-        let (r, c) = (i / inp, i % inp);
-        // Exact: every model dtype converts to f32 without rounding.
-        norms[(r / br) * grid.1 + c / bc].add_square(w.get(i) as f32);
+/// A block's sum of squares as it is read: for each f32 exponent the exact sum of the squared
+/// significands with that exponent, folded into a [`BlockNorm`] once the block is read. One add
+/// an element, where a [`BlockNorm`] takes several.
+struct Squares {
+    /// `sums[e]`: the sum of `m^2` over the elements `|x| = m * 2^(e - 149)` (`m < 2^24`), below
+    /// 2^128 for any block of fewer than 2^80 elements.
+    sums: [u128; 254],
+    /// The range of `e` added to since the last fold (`lo > hi`: none).
+    lo: usize,
+    hi: usize,
+    /// Infinity or NaN, once an element is one.
+    special: Option<BlockNorm>,
+}
+
+impl Squares {
+    fn new() -> Squares {
+        Squares {
+            sums: [0; 254],
+            lo: usize::MAX,
+            hi: 0,
+            special: None,
+        }
     }
+
+    fn add(&mut self, x: f32) {
+        let bits = x.to_bits() & 0x7fff_ffff;
+        let (exponent, fraction) = (bits >> 23, u64::from(bits & 0x7f_ffff));
+        if exponent == 0xff {
+            if fraction != 0 {
+                self.special = Some(BlockNorm::NaN);
+            } else if self.special.is_none() {
+                self.special = Some(BlockNorm::Inf);
+            }
+            return;
+        }
+        let m = if exponent == 0 {
+            fraction
+        } else {
+            fraction | 1 << 23
+        };
+        let e = (exponent.max(1) - 1) as usize;
+        self.sums[e] += u128::from(m * m);
+        self.lo = self.lo.min(e);
+        self.hi = self.hi.max(e);
+    }
+
+    /// The norm of what was added since the last fold; starts the next block.
+    fn fold(&mut self) -> BlockNorm {
+        let mut limbs = [0u64; NORM_LIMBS];
+        for e in self.lo..=self.hi {
+            let sum = std::mem::take(&mut self.sums[e]);
+            if sum == 0 {
+                continue;
+            }
+            // sum * 2^(2e - 298): bit 2e of the fixed point.
+            let (q, r) = (2 * e / 64, 2 * e % 64);
+            let low = sum << r;
+            let high = if r == 0 { 0 } else { (sum >> (128 - r)) as u64 };
+            let mut carry = 0u128;
+            for (k, limb) in limbs[q..].iter_mut().enumerate() {
+                let part = match k {
+                    0 => low as u64,
+                    1 => (low >> 64) as u64,
+                    2 => high,
+                    _ if carry == 0 => break,
+                    _ => 0,
+                };
+                let total = u128::from(*limb) + u128::from(part) + carry;
+                *limb = total as u64;
+                carry = total >> 64;
+            }
+        }
+        (self.lo, self.hi) = (usize::MAX, 0);
+        self.special.take().unwrap_or(BlockNorm::Finite(limbs))
+    }
+}
+
+/// The squared L2 norm of every block, row-major over the block grid; the block rows in parallel.
+fn block_norms(w: &HostTensor, block: [u64; 2], grid: (usize, usize)) -> Vec<BlockNorm> {
+    use rayon::prelude::*;
+    let mut norms = vec![BlockNorm::Finite([0; NORM_LIMBS]); grid.0 * grid.1];
+    if norms.is_empty() || w.numel() == 0 {
+        return norms;
+    }
+    let (dtype, es) = (w.dtype(), w.dtype().size_bytes());
+    let [br, bc] = block.map(|d| d as usize);
+    let row_bytes = w.shape()[1] * es;
     norms
+        .par_chunks_mut(grid.1)
+        .zip(w.bytes().par_chunks(br * row_bytes))
+        .for_each(|(norms, rows)| {
+            let mut squares = Box::new(Squares::new());
+            for (c, norm) in norms.iter_mut().enumerate() {
+                for row in rows.chunks_exact(row_bytes) {
+                    let segment = &row[c * bc * es..(c + 1) * bc * es];
+                    for_each_f32(dtype, segment, |x| squares.add(x));
+                }
+                *norm = squares.fold();
+            }
+        });
+    norms
+}
+
+/// Calls `f` with each element of `bytes` (little-endian values of `dtype`) as an f32, in order.
+/// Exact: every model dtype converts to f32 without rounding.
+fn for_each_f32(dtype: DType, bytes: &[u8], mut f: impl FnMut(f32)) {
+    match dtype {
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .for_each(|b| f(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .for_each(|b| f(half::f16::from_le_bytes([b[0], b[1]]).to_f32())),
+        DType::Bf16 => bytes
+            .chunks_exact(2)
+            .for_each(|b| f(half::bf16::from_le_bytes([b[0], b[1]]).to_f32())),
+    }
 }
 
 /// The kept blocks (row-major indices, ascending) of a weight under `block` and `density`.
@@ -217,17 +325,10 @@ pub fn kept_blocks(
     let norms = block_norms(w, block, grid);
     let mut kept: Vec<usize> = match density {
         None => {
-            // A block is zero when every element is +0 or -0; NaN counts as data.
-            // Element by element: a copy of the weight in f64 would take four times its bytes.
-            let inp = w.shape()[1];
-            let [br, bc] = block.map(|d| d as usize);
-            let mut nonzero = vec![false; norms.len()];
-            for i in 0..w.numel() {
-                if w.get(i) != 0.0 {
-                    nonzero[((i / inp) / br) * grid.1 + (i % inp) / bc] = true;
-                }
-            }
-            (0..norms.len()).filter(|&b| nonzero[b]).collect()
+            // A block is zero when every element is +0 or -0 (NaN counts as data): exactly when
+            // its exact norm is 0, since the square of the least subnormal is counted too.
+            let zero = BlockNorm::Finite([0; NORM_LIMBS]);
+            (0..norms.len()).filter(|&b| norms[b] != zero).collect()
         }
         Some(d) => largest(&norms, d)?,
     };
@@ -288,14 +389,18 @@ fn zero_dropped(
     for &b in kept {
         keep[b] = true;
     }
-    let inp = w.shape()[1];
     let es = w.dtype().size_bytes();
     let [br, bc] = block.map(|d| d as usize);
+    let row_bytes = w.shape()[1] * es;
     let mut bytes = w.bytes().to_vec();
-    for (i, chunk) in bytes.chunks_exact_mut(es).enumerate() {
-        let (r, c) = (i / inp, i % inp);
-        if !keep[(r / br) * grid.1 + c / bc] {
-            chunk.fill(0);
+    if row_bytes > 0 {
+        for (r, row) in bytes.chunks_exact_mut(row_bytes).enumerate() {
+            let blocks = &keep[(r / br) * grid.1..];
+            for (kept, segment) in blocks.iter().zip(row.chunks_exact_mut(bc * es)) {
+                if !kept {
+                    segment.fill(0);
+                }
+            }
         }
     }
     // Same dtype, shape and length: this cannot fail.
@@ -433,6 +538,36 @@ mod tests {
 
     fn w(shape: [usize; 2], v: &[f64]) -> HostTensor {
         HostTensor::from_f64(DType::F32, shape.to_vec(), v).unwrap()
+    }
+
+    /// [`Squares`] folds to the norm that adding each square to a [`BlockNorm`] gives: over the
+    /// whole f32 range (subnormals, the largest finite value, signs), with infinities and NaN,
+    /// and for blocks of one element up to many, one accumulator reused as `block_norms` does.
+    #[test]
+    fn squares_fold_to_the_exact_norm() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(9);
+        let mut squares = Squares::new();
+        for block in 0..400 {
+            let n = [1, 2, 7, 64, 1024][block % 5];
+            let special = block % 13 == 0;
+            let values: Vec<f32> = (0..n)
+                .map(|i| match rng.gen_range(0..10) {
+                    0 => f32::from_bits(rng.gen_range(1..0x80_0000)), // subnormal
+                    1 => f32::MAX,
+                    2 if special && i % 3 == 0 => f32::INFINITY,
+                    3 if special && i % 5 == 0 => f32::NAN,
+                    4 => 0.0,
+                    _ => f32::from_bits(rng.gen_range(0..0x7f80_0000)),
+                } * if rng.gen_bool(0.5) { -1.0 } else { 1.0 })
+                .collect();
+            let mut want = BlockNorm::Finite([0; NORM_LIMBS]);
+            for &x in &values {
+                want.add_square(x);
+                squares.add(x);
+            }
+            assert_eq!(squares.fold(), want, "block {block}: {values:?}");
+        }
     }
 
     #[test]
