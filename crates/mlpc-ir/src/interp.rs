@@ -13,6 +13,7 @@ use crate::op::{BlockPattern, Epilogue, Gemm, MatLayout, Op, SparseGemm};
 use crate::tensor::HostTensor;
 use crate::types::{Bindings, DType};
 use crate::verify::{verify, VerifyErrors};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -53,8 +54,23 @@ impl Value {
         self.shape.iter().product()
     }
 
+    /// Whether the data is the elements in row-major order, exactly.
+    fn is_contiguous(&self) -> bool {
+        let mut stride = 1;
+        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if d != 1 && s != stride {
+                return false;
+            }
+            stride *= d;
+        }
+        self.data.len() == stride
+    }
+
     /// The elements in row-major order.
     fn dense(&self) -> Vec<f64> {
+        if self.is_contiguous() {
+            return self.data.to_vec();
+        }
         let n = self.numel();
         let mut out = Vec::with_capacity(n);
         let mut idx = vec![0usize; self.shape.len()];
@@ -73,40 +89,61 @@ impl Value {
     }
 }
 
-/// A row-major `[rows, cols]` view of a matrix operand after applying its layout.
-struct Mat {
+/// A `[rows, cols]` matrix operand after applying its layout: `data` holds it row-major, or
+/// with `by_cols` column-major (element `(r, c)` at `data[c * rows + r]`: its transpose
+/// row-major). Borrowed from the value where the value is stored either way (a weight, or its
+/// transpose view), copied otherwise.
+struct Mat<'a> {
     rows: usize,
     cols: usize,
-    data: Vec<f64>,
+    by_cols: bool,
+    data: Cow<'a, [f64]>,
 }
 
-impl Mat {
+impl Mat<'_> {
     /// `v` as the logical matrix of a GEMM operand: leading dims flatten into rows; `T` reads the
     /// stored matrix transposed.
-    fn of(v: &Value, layout: MatLayout) -> Mat {
-        let d = v.dense();
+    fn of(v: &Value, layout: MatLayout) -> Mat<'_> {
         let cols_stored = *v.shape.last().unwrap_or(&1);
-        let rows_stored = d.len().checked_div(cols_stored).unwrap_or(0);
+        // A 2-D view that is the transpose of contiguous data (a transposed weight).
+        let transposed_view =
+            v.shape.len() == 2 && v.strides == [1, v.shape[0]] && v.data.len() == v.numel();
+        let (data, by_cols) = if v.is_contiguous() {
+            (Cow::Borrowed(v.data.as_slice()), false)
+        } else if transposed_view {
+            (Cow::Borrowed(v.data.as_slice()), true)
+        } else {
+            (Cow::Owned(v.dense()), false)
+        };
+        let rows_stored = data.len().checked_div(cols_stored).unwrap_or(0);
         match layout {
             MatLayout::N => Mat {
                 rows: rows_stored,
                 cols: cols_stored,
-                data: d,
+                by_cols,
+                data,
             },
-            MatLayout::T => {
-                let mut t = vec![0.0; d.len()];
-                for r in 0..rows_stored {
-                    for c in 0..cols_stored {
-                        t[c * rows_stored + r] = d[r * cols_stored + c];
-                    }
-                }
-                Mat {
-                    rows: cols_stored,
-                    cols: rows_stored,
-                    data: t,
-                }
+            MatLayout::T => Mat {
+                rows: cols_stored,
+                cols: rows_stored,
+                by_cols: !by_cols,
+                data,
+            },
+        }
+    }
+
+    /// The matrix row-major.
+    fn row_major(&self) -> Cow<'_, [f64]> {
+        if !self.by_cols {
+            return Cow::Borrowed(&self.data);
+        }
+        let mut t = vec![0.0; self.data.len()];
+        for c in 0..self.cols {
+            for r in 0..self.rows {
+                t[r * self.cols + c] = self.data[c * self.rows + r];
             }
         }
+        Cow::Owned(t)
     }
 }
 
@@ -120,6 +157,7 @@ fn matmul(a: &Mat, b: &Mat) -> Vec<f64> {
     if n == 0 {
         return out;
     }
+    let a = a.row_major();
     let threads = if m * k * n < PARALLEL_WORK {
         1
     } else {
@@ -128,33 +166,54 @@ fn matmul(a: &Mat, b: &Mat) -> Vec<f64> {
             .min(m.div_ceil(ROW_BLOCK))
     };
     if threads <= 1 {
-        matmul_rows(a, b, 0, &mut out);
+        matmul_rows(&a, k, b, 0, &mut out);
         return out;
     }
     // Whole row blocks per thread.
     let rows_per = m.div_ceil(threads).div_ceil(ROW_BLOCK) * ROW_BLOCK;
+    let a = &a;
     std::thread::scope(|scope| {
         for (t, chunk) in out.chunks_mut(rows_per * n).enumerate() {
-            scope.spawn(move || matmul_rows(a, b, t * rows_per, chunk));
+            scope.spawn(move || matmul_rows(a, k, b, t * rows_per, chunk));
         }
     });
     out
 }
 
-/// Rows of A multiplied together against each row of B.
+/// Rows of A multiplied together against each row (or column) of B.
 const ROW_BLOCK: usize = 8;
 /// Multiply-adds from which a product is split over threads.
 const PARALLEL_WORK: usize = 1 << 24;
 
-/// Rows `row0 .. row0 + out.len() / n` of `A @ B` into `out`.
-fn matmul_rows(a: &Mat, b: &Mat, row0: usize, out: &mut [f64]) {
-    let (k, n) = (a.cols, b.cols);
+/// Rows `row0 .. row0 + out.len() / n` of `A @ B` into `out` (zeros), A row-major with `k`
+/// columns. Each element adds its products to 0 in order of k, however B is stored.
+fn matmul_rows(a: &[f64], k: usize, b: &Mat, row0: usize, out: &mut [f64]) {
+    let n = b.cols;
     for (blk, rows) in out.chunks_mut(ROW_BLOCK * n).enumerate() {
         let first = row0 + blk * ROW_BLOCK;
+        let a_rows: Vec<&[f64]> = (0..rows.len() / n)
+            .map(|r| &a[(first + r) * k..(first + r + 1) * k])
+            .collect();
+        if b.by_cols {
+            // Each column of B (contiguous) against the block's rows of A at once.
+            for j in 0..n {
+                let col = &b.data[j * k..(j + 1) * k];
+                let mut acc = [0.0f64; ROW_BLOCK];
+                for (p, &bv) in col.iter().enumerate() {
+                    for (x, arow) in acc.iter_mut().zip(&a_rows) {
+                        *x += arow[p] * bv;
+                    }
+                }
+                for (r, x) in acc.iter().take(a_rows.len()).enumerate() {
+                    rows[r * n + j] = *x;
+                }
+            }
+            continue;
+        }
         for p in 0..k {
             let brow = &b.data[p * n..(p + 1) * n];
-            for (r, row) in rows.chunks_mut(n).enumerate() {
-                let av = a.data[(first + r) * k + p];
+            for (arow, row) in a_rows.iter().zip(rows.chunks_mut(n)) {
+                let av = arow[p];
                 for (o, &bv) in row.iter_mut().zip(brow) {
                     *o += av * bv;
                 }
@@ -196,13 +255,14 @@ fn apply_chain(acc: &mut [f64], n: usize, steps: &[Epilogue], operands: &[Vec<f6
 /// Only kept blocks are visited, so a dropped block adds nothing (not even `0 * inf`).
 fn sparse_matmul(a: &Mat, pattern: &BlockPattern, packed: &[f64]) -> Vec<f64> {
     let (m, k, n) = (a.rows, a.cols, pattern.out as usize);
+    let a_data = a.row_major();
     let [br, bc] = pattern.block.map(|d| d as usize);
     let mut out = vec![0.0; m * n];
     for (i, &(r, c)) in pattern.kept.iter().enumerate() {
         let block = &packed[i * br * bc..(i + 1) * br * bc];
         let (n0, k0) = (r as usize * br, c as usize * bc);
         for row in 0..m {
-            let arow = &a.data[row * k + k0..row * k + k0 + bc];
+            let arow = &a_data[row * k + k0..row * k + k0 + bc];
             for (j, wrow) in block.chunks_exact(bc).enumerate() {
                 let dot: f64 = arow.iter().zip(wrow).map(|(x, w)| x * w).sum();
                 out[row * n + n0 + j] += dot;
@@ -401,32 +461,38 @@ mod tests {
             (301, 257, 229),
             (9, 4096, 600),
         ] {
-            let a = Mat {
-                rows: m,
-                cols: k,
-                data: (0..m * k).map(|_| next()).collect(),
-            };
-            let mut b = Mat {
-                rows: k,
-                cols: n,
-                data: (0..k * n).map(|_| next() * 1e3).collect(),
-            };
+            let a: Vec<f64> = (0..m * k).map(|_| next()).collect();
+            let mut b: Vec<f64> = (0..k * n).map(|_| next() * 1e3).collect();
             if n > 2 && k > 1 {
-                b.data[1] = f64::INFINITY;
-                b.data[n + 2] = f64::NAN;
+                b[1] = f64::INFINITY;
+                b[n + 2] = f64::NAN;
             }
             let mut want = vec![0.0; m * n];
             for i in 0..m {
                 for p in 0..k {
                     for j in 0..n {
-                        want[i * n + j] += a.data[i * k + p] * b.data[p * n + j];
+                        want[i * n + j] += a[i * k + p] * b[p * n + j];
                     }
                 }
             }
-            let got = matmul(&a, &b);
-            assert_eq!(got.len(), want.len());
-            for (g, w) in got.iter().zip(&want) {
-                assert_eq!(g.to_bits(), w.to_bits(), "[{m}, {k}] x [{k}, {n}]");
+            // B row-major, and column-major (a transposed weight, read in place).
+            let b_by_cols: Vec<f64> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+            for (by_cols, data) in [(false, b), (true, b_by_cols)] {
+                let mat = |rows, cols, by_cols, data| Mat {
+                    rows,
+                    cols,
+                    by_cols,
+                    data: Cow::Owned(data),
+                };
+                let got = matmul(&mat(m, k, false, a.clone()), &mat(k, n, by_cols, data));
+                assert_eq!(got.len(), want.len());
+                for (g, w) in got.iter().zip(&want) {
+                    assert_eq!(
+                        g.to_bits(),
+                        w.to_bits(),
+                        "[{m}, {k}] x [{k}, {n}] {by_cols}"
+                    );
+                }
             }
         }
         const {

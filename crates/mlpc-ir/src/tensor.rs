@@ -101,7 +101,21 @@ impl HostTensor {
     }
 
     pub fn to_f64(&self) -> Vec<f64> {
-        (0..self.numel()).map(|i| self.get(i)).collect()
+        let d = &self.data;
+        match self.dtype {
+            DType::F32 => d
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
+                .collect(),
+            DType::F16 => d
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f64())
+                .collect(),
+            DType::Bf16 => d
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f64())
+                .collect(),
+        }
     }
 
     /// Converts to another element type, rounding to nearest even.
@@ -235,6 +249,31 @@ mod tests {
         assert!(relative_error_floored(&[0.5], &[1e-3]) > 0.4);
         assert!(relative_error_floored(&[f64::NAN], &[1.0]).is_nan());
         assert!(relative_error_floored(&[1.0], &[1.0, 2.0]).is_nan());
+    }
+
+    /// `to_f64` is `get` of every element: every 16-bit pattern (NaNs, infinities, subnormals)
+    /// and f32 patterns across the range.
+    #[test]
+    fn to_f64_is_get_of_every_element() {
+        let halves: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
+        let singles: Vec<u8> = (0..=u32::MAX)
+            .step_by(65_521)
+            .chain([0x7f80_0000, 0xff80_0001, 1, 0x8000_0000])
+            .flat_map(|b: u32| b.to_le_bytes())
+            .collect();
+        for (dtype, bytes) in [
+            (DType::F16, halves.clone()),
+            (DType::Bf16, halves),
+            (DType::F32, singles),
+        ] {
+            let n = bytes.len() / dtype.size_bytes();
+            let t = HostTensor::from_bytes(dtype, vec![n], bytes).unwrap();
+            let all = t.to_f64();
+            assert_eq!(all.len(), n);
+            for (i, v) in all.iter().enumerate() {
+                assert_eq!(v.to_bits(), t.get(i).to_bits(), "{dtype} element {i}");
+            }
+        }
     }
 
     #[test]
