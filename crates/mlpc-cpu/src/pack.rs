@@ -92,28 +92,35 @@ pub(crate) fn pack_b(
     n: usize,
     nr: usize,
 ) -> AlignedF32 {
+    use rayon::prelude::*;
     let panels = n.div_ceil(nr);
     let mut out = AlignedF32::zeroed(panels * k * nr);
-    let dst = out.as_mut_slice();
-    match layout {
-        MatLayout::N => {
-            for kk in 0..k {
-                for col in 0..n {
-                    let (p, j) = (col / nr, col % nr);
-                    dst[p * k * nr + kk * nr + j] = load_f32(bytes, dtype, kk * n + col);
-                }
-            }
-        }
-        MatLayout::T => {
-            for col in 0..n {
-                let (p, j) = (col / nr, col % nr);
-                let panel = &mut dst[p * k * nr..(p + 1) * k * nr];
-                for kk in 0..k {
-                    panel[kk * nr + j] = load_f32(bytes, dtype, col * k + kk);
-                }
-            }
-        }
+    if k == 0 || nr == 0 {
+        return out;
     }
+    // The panels in parallel: each is its own `k x nr` slice of the output.
+    out.as_mut_slice()
+        .par_chunks_mut(k * nr)
+        .enumerate()
+        .for_each(|(p, panel)| {
+            let cols = p * nr..n.min((p + 1) * nr);
+            match layout {
+                MatLayout::N => {
+                    for kk in 0..k {
+                        for (j, col) in cols.clone().enumerate() {
+                            panel[kk * nr + j] = load_f32(bytes, dtype, kk * n + col);
+                        }
+                    }
+                }
+                MatLayout::T => {
+                    for (j, col) in cols.enumerate() {
+                        for kk in 0..k {
+                            panel[kk * nr + j] = load_f32(bytes, dtype, col * k + kk);
+                        }
+                    }
+                }
+            }
+        });
     out
 }
 
