@@ -6,6 +6,10 @@
 //! registers. Views (transpose) only change strides. Products accumulate in f64. A sparse GEMM
 //! sums over its kept blocks only (a dropped block contributes nothing) and is otherwise the
 //! dense GEMM with its fused epilogue.
+//!
+//! Memory: an op converts a weight to f64 when it reads it (a transposed weight is read in place,
+//! not copied), and a computed value is dropped after its last reader, so a model's weights are
+//! never all in f64 at once.
 
 use crate::graph::{Graph, NodeId};
 use crate::inputs::{bind_inputs, InputError};
@@ -385,31 +389,56 @@ pub fn interpret(
         inputs.get(n).map(|t| (t.dtype(), t.shape().to_vec()))
     })?;
     let order = g.topo_order().map_err(|_| unreachable_cycle(g))?;
+    // The node whose value `id` reads: itself, or the node under its chain of views.
+    let base = |mut id: NodeId| {
+        while g.node(id).op == Op::Transpose {
+            id = g.operands(id)[0];
+        }
+        id
+    };
+    // Computed values are dropped after their last reader (an op reading them or a view of
+    // them), unless an output is (a view of) them. Weights and views are not held: each reader
+    // makes its own (a weight's f64 copy lives as long as that op), so that a model's weights
+    // are never all in f64 at once.
+    let mut readers: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for &id in &order {
+        if !matches!(g.node(id).op, Op::Input | Op::Weight | Op::Transpose) {
+            for o in g.operands(id) {
+                *readers.entry(base(o)).or_default() += 1;
+            }
+        }
+    }
+    let kept: std::collections::BTreeSet<NodeId> =
+        g.outputs().iter().map(|o| base(o.node)).collect();
     let mut vals: BTreeMap<NodeId, Value> = BTreeMap::new();
-    for id in order {
+    for &id in &order {
         let node = g.node(id);
-        let shape = concrete(g, id, &bindings)?;
         let v = match &node.op {
             Op::Input => {
                 // bind_inputs checked presence, dtype and shape.
                 let t = &inputs[&node.name];
-                Value::contiguous(shape, t.to_f64())
+                Value::contiguous(concrete(g, id, &bindings)?, t.to_f64())
             }
-            Op::Weight => {
-                let t = g.weight(&node.name).map(|w| w.to_f64()).unwrap_or_default();
-                Value::contiguous(shape, t)
-            }
-            Op::Transpose => {
-                let mut v = vals[&g.operands(id)[0]].clone();
-                let r = v.shape.len();
-                v.shape.swap(r - 2, r - 1);
-                v.strides.swap(r - 2, r - 1);
-                v
-            }
+            Op::Weight | Op::Transpose => continue,
             op => {
+                let shape = concrete(g, id, &bindings)?;
                 let ops = g.operands(id);
-                let args: Vec<&Value> = ops.iter().map(|o| &vals[o]).collect();
-                let mut data = eval(op, &args, &shape);
+                let args = ops
+                    .iter()
+                    .map(|&o| read(g, o, &vals, &bindings))
+                    .collect::<Result<Vec<Value>, _>>()?;
+                let mut data = eval(op, &args.iter().collect::<Vec<_>>(), &shape);
+                drop(args);
+                for &o in &ops {
+                    let b = base(o);
+                    let left = readers.get_mut(&b).map(|n| {
+                        *n -= 1;
+                        *n
+                    });
+                    if left == Some(0) && !kept.contains(&b) {
+                        vals.remove(&b);
+                    }
+                }
                 round_all(node.ty.dtype, &mut data);
                 Value::contiguous(shape, data)
             }
@@ -418,7 +447,7 @@ pub fn interpret(
     }
     let mut out = BTreeMap::new();
     for o in g.outputs() {
-        let v = &vals[&o.node];
+        let v = read(g, o.node, &vals, &bindings)?;
         let dtype = g.node(o.node).ty.dtype;
         // Shapes and lengths agree by construction, so this cannot fail.
         let t = HostTensor::from_f64(dtype, v.shape.clone(), &v.dense())
@@ -426,6 +455,32 @@ pub fn interpret(
         out.insert(o.name.clone(), t);
     }
     Ok(out)
+}
+
+/// The value of node `id` for a reader: a computed or input value from `vals` (shared), a
+/// weight converted to f64 now, or a view of either.
+fn read(
+    g: &Graph,
+    id: NodeId,
+    vals: &BTreeMap<NodeId, Value>,
+    bindings: &Bindings,
+) -> Result<Value, InterpError> {
+    let node = g.node(id);
+    Ok(match &node.op {
+        Op::Weight => {
+            let t = g.weight(&node.name).map(|w| w.to_f64()).unwrap_or_default();
+            Value::contiguous(concrete(g, id, bindings)?, t)
+        }
+        Op::Transpose => {
+            let mut v = read(g, g.operands(id)[0], vals, bindings)?;
+            let r = v.shape.len();
+            v.shape.swap(r - 2, r - 1);
+            v.strides.swap(r - 2, r - 1);
+            v
+        }
+        // Evaluated before its readers (topological order), and kept until the last of them.
+        _ => vals.get(&id).cloned().ok_or_else(|| unreachable_cycle(g))?,
+    })
 }
 
 fn unreachable_cycle(g: &Graph) -> InterpError {
@@ -529,6 +584,33 @@ mod tests {
         let out = interpret(&g, &inputs).unwrap();
         // row 0: [1-3, 3] + b = [-1.75, 2.75] -> relu [0, 2.75]; row 1: [2, -3] + b -> [2.25, 0]
         assert_eq!(out["y"].to_f64(), vec![0.0, 2.75, 2.25, 0.0]);
+    }
+
+    /// Values dropped after their last reader are not needed again: an intermediate read twice
+    /// and an output through a view, a weight read by two ops and through a view, the input an
+    /// output too.
+    #[test]
+    fn values_outlive_every_reader_and_outputs() {
+        let mut g = Graph::new("reuse");
+        let s: Shape = smallvec![Dim::Fixed(2), Dim::Fixed(2)];
+        let x = g.add_input("x", TensorType::contiguous(DType::F32, s));
+        let w = g
+            .add_weight("w", t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]))
+            .unwrap();
+        let wt = g.add("wt", Op::Transpose, &[w]).unwrap();
+        let h = g.add("h", Op::MatMul, &[x, wt]).unwrap(); // x W^T
+        let k = g.add("k", Op::MatMul, &[h, w]).unwrap(); // h W
+        let m = g.add("m", Op::Mul, &[h, k]).unwrap();
+        let ht = g.add("ht", Op::Transpose, &[h]).unwrap();
+        g.add_output("m", m);
+        g.add_output("ht", ht);
+        g.add_output("x", x);
+        let xv = [1.0, 0.0, 0.0, 1.0];
+        let out = interpret(&g, &BTreeMap::from([("x".to_string(), t(&[2, 2], &xv))])).unwrap();
+        // h = W^T = [[1, 3], [2, 4]]; k = h W = [[10, 14], [14, 20]].
+        assert_eq!(out["ht"].to_f64(), vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(out["m"].to_f64(), vec![10.0, 42.0, 28.0, 80.0]);
+        assert_eq!(out["x"].to_f64(), xv.to_vec());
     }
 
     #[test]
