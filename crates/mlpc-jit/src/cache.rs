@@ -388,7 +388,8 @@ pub fn trim(dir: &Path, max_bytes: u64) -> Result<Removed, JitError> {
 /// the cache: best effort, since the kernels are compiled and whole whatever it does. A file
 /// it cannot remove (in a directory shared with other users, one of theirs) leaves its entry
 /// ([`Removed::left`]) and the trim goes on with the next, the file's bytes no longer counted
-/// against `max_bytes`; a directory it cannot read is left as it is. `mlpc cache trim` ([`trim`]) reports either as an error.
+/// against `max_bytes`; a directory it cannot read is left as it is. `mlpc cache trim`
+/// ([`trim`]) reports either as an error.
 pub fn trim_after_store(dir: &Path, max_bytes: u64) -> Removed {
     remove_until(dir, Some(max_bytes), Failure::Skip, &|p| fs::remove_file(p)).unwrap_or_default()
 }
