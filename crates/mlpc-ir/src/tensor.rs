@@ -101,21 +101,10 @@ impl HostTensor {
     }
 
     pub fn to_f64(&self) -> Vec<f64> {
-        let d = &self.data;
-        match self.dtype {
-            DType::F32 => d
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
-                .collect(),
-            DType::F16 => d
-                .chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f64())
-                .collect(),
-            DType::Bf16 => d
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f64())
-                .collect(),
-        }
+        let mut out = Vec::with_capacity(self.numel());
+        self.dtype
+            .for_each_f32(&self.data, |x| out.push(f64::from(x)));
+        out
     }
 
     /// Converts to another element type, rounding to nearest even.

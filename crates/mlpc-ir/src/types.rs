@@ -52,6 +52,22 @@ impl DType {
         }
     }
 
+    /// Calls `f` with each element of `bytes` (little-endian values of this type) as an f32, in
+    /// order. Exact: every model dtype converts to f32 without rounding.
+    pub fn for_each_f32(self, bytes: &[u8], mut f: impl FnMut(f32)) {
+        match self {
+            DType::F32 => bytes
+                .chunks_exact(4)
+                .for_each(|b| f(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+            DType::F16 => bytes
+                .chunks_exact(2)
+                .for_each(|b| f(half::f16::from_le_bytes([b[0], b[1]]).to_f32())),
+            DType::Bf16 => bytes
+                .chunks_exact(2)
+                .for_each(|b| f(half::bf16::from_le_bytes([b[0], b[1]]).to_f32())),
+        }
+    }
+
     /// Appends `v` rounded to this type (as [`DType::round`]) as little-endian bytes.
     pub fn push_le(self, v: f64, out: &mut Vec<u8>) {
         match self {

@@ -21,7 +21,7 @@
 
 use crate::pass::{Pass, PassError};
 use crate::provenance::{Fate, Provenance};
-use mlpc_ir::{DType, Graph, HostTensor, Op};
+use mlpc_ir::{Graph, HostTensor, Op};
 
 /// Block sparsity requested for one weight.
 #[derive(Clone, Debug, PartialEq)]
@@ -288,28 +288,12 @@ fn block_norms(w: &HostTensor, block: [u64; 2], grid: (usize, usize)) -> Vec<Blo
             for (c, norm) in norms.iter_mut().enumerate() {
                 for row in rows.chunks_exact(row_bytes) {
                     let segment = &row[c * bc * es..(c + 1) * bc * es];
-                    for_each_f32(dtype, segment, |x| squares.add(x));
+                    dtype.for_each_f32(segment, |x| squares.add(x));
                 }
                 *norm = squares.fold();
             }
         });
     norms
-}
-
-/// Calls `f` with each element of `bytes` (little-endian values of `dtype`) as an f32, in order.
-/// Exact: every model dtype converts to f32 without rounding.
-fn for_each_f32(dtype: DType, bytes: &[u8], mut f: impl FnMut(f32)) {
-    match dtype {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .for_each(|b| f(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .for_each(|b| f(half::f16::from_le_bytes([b[0], b[1]]).to_f32())),
-        DType::Bf16 => bytes
-            .chunks_exact(2)
-            .for_each(|b| f(half::bf16::from_le_bytes([b[0], b[1]]).to_f32())),
-    }
 }
 
 /// The kept blocks (row-major indices, ascending) of a weight under `block` and `density`.
