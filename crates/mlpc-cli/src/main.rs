@@ -712,9 +712,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             bindings,
             seed,
         } => {
-            let compiled =
-                render::compile_file(Compiler::new().cuda_kernels(CudaKernels::Skip), &model)?;
-            let inputs = compiled.random_inputs(&bindings_of(&bindings), seed)?;
+            let inputs = mlpc::random_inputs_for_file(&model, &bindings_of(&bindings), seed)?;
             mlpc::write_tensors(&output, &inputs)?;
             out!("{}", render::tensors_written(&inputs, &output));
         }

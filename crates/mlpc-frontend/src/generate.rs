@@ -106,6 +106,35 @@ fn tensor(
     HostTensor::from_bytes(dtype, shape, data).map_err(|_| GenError::TooLarge)
 }
 
+/// A tensor of zeros, its memory asked of the allocator already zeroed, so that pages nothing
+/// reads are never touched (the operating system maps large zeroed allocations lazily): the
+/// stand-in for a weight whose values are not wanted ([`crate::load_model_zeroed`]).
+pub(crate) fn zeros(dtype: DType, shape: &[usize]) -> Result<HostTensor, GenError> {
+    let bytes = shape
+        .iter()
+        .try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d))
+        .ok_or(GenError::TooLarge)?;
+    let data = if bytes == 0 {
+        Vec::new()
+    } else {
+        let layout = std::alloc::Layout::array::<u8>(bytes).map_err(|_| GenError::TooLarge)?;
+        // SAFETY: `layout` has a non-zero size. A non-null pointer from `alloc_zeroed` with the
+        // layout of `bytes` u8 values is valid for `bytes` initialised (zero) bytes, and the
+        // vector frees it with the same layout (capacity `bytes`, alignment 1).
+        unsafe {
+            let ptr = std::alloc::alloc_zeroed(layout);
+            if ptr.is_null() {
+                return Err(GenError::NoMemory {
+                    bytes: bytes as u64,
+                });
+            }
+            Vec::from_raw_parts(ptr, bytes, bytes)
+        }
+    };
+    // The bytes are the shape's by construction.
+    HostTensor::from_bytes(dtype, shape.to_vec(), data).map_err(|_| GenError::TooLarge)
+}
+
 /// Values uniform in `[-bound, bound)` as nn.Linear initialises (`bound = 1/sqrt(in)`), rounded to
 /// `dtype`. An error if the shape has more than [`MAX_GENERATED_ELEMENTS`] elements or its bytes
 /// cannot be allocated.

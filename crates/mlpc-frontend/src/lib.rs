@@ -1,7 +1,8 @@
 //! mlpc's frontend: reads a model (`model.json`, format in `docs/model-format.md`) and its weights
 //! (safetensors) into a verified [`mlpc_ir::Graph`].
 //!
-//! The entry point is [`load_model`] (or [`parse_model`] for text already in memory). Every user
+//! The entry point is [`load_model`] (or [`parse_model`] for text already in memory;
+//! [`load_model_zeroed`] where the weights' values are not needed). Every user
 //! mistake becomes a [`FrontendError`] naming the file, the JSON location (`nodes[3].inputs[1]`,
 //! with line and column), the offending node or tensor and what was expected; no input makes the
 //! frontend panic. The crate also reads and writes safetensors files ([`read_tensors`],
@@ -59,6 +60,19 @@ pub struct SparsitySpec {
 /// Reads a model file. A weights file named in it is resolved relative to the model file's
 /// directory; errors name the file as `path` is written.
 pub fn load_model(path: &Path) -> Result<Model, FrontendError> {
+    load(path, false)
+}
+
+/// Reads a model file as [`load_model`] does, except that every weight holds zeros of its dtype
+/// and shape instead of its values: a weights file's header is read and checked (and each weight's
+/// dtype) but not its data, and `params` are not generated. For what needs the graph's types and
+/// not the weights' values, such as random inputs (`mlpc gen-inputs`); the zeros' memory is
+/// allocated zeroed and never written, so the operating system maps no pages for it until read.
+pub fn load_model_zeroed(path: &Path) -> Result<Model, FrontendError> {
+    load(path, true)
+}
+
+fn load(path: &Path, zeroed: bool) -> Result<Model, FrontendError> {
     let text = std::fs::read_to_string(path).map_err(|source| FrontendError::Read {
         path: path.to_path_buf(),
         source,
@@ -67,11 +81,17 @@ pub fn load_model(path: &Path) -> Result<Model, FrontendError> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    model::parse(&text, base, &path.display().to_string(), path.to_path_buf())
+    model::parse(
+        &text,
+        base,
+        &path.display().to_string(),
+        path.to_path_buf(),
+        zeroed,
+    )
 }
 
 /// Parses model text. `base_dir` is where a weights file is looked up; `file_name` names the model
 /// in errors and gives the default model name (its stem).
 pub fn parse_model(json: &str, base_dir: &Path, file_name: &str) -> Result<Model, FrontendError> {
-    model::parse(json, base_dir, file_name, base_dir.join(file_name))
+    model::parse(json, base_dir, file_name, base_dir.join(file_name), false)
 }

@@ -344,6 +344,9 @@ struct Builder<'a> {
     dtype: DType,
     seed: u64,
     weights: Option<Weights>,
+    /// Whether weights are zeros of their dtype and shape instead of their values (read or
+    /// generated): [`crate::load_model_zeroed`].
+    zeroed: bool,
     defs: BTreeMap<String, Def>,
     inputs: BTreeMap<String, NodeId>,
     weight_ids: BTreeMap<String, NodeId>,
@@ -378,10 +381,32 @@ impl Builder<'_> {
         Ok(())
     }
 
-    /// Generates a tensor uniform in `[-bound, bound)` from the seed and its name.
+    /// Generates a tensor uniform in `[-bound, bound)` from the seed and its name (zeros if the
+    /// weights are [`Builder::zeroed`], after the same check of the size).
     fn generate(&self, name: &str, shape: &[u64], bound: f64, at: &Loc) -> R<HostTensor> {
-        generate::uniform_tensor(self.seed, name, shape, bound, self.dtype).map_err(|e| {
-            let name = format!("the generated tensor `{name}` {}", fixed_text(shape));
+        let made = if self.zeroed {
+            generate::checked_numel(shape)
+                .ok_or(generate::GenError::TooLarge)
+                .and_then(|_| {
+                    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+                    generate::zeros(self.dtype, &dims)
+                })
+        } else {
+            generate::uniform_tensor(self.seed, name, shape, bound, self.dtype)
+        };
+        made.map_err(|e| self.gen_err(format!("the generated tensor `{name}`"), shape, e, at))
+    }
+
+    /// The error of a weight `what` of `shape` that could not be made.
+    fn gen_err(
+        &self,
+        what: String,
+        shape: &[u64],
+        e: generate::GenError,
+        at: &Loc,
+    ) -> FrontendError {
+        {
+            let name = format!("{what} {}", fixed_text(shape));
             let error = match e {
                 generate::GenError::TooLarge => ModelError::TooLarge {
                     name,
@@ -403,7 +428,7 @@ impl Builder<'_> {
                 },
             };
             self.r.err(at, error)
-        })
+        }
     }
 
     fn add_weight(&mut self, name: &str, data: HostTensor, at: &Loc) -> R<NodeId> {
@@ -422,23 +447,40 @@ impl Builder<'_> {
             return Ok(Some(id));
         }
         let data = match &self.weights {
-            Some(Weights::File { file, .. }) => match file.get(name) {
-                None => return Ok(None),
-                Some(t) => {
-                    let t = t.map_err(|e| self.r.err(at, ModelError::WeightData(Box::new(e))))?;
-                    if t.shape().contains(&0) {
-                        return Err(self.r.err(
-                            at,
-                            ModelError::WeightShape {
-                                name: name.to_string(),
-                                expected: "every dimension at least 1".into(),
-                                actual: format!("{:?}", t.shape()),
-                            },
-                        ));
+            Some(Weights::File { file, .. }) => {
+                let data_err = |e| self.r.err(at, ModelError::WeightData(Box::new(e)));
+                let (shape, values) = if self.zeroed {
+                    match file.shape(name) {
+                        None => return Ok(None),
+                        Some(shape) => (shape.map_err(data_err)?, None),
                     }
-                    t.cast(self.dtype)
+                } else {
+                    match file.get(name) {
+                        None => return Ok(None),
+                        Some(t) => {
+                            let t = t.map_err(data_err)?;
+                            (t.shape().to_vec(), Some(t))
+                        }
+                    }
+                };
+                if shape.contains(&0) {
+                    return Err(self.r.err(
+                        at,
+                        ModelError::WeightShape {
+                            name: name.to_string(),
+                            expected: "every dimension at least 1".into(),
+                            actual: format!("{shape:?}"),
+                        },
+                    ));
                 }
-            },
+                match values {
+                    Some(t) => t.cast(self.dtype),
+                    None => generate::zeros(self.dtype, &shape).map_err(|e| {
+                        let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+                        self.gen_err(format!("the weight `{name}`"), &dims, e, at)
+                    })?,
+                }
+            }
             Some(Weights::Params(p)) => match p.get(name) {
                 None => return Ok(None),
                 Some(shape) => {
@@ -492,8 +534,15 @@ fn op_names(list: &str) -> impl Iterator<Item = &str> {
     list.split(", ")
 }
 
-/// Parses and builds a model; see the module documentation.
-pub(crate) fn parse(json: &str, base_dir: &Path, file: &str, source: PathBuf) -> R<Model> {
+/// Parses and builds a model; see the module documentation. With `zeroed`, every weight holds
+/// zeros of its dtype and shape ([`crate::load_model_zeroed`]).
+pub(crate) fn parse(
+    json: &str,
+    base_dir: &Path,
+    file: &str,
+    source: PathBuf,
+    zeroed: bool,
+) -> R<Model> {
     let r = Reader { file, src: json };
     let root = json::parse_strict(json).map_err(|e| FrontendError::Syntax {
         file: file.to_string(),
@@ -553,6 +602,7 @@ pub(crate) fn parse(json: &str, base_dir: &Path, file: &str, source: PathBuf) ->
         dtype,
         seed,
         weights: None,
+        zeroed,
         defs: BTreeMap::new(),
         inputs: BTreeMap::new(),
         weight_ids: BTreeMap::new(),

@@ -123,6 +123,20 @@ impl TensorFile {
         self.index.keys()
     }
 
+    /// The shape of the tensor `name`, checked as [`TensorFile::get`] checks it but without
+    /// reading its data; `None` if the file has no such tensor.
+    pub(crate) fn shape(&self, name: &str) -> Option<Result<Vec<usize>, FrontendError>> {
+        let e = self.index.get(name)?;
+        Some(
+            e.dtype(name)
+                .map(|_| e.shape.clone())
+                .map_err(|error| FrontendError::Tensors {
+                    path: self.path.clone(),
+                    error,
+                }),
+        )
+    }
+
     /// Copies out the tensor `name`; `None` if the file has no such tensor.
     pub(crate) fn get(&self, name: &str) -> Option<Result<HostTensor, FrontendError>> {
         let e = self.index.get(name)?;
@@ -152,18 +166,21 @@ struct Entry {
 }
 
 impl Entry {
+    /// The entry's dtype, if it is one a weight may have.
+    fn dtype(&self, name: &str) -> Result<DType, TensorFileError> {
+        match self.dtype.as_str() {
+            "F32" => Ok(DType::F32),
+            "F16" => Ok(DType::F16),
+            "BF16" => Ok(DType::Bf16),
+            other => Err(TensorFileError::DType {
+                tensor: name.to_string(),
+                dtype: other.to_string(),
+            }),
+        }
+    }
+
     fn tensor(&self, name: &str, bytes: &[u8]) -> Result<HostTensor, TensorFileError> {
-        let dtype = match self.dtype.as_str() {
-            "F32" => DType::F32,
-            "F16" => DType::F16,
-            "BF16" => DType::Bf16,
-            other => {
-                return Err(TensorFileError::DType {
-                    tensor: name.to_string(),
-                    dtype: other.to_string(),
-                })
-            }
-        };
+        let dtype = self.dtype(name)?;
         let data = bytes
             .get(self.range.clone())
             .ok_or_else(|| info_err(name, "data lies outside the file"))?;

@@ -144,8 +144,8 @@ fn weights_model(layers_weight: &str) -> String {
     )
 }
 
-#[test]
-fn weights_file_errors() {
+/// A directory with a weights file `w.safetensors` (and `junk.bin`), and models that misuse it.
+fn weights_cases() -> (tempfile::TempDir, Vec<(&'static str, String)>) {
     let dir = tempfile::tempdir().unwrap();
     let mut t = BTreeMap::new();
     t.insert(
@@ -189,6 +189,12 @@ fn weights_file_errors() {
         ),
     ];
     std::fs::write(dir.path().join("junk.bin"), b"definitely not safetensors").unwrap();
+    (dir, cases.to_vec())
+}
+
+#[test]
+fn weights_file_errors() {
+    let (dir, cases) = weights_cases();
     let mut out = String::new();
     for (name, json) in cases {
         let msg = error_of(&json, dir.path());
@@ -255,11 +261,58 @@ fn integer_tensors_load_only_when_unused() {
     assert!(parse_model(&ok, dir.path(), "model.json").is_ok());
     let bad = weights_model(r#"{ "op": "linear", "weight": "position_ids" }"#);
     insta::assert_snapshot!(error_of(&bad, dir.path()), @"model.json:6:43: at `layers[0].weight`: cannot use this weight: <dir>/w.safetensors: tensor `position_ids` has dtype I64; mlpc reads F32, F16 and BF16");
+    // Loaded zeroed, the weight's dtype is checked all the same.
+    let path = dir.path().join("model.json");
+    std::fs::write(&path, &bad).unwrap();
+    let e = mlpc_frontend::load_model_zeroed(&path).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("tensor `position_ids` has dtype I64"),
+        "{e}"
+    );
     // Reading the whole file, as for run-time inputs, refuses it.
     let e = mlpc_frontend::read_tensors(&dir.path().join("w.safetensors")).unwrap_err();
     assert!(
         e.to_string()
             .contains("tensor `position_ids` has dtype I64"),
         "{e}"
+    );
+}
+
+/// `load_model_zeroed` reads no weight values, but refuses every model `load_model` refuses, with
+/// the same message, and loads the same graph where `load_model` loads one.
+#[test]
+fn zeroed_loading_refuses_what_loading_refuses() {
+    let (dir, mut cases) = weights_cases();
+    cases.extend(model_cases());
+    cases.push(("base", BASE.to_string()));
+    cases.push(("sequential", SEQ.to_string()));
+    let path = dir.path().join("model.json");
+    let (mut loaded, mut refused) = (0, 0);
+    for (name, json) in cases {
+        std::fs::write(&path, &json).unwrap();
+        match (
+            mlpc_frontend::load_model(&path),
+            mlpc_frontend::load_model_zeroed(&path),
+        ) {
+            (Err(a), Err(b)) => {
+                assert_eq!(a.to_string(), b.to_string(), "case `{name}`");
+                refused += 1;
+            }
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a.graph.to_string(), b.graph.to_string(), "case `{name}`");
+                assert_eq!(a.sparsity, b.sparsity, "case `{name}`");
+                loaded += 1;
+            }
+            (a, b) => panic!(
+                "case `{name}`: load_model gave {:?}, load_model_zeroed {:?}",
+                a.err().map(|e| e.to_string()),
+                b.err().map(|e| e.to_string())
+            ),
+        }
+    }
+    assert!(
+        loaded >= 2 && refused >= 20,
+        "{loaded} loaded, {refused} refused"
     );
 }

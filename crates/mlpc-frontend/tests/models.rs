@@ -374,6 +374,45 @@ fn safetensors_weights_are_converted_to_the_model_dtype() {
     assert_eq!(m16.graph.weight("fc1.bias").unwrap().dtype(), DType::Bf16);
 }
 
+/// `load_model_zeroed` gives the graph `load_model` gives, each weight zeros of the model's dtype
+/// and the weight's shape: from a weights file (whose tensors have other dtypes) and from `params`.
+#[test]
+fn zeroed_weights_keep_their_dtype_and_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tensors(&dir.path().join("w.safetensors"), &file_tensors()).unwrap();
+    let file_model = r#"{
+  "mlpc": 1,
+  "dtype": "bf16",
+  "weights": "w.safetensors",
+  "inputs": { "x": { "shape": ["T", 8] } },
+  "layers": [
+    { "op": "linear", "weight": "fc1.weight", "bias": "fc1.bias" },
+    { "op": "relu" },
+    { "op": "linear", "weight": "fc2.weight" }
+  ],
+  "sparsity": { "fc2.weight": { "block": [4, 8], "density": 0.5 } }
+}"#;
+    for (file, json) in [("file.json", file_model), ("params.json", SEQ_BIAS)] {
+        let path = dir.path().join(file);
+        std::fs::write(&path, json).unwrap();
+        let (a, z) = (
+            load_model(&path).unwrap(),
+            mlpc_frontend::load_model_zeroed(&path).unwrap(),
+        );
+        assert_eq!(a.graph.to_string(), z.graph.to_string());
+        assert_eq!(a.sparsity, z.sparsity);
+        assert_eq!(a.source, z.source);
+        let (wa, wz) = (a.graph.weights(), z.graph.weights());
+        assert_eq!(wa.keys().collect::<Vec<_>>(), wz.keys().collect::<Vec<_>>());
+        for (name, t) in wa {
+            let zt = &wz[name];
+            assert_eq!((t.dtype(), t.shape()), (zt.dtype(), zt.shape()), "{name}");
+            assert!(t.bytes().iter().any(|&b| b != 0), "{name}: all zero loaded");
+            assert!(zt.bytes().iter().all(|&b| b == 0), "{name}");
+        }
+    }
+}
+
 #[test]
 fn graph_form_reads_weights_from_a_file() {
     let dir = tempfile::tempdir().unwrap();

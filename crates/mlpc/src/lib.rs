@@ -85,3 +85,16 @@ pub fn read_tensors(path: &Path) -> Result<Tensors, Error> {
 pub fn write_tensors(path: &Path, tensors: &Tensors) -> Result<(), Error> {
     Ok(mlpc_frontend::write_tensors(path, tensors)?)
 }
+
+/// Deterministic random inputs for the model file at `path`, the same as
+/// [`Compiled::random_inputs`] gives for it, without compiling the model or reading its weights'
+/// values (the model is loaded with [`mlpc_frontend::load_model_zeroed`]): what `mlpc gen-inputs`
+/// writes.
+pub fn random_inputs_for_file(
+    path: &Path,
+    bindings: &[(&str, u64)],
+    seed: u64,
+) -> Result<Tensors, Error> {
+    let model = mlpc_frontend::load_model_zeroed(path)?;
+    Ok(mlpc_frontend::random_inputs(&model.graph, bindings, seed)?)
+}

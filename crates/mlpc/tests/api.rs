@@ -494,3 +494,36 @@ fn a_compilation_reports_its_progress() {
         ]
     );
 }
+
+/// `random_inputs_for_file` (what `mlpc gen-inputs` writes) gives the inputs a compiled model
+/// gives, for every example, without compiling it or reading its weights.
+#[test]
+fn random_inputs_for_a_file_are_the_compiled_models() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut n = 0;
+    for d in std::fs::read_dir(&root).unwrap() {
+        let path = d.unwrap().path().join("model.json");
+        if !path.exists() {
+            continue;
+        }
+        let compiled = Compiler::new()
+            .cuda_kernels(mlpc::CudaKernels::Skip)
+            .compile_file(&path)
+            .unwrap();
+        for (t, seed) in [(1, 0), (5, 7)] {
+            let from_file = mlpc::random_inputs_for_file(&path, &[("T", t)], seed).unwrap();
+            assert_eq!(
+                from_file,
+                compiled.random_inputs(&[("T", t)], seed).unwrap(),
+                "{}",
+                path.display()
+            );
+        }
+        n += 1;
+    }
+    assert!(n >= 5, "{n} examples under {}", root.display());
+    // Its errors are the compiled model's too.
+    let path = root.join("tiny-mlp/model.json");
+    let e = mlpc::random_inputs_for_file(&path, &[("B", 2)], 0).unwrap_err();
+    assert!(e.to_string().contains("symbol `B` is bound"), "{e}");
+}
