@@ -72,67 +72,64 @@ pub enum GenError {
 /// Elements one task generates: even, so that a pair of normal values never straddles two.
 const CHUNK: usize = 1 << 18;
 
-/// A tensor of `shape` whose values `fill(stream, count, out)` pushes, in order, from a stream
-/// that has drawn one value per element before them (`stream` for the first element). Chunks of
-/// [`CHUNK`] elements are filled in parallel, each from its own copy of the stream advanced to
-/// its first element: the same values as one pass over the tensor, in less time.
+/// A tensor of `shape` whose bytes `fill(stream, out)` writes, element after element, from a
+/// stream that has drawn one value per element before them (`stream` for the first element).
+/// Chunks of [`CHUNK`] elements are filled in parallel, each from its own copy of the stream
+/// advanced to its first element: the same values as one pass over the tensor, in less time.
 fn tensor(
     dtype: DType,
     shape: &[u64],
     stream: &Stream,
-    fill: impl Fn(&mut Stream, usize, &mut Vec<u8>) + Sync,
+    fill: impl Fn(&mut Stream, &mut [u8]) + Sync,
 ) -> Result<HostTensor, GenError> {
     use rayon::prelude::*;
     let n = checked_numel(shape).ok_or(GenError::TooLarge)? as usize;
     let es = dtype.size_bytes();
-    let bytes = n * es;
-    let mut data = Vec::new();
-    data.try_reserve_exact(bytes)
-        .map_err(|_| GenError::NoMemory {
-            bytes: bytes as u64,
-        })?;
-    data.resize(bytes, 0u8);
+    let mut data = zeroed_bytes(n * es)?;
     data.par_chunks_mut(CHUNK * es)
         .enumerate()
         .for_each(|(i, out)| {
             let mut s = Stream(stream.0.clone());
             s.0.advance((i * CHUNK) as u128);
-            let mut values = Vec::with_capacity(out.len());
-            fill(&mut s, out.len() / es, &mut values);
-            out.copy_from_slice(&values);
+            fill(&mut s, out);
         });
     let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
     // The bytes are the shape's by construction.
     HostTensor::from_bytes(dtype, shape, data).map_err(|_| GenError::TooLarge)
 }
 
-/// A tensor of zeros, its memory asked of the allocator already zeroed, so that pages nothing
-/// reads are never touched (the operating system maps large zeroed allocations lazily): the
-/// stand-in for a weight whose values are not wanted ([`crate::load_model_zeroed`]).
+/// `bytes` zero bytes, asked of the allocator already zeroed: the operating system maps large
+/// zeroed allocations lazily, so pages are neither cleared twice nor touched before they are
+/// written (or at all, if nothing writes them).
+fn zeroed_bytes(bytes: usize) -> Result<Vec<u8>, GenError> {
+    if bytes == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(bytes).map_err(|_| GenError::TooLarge)?;
+    // SAFETY: `layout` has a non-zero size. A non-null pointer from `alloc_zeroed` with the
+    // layout of `bytes` u8 values is valid for `bytes` initialised (zero) bytes, and the vector
+    // frees it with the same layout (capacity `bytes`, alignment 1).
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout);
+        if ptr.is_null() {
+            return Err(GenError::NoMemory {
+                bytes: bytes as u64,
+            });
+        }
+        Ok(Vec::from_raw_parts(ptr, bytes, bytes))
+    }
+}
+
+/// A tensor of zeros whose pages nothing touches until read ([`zeroed_bytes`]): the stand-in
+/// for a weight whose values are not wanted ([`crate::load_model_zeroed`]).
 pub(crate) fn zeros(dtype: DType, shape: &[usize]) -> Result<HostTensor, GenError> {
     let bytes = shape
         .iter()
         .try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d))
         .ok_or(GenError::TooLarge)?;
-    let data = if bytes == 0 {
-        Vec::new()
-    } else {
-        let layout = std::alloc::Layout::array::<u8>(bytes).map_err(|_| GenError::TooLarge)?;
-        // SAFETY: `layout` has a non-zero size. A non-null pointer from `alloc_zeroed` with the
-        // layout of `bytes` u8 values is valid for `bytes` initialised (zero) bytes, and the
-        // vector frees it with the same layout (capacity `bytes`, alignment 1).
-        unsafe {
-            let ptr = std::alloc::alloc_zeroed(layout);
-            if ptr.is_null() {
-                return Err(GenError::NoMemory {
-                    bytes: bytes as u64,
-                });
-            }
-            Vec::from_raw_parts(ptr, bytes, bytes)
-        }
-    };
     // The bytes are the shape's by construction.
-    HostTensor::from_bytes(dtype, shape.to_vec(), data).map_err(|_| GenError::TooLarge)
+    HostTensor::from_bytes(dtype, shape.to_vec(), zeroed_bytes(bytes)?)
+        .map_err(|_| GenError::TooLarge)
 }
 
 /// Values uniform in `[-bound, bound)` as nn.Linear initialises (`bound = 1/sqrt(in)`), rounded to
@@ -145,10 +142,11 @@ pub fn uniform_tensor(
     bound: f64,
     dtype: DType,
 ) -> Result<HostTensor, GenError> {
-    tensor(dtype, shape, &Stream::new(seed, name), |s, count, out| {
-        for _ in 0..count {
-            dtype.push_le((2.0 * s.unit() - 1.0) * bound, out);
-        }
+    tensor(dtype, shape, &Stream::new(seed, name), |s, out| {
+        dtype.encode_le(
+            std::iter::repeat_with(|| (2.0 * s.unit() - 1.0) * bound),
+            out,
+        )
     })
 }
 
@@ -159,16 +157,24 @@ pub fn normal_tensor(
     shape: &[u64],
     dtype: DType,
 ) -> Result<HostTensor, GenError> {
-    tensor(dtype, shape, &Stream::new(seed, name), |s, count, out| {
-        for i in (0..count).step_by(2) {
-            // 1 - u lies in (0, 1], so the logarithm is finite.
-            let r = (-2.0 * (1.0 - s.unit()).ln()).sqrt();
-            let theta = 2.0 * std::f64::consts::PI * s.unit();
-            dtype.push_le(r * theta.cos(), out);
-            if i + 1 < count {
-                dtype.push_le(r * theta.sin(), out);
-            }
+    tensor(dtype, shape, &Stream::new(seed, name), |s, out| {
+        dtype.encode_le(normals(s), out)
+    })
+}
+
+/// Standard normal values from `s`: each pair of draws gives two (its cosine and sine values), so
+/// a pair's second value is the element after its first, or unused where the tensor ends.
+fn normals(s: &mut Stream) -> impl Iterator<Item = f64> + '_ {
+    let mut sin = None;
+    std::iter::repeat_with(move || {
+        if let Some(v) = sin.take() {
+            return v;
         }
+        // 1 - u lies in (0, 1], so the logarithm is finite.
+        let r = (-2.0 * (1.0 - s.unit()).ln()).sqrt();
+        let theta = 2.0 * std::f64::consts::PI * s.unit();
+        sin = Some(r * theta.sin());
+        r * theta.cos()
     })
 }
 

@@ -48,10 +48,8 @@ impl HostTensor {
         shape: Vec<usize>,
         values: &[f64],
     ) -> Result<HostTensor, TensorSizeError> {
-        let mut data = Vec::with_capacity(values.len() * dtype.size_bytes());
-        for &v in values {
-            dtype.push_le(v, &mut data);
-        }
+        let mut data = vec![0u8; values.len() * dtype.size_bytes()];
+        dtype.encode_le(values.iter().copied(), &mut data);
         HostTensor::from_bytes(dtype, shape, data)
     }
 
@@ -114,10 +112,8 @@ impl HostTensor {
         }
         let values = self.to_f64();
         // Same element count, so the size always matches.
-        let mut data = Vec::with_capacity(values.len() * dtype.size_bytes());
-        for v in values {
-            dtype.push_le(v, &mut data);
-        }
+        let mut data = vec![0u8; values.len() * dtype.size_bytes()];
+        dtype.encode_le(values, &mut data);
         HostTensor {
             dtype,
             shape: self.shape.clone(),

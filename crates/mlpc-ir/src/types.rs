@@ -70,14 +70,29 @@ impl DType {
 
     /// Appends `v` rounded to this type (as [`DType::round`]) as little-endian bytes.
     pub fn push_le(self, v: f64, out: &mut Vec<u8>) {
+        let mut bytes = [0u8; 4];
+        let n = self.size_bytes();
+        self.encode_le(std::iter::once(v), &mut bytes[..n]);
+        out.extend_from_slice(&bytes[..n]);
+    }
+
+    /// Writes `values` rounded to this type (as [`DType::round`]) into `out` as little-endian
+    /// bytes, one element after another, until either runs out. The one encoder of stored
+    /// values; the type is matched once, not per element.
+    #[inline]
+    pub fn encode_le(self, values: impl IntoIterator<Item = f64>, out: &mut [u8]) {
+        let values = values.into_iter();
         match self {
-            DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
-            DType::F16 => {
-                out.extend_from_slice(&half::f16::from_f32(f32_round_to_odd(v)).to_le_bytes())
-            }
-            DType::Bf16 => {
-                out.extend_from_slice(&half::bf16::from_f32(f32_round_to_odd(v)).to_le_bytes())
-            }
+            DType::F32 => out
+                .chunks_exact_mut(4)
+                .zip(values)
+                .for_each(|(o, v)| o.copy_from_slice(&(v as f32).to_le_bytes())),
+            DType::F16 => out.chunks_exact_mut(2).zip(values).for_each(|(o, v)| {
+                o.copy_from_slice(&half::f16::from_f32(f32_round_to_odd(v)).to_le_bytes())
+            }),
+            DType::Bf16 => out.chunks_exact_mut(2).zip(values).for_each(|(o, v)| {
+                o.copy_from_slice(&half::bf16::from_f32(f32_round_to_odd(v)).to_le_bytes())
+            }),
         }
     }
 }
@@ -90,18 +105,20 @@ impl DType {
 /// then 1 in bf16, not 1 + 2^-7. (`half`'s own `from_f64` rounds twice or drops the low bits.)
 /// NaN stays NaN; beyond f32's range the result is f32::MAX (odd), which rounds to infinity in
 /// both 16-bit formats as `v` does.
+#[inline]
 pub fn f32_round_to_odd(v: f64) -> f32 {
     let f = v as f32;
-    if f.is_nan() || f as f64 == v {
+    if f.is_nan() {
         return f;
     }
-    let toward_zero = if (f as f64).abs() > v.abs() {
-        // Rounded away from zero (to infinity too): one step back toward zero.
-        f32::from_bits(f.to_bits() - 1)
-    } else {
-        f
-    };
-    f32::from_bits(toward_zero.to_bits() | 1)
+    // Without branches on the values (random weights round either way half the time): where the
+    // cast rounded away from zero (to infinity too) one step back toward zero, then the odd bit
+    // where it was inexact. Neither can carry out of the magnitude, and the step back from a
+    // magnitude above |v| >= 0 never passes zero.
+    let (fa, va) = ((f as f64).abs(), v.abs());
+    let away = (fa > va) as u32;
+    let inexact = (fa != va) as u32;
+    f32::from_bits((f.to_bits() - away) | inexact)
 }
 
 impl fmt::Display for DType {
@@ -423,6 +440,70 @@ mod tests {
         assert_eq!(DType::Bf16.round(1.0 + 1.0 / 512.0), 1.0);
         assert_eq!(DType::F16.round(1.0 + 1.0 / 4096.0), 1.0);
         assert_ne!(DType::F32.round(1.0 + 1.0 / 4096.0), 1.0);
+    }
+
+    /// `f32_round_to_odd` against its definition written out with branches: the f32 nearest `v`
+    /// toward zero, its last bit set where that is not `v`. On f64 values of every exponent,
+    /// and on values a few f64 ulps from f32 values (exact, just above, just below, across
+    /// zero, the subnormals and f32::MAX) where the cast rounds either way.
+    #[test]
+    fn round_to_odd_is_its_definition() {
+        fn definition(v: f64) -> f32 {
+            let f = v as f32;
+            if f.is_nan() || f as f64 == v {
+                return f;
+            }
+            let toward_zero = if (f as f64).abs() > v.abs() {
+                f32::from_bits(f.to_bits() - 1)
+            } else {
+                f
+            };
+            f32::from_bits(toward_zero.to_bits() | 1)
+        }
+        let same = |v: f64| {
+            let (got, want) = (f32_round_to_odd(v), definition(v));
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{v:e}: {got:e} ({:#x}), want {want:e} ({:#x})",
+                got.to_bits(),
+                want.to_bits()
+            );
+        };
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut near = vec![0.0f32, f32::MIN_POSITIVE, f32::MAX, 1.0, 1.0 + f32::EPSILON];
+        near.extend([1u32, 2, 3, 0x7f_ffff, 0x80_0000, 0x7f7f_fffe].map(f32::from_bits));
+        for _ in 0..200_000 {
+            let bits = next();
+            same(f64::from_bits(bits));
+            near.push(f32::from_bits(bits as u32 & 0x7fff_ffff));
+        }
+        for f in near {
+            for sign in [1.0, -1.0] {
+                let v = sign * f as f64;
+                same(v);
+                for k in [1u64, 2, 1 << 28, (1 << 29) - 1, 1 << 29, (1 << 29) + 1] {
+                    same(f64::from_bits(v.to_bits().wrapping_add(k)));
+                    same(f64::from_bits(v.to_bits().wrapping_sub(k)));
+                }
+            }
+        }
+        for v in [
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -0.0,
+            f64::MAX,
+            -f64::MAX,
+            1e-300,
+        ] {
+            same(v);
+        }
     }
 
     #[test]
