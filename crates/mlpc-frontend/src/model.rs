@@ -455,7 +455,7 @@ impl Builder<'_> {
                         Some(shape) => (shape.map_err(data_err)?, None),
                     }
                 } else {
-                    match file.get(name) {
+                    match file.get_as(name, Some(self.dtype)) {
                         None => return Ok(None),
                         Some(t) => {
                             let t = t.map_err(data_err)?;
@@ -474,7 +474,7 @@ impl Builder<'_> {
                     ));
                 }
                 match values {
-                    Some(t) => t.cast(self.dtype),
+                    Some(t) => t,
                     None => generate::zeros(self.dtype, &shape).map_err(|e| {
                         let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
                         self.gen_err(format!("the weight `{name}`"), &dims, e, at)

@@ -58,7 +58,7 @@ pub fn parse_tensors(
     let index = index(bytes).map_err(fail)?;
     index
         .iter()
-        .map(|(name, e)| Ok((name.clone(), e.tensor(name, bytes).map_err(fail)?)))
+        .map(|(name, e)| Ok((name.clone(), e.tensor(name, bytes, None).map_err(fail)?)))
         .collect()
 }
 
@@ -139,9 +139,19 @@ impl TensorFile {
 
     /// Copies out the tensor `name`; `None` if the file has no such tensor.
     pub(crate) fn get(&self, name: &str) -> Option<Result<HostTensor, FrontendError>> {
+        self.get_as(name, None)
+    }
+
+    /// Copies out the tensor `name` converted to `to` where given (rounding to nearest even);
+    /// `None` if the file has no such tensor.
+    pub(crate) fn get_as(
+        &self,
+        name: &str,
+        to: Option<DType>,
+    ) -> Option<Result<HostTensor, FrontendError>> {
         let e = self.index.get(name)?;
         Some(
-            e.tensor(name, self.bytes())
+            e.tensor(name, self.bytes(), to)
                 .map_err(|error| FrontendError::Tensors {
                     path: self.path.clone(),
                     error,
@@ -179,12 +189,18 @@ impl Entry {
         }
     }
 
-    fn tensor(&self, name: &str, bytes: &[u8]) -> Result<HostTensor, TensorFileError> {
+    /// The tensor, converted to `to` where given (straight from the file's bytes).
+    fn tensor(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        to: Option<DType>,
+    ) -> Result<HostTensor, TensorFileError> {
         let dtype = self.dtype(name)?;
         let data = bytes
             .get(self.range.clone())
             .ok_or_else(|| info_err(name, "data lies outside the file"))?;
-        HostTensor::from_bytes(dtype, self.shape.clone(), data.to_vec())
+        HostTensor::from_le_bytes_as(dtype, self.shape.clone(), data, to.unwrap_or(dtype))
             .map_err(|e| info_err(name, e.to_string()))
     }
 }
@@ -623,9 +639,9 @@ mod tests {
         let bytes = file(header, 25);
         let entries = index(&bytes).unwrap();
         assert_eq!(entries.len(), 5);
-        assert!(entries["w"].tensor("w", &bytes).is_ok());
+        assert!(entries["w"].tensor("w", &bytes, None).is_ok());
         assert!(matches!(
-            entries["z"].tensor("z", &bytes),
+            entries["z"].tensor("z", &bytes, None),
             Err(TensorFileError::DType { .. })
         ));
         // Known dtypes' sizes are still checked, the sub-byte ones' too.

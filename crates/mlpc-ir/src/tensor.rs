@@ -110,15 +110,43 @@ impl HostTensor {
         if dtype == self.dtype {
             return self.clone();
         }
-        let values = self.to_f64();
-        // Same element count, so the size always matches.
-        let mut data = vec![0u8; values.len() * dtype.size_bytes()];
-        dtype.encode_le(values, &mut data);
+        let mut data = vec![0u8; self.numel() * dtype.size_bytes()];
+        self.dtype.recode_le(&self.data, dtype, &mut data);
         HostTensor {
             dtype,
             shape: self.shape.clone(),
             data,
         }
+    }
+
+    /// A tensor of `dtype` from `bytes`, little-endian row-major values of `stored` (a copy where
+    /// the two are the same type, else a conversion that rounds to nearest even, with no copy of
+    /// the bytes in between): for values read from a file in another type.
+    pub fn from_le_bytes_as(
+        stored: DType,
+        shape: Vec<usize>,
+        bytes: &[u8],
+        dtype: DType,
+    ) -> Result<HostTensor, TensorSizeError> {
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let Some(n) = n.filter(|&n| n.checked_mul(stored.size_bytes()) == Some(bytes.len())) else {
+            return Err(TensorSizeError {
+                dtype: stored,
+                expected: n
+                    .and_then(|n| n.checked_mul(stored.size_bytes()))
+                    .unwrap_or(usize::MAX),
+                shape,
+                actual: bytes.len(),
+            });
+        };
+        let data = if stored == dtype {
+            bytes.to_vec()
+        } else {
+            let mut data = vec![0u8; n * dtype.size_bytes()];
+            stored.recode_le(bytes, dtype, &mut data);
+            data
+        };
+        Ok(HostTensor { dtype, shape, data })
     }
 }
 
@@ -258,6 +286,51 @@ mod tests {
             for (i, v) in all.iter().enumerate() {
                 assert_eq!(v.to_bits(), t.get(i).to_bits(), "{dtype} element {i}");
             }
+        }
+    }
+
+    /// Conversions between every pair of dtypes, by chunks of the recoder and straight from
+    /// bytes, are each element rounded on its own: every 16-bit pattern, and f32 patterns
+    /// across the range, more elements than a chunk holds.
+    #[test]
+    fn casts_round_each_element() {
+        let halves: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
+        let singles: Vec<u8> = (0..=u32::MAX)
+            .step_by(65_521)
+            .chain([
+                0x7f80_0000,
+                0xff80_0001,
+                1,
+                0x8000_0000,
+                0x7f7f_ffff,
+                0x477f_f000,
+            ])
+            .flat_map(|b: u32| b.to_le_bytes())
+            .collect();
+        for (from, bytes) in [
+            (DType::F16, halves.clone()),
+            (DType::Bf16, halves),
+            (DType::F32, singles),
+        ] {
+            let n = bytes.len() / from.size_bytes();
+            let t = HostTensor::from_bytes(from, vec![n], bytes.clone()).unwrap();
+            for to in DType::ALL {
+                let c = t.cast(to);
+                assert_eq!((c.dtype(), c.shape()), (to, &[n][..]));
+                for i in 0..n {
+                    let (got, want) = (c.get(i), to.round(t.get(i)));
+                    assert!(
+                        got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                        "{from} -> {to}, element {i}: {got:e}, want {want:e}"
+                    );
+                }
+                let direct = HostTensor::from_le_bytes_as(from, vec![n], &bytes, to).unwrap();
+                assert_eq!(direct.bytes(), c.bytes(), "{from} -> {to}");
+            }
+            // The byte count is checked against the stored type, not the new one.
+            let short = &bytes[..bytes.len() - 1];
+            let e = HostTensor::from_le_bytes_as(from, vec![n], short, DType::F32).unwrap_err();
+            assert_eq!((e.expected, e.actual), (n * from.size_bytes(), short.len()));
         }
     }
 

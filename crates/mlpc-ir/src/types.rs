@@ -76,6 +76,22 @@ impl DType {
         out.extend_from_slice(&bytes[..n]);
     }
 
+    /// Converts `src`, little-endian values of this type, to `to` (rounding as [`DType::round`]
+    /// does) into `dst`, element for element until either runs out; a few thousand elements at a
+    /// time, so no wider copy of the whole is ever held.
+    pub fn recode_le(self, src: &[u8], to: DType, dst: &mut [u8]) {
+        const CHUNK: usize = 4096;
+        let mut values = Vec::with_capacity(CHUNK);
+        for (s, d) in src
+            .chunks(CHUNK * self.size_bytes())
+            .zip(dst.chunks_mut(CHUNK * to.size_bytes()))
+        {
+            values.clear();
+            self.for_each_f32(s, |x| values.push(f64::from(x)));
+            to.encode_le(values.iter().copied(), d);
+        }
+    }
+
     /// Writes `values` rounded to this type (as [`DType::round`]) into `out` as little-endian
     /// bytes, one element after another, until either runs out. The one encoder of stored
     /// values; the type is matched once, not per element.
