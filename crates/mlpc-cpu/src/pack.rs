@@ -98,24 +98,48 @@ pub(crate) fn pack_b(
     if k == 0 || nr == 0 {
         return out;
     }
+    let size = dtype.size_bytes();
     // The panels in parallel: each is its own `k x nr` slice of the output.
     out.as_mut_slice()
         .par_chunks_mut(k * nr)
         .enumerate()
         .for_each(|(p, panel)| {
-            let cols = p * nr..n.min((p + 1) * nr);
+            let (c0, c1) = (p * nr, n.min((p + 1) * nr));
             match layout {
+                // A panel row is a run of a row of B.
                 MatLayout::N => {
-                    for kk in 0..k {
-                        for (j, col) in cols.clone().enumerate() {
-                            panel[kk * nr + j] = load_f32(bytes, dtype, kk * n + col);
-                        }
+                    for (kk, row) in panel.chunks_exact_mut(nr).enumerate() {
+                        let src = &bytes[(kk * n + c0) * size..(kk * n + c1) * size];
+                        let mut dst = row.iter_mut();
+                        dtype.for_each_f32(src, |x| {
+                            if let Some(d) = dst.next() {
+                                *d = x;
+                            }
+                        });
                     }
                 }
+                // A panel column is a run of a row of the stored B^T: tiles of `KT` k values of
+                // every column widened into `tile` (contiguous reads), then written out a whole
+                // panel row at a time (contiguous writes).
                 MatLayout::T => {
-                    for (j, col) in cols.enumerate() {
-                        for kk in 0..k {
-                            panel[kk * nr + j] = load_f32(bytes, dtype, col * k + kk);
+                    const KT: usize = 64;
+                    let mut tile = vec![0f32; nr * KT];
+                    for k0 in (0..k).step_by(KT) {
+                        let kt = KT.min(k - k0);
+                        for (j, col) in (c0..c1).enumerate() {
+                            let src = &bytes[(col * k + k0) * size..(col * k + k0 + kt) * size];
+                            let mut dst = tile[j * KT..].iter_mut();
+                            dtype.for_each_f32(src, |x| {
+                                if let Some(d) = dst.next() {
+                                    *d = x;
+                                }
+                            });
+                        }
+                        for kk in 0..kt {
+                            let row = &mut panel[(k0 + kk) * nr..(k0 + kk) * nr + (c1 - c0)];
+                            for (j, d) in row.iter_mut().enumerate() {
+                                *d = tile[j * KT + kk];
+                            }
                         }
                     }
                 }
@@ -266,6 +290,49 @@ mod tests {
         assert_eq!(pn.as_slice(), &[0.0, 1.0, 3.0, 4.0, 2.0, 0.0, 5.0, 0.0]);
         assert_eq!(pn.as_slice(), pt.as_slice());
         assert_eq!(pn.as_ptr() as usize % 64, 0);
+    }
+
+    /// Panels of both layouts and every dtype against their definition, element by element: k
+    /// past a tile of 64 and not a multiple of it, a last panel past N, 16-bit patterns of all
+    /// kinds (NaN payloads kept).
+    #[test]
+    fn panels_are_their_definition() {
+        let (k, n, nr) = (150, 70, 32);
+        for dtype in DType::ALL {
+            let size = dtype.size_bytes();
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let bytes: Vec<u8> = (0..k * n * size)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            for layout in [MatLayout::N, MatLayout::T] {
+                let packed = pack_b(&bytes, dtype, layout, k, n, nr);
+                let got = packed.as_slice();
+                assert_eq!(got.len(), n.div_ceil(nr) * k * nr);
+                for p in 0..n.div_ceil(nr) {
+                    for kk in 0..k {
+                        for j in 0..nr {
+                            let col = p * nr + j;
+                            let want = match (col < n, layout) {
+                                (false, _) => 0.0,
+                                (true, MatLayout::N) => load_f32(&bytes, dtype, kk * n + col),
+                                (true, MatLayout::T) => load_f32(&bytes, dtype, col * k + kk),
+                            };
+                            let at = p * k * nr + kk * nr + j;
+                            assert_eq!(
+                                got[at].to_bits(),
+                                want.to_bits(),
+                                "{dtype} {layout:?} panel {p} k {kk} column {j}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
