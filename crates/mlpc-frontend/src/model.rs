@@ -405,30 +405,28 @@ impl Builder<'_> {
         e: generate::GenError,
         at: &Loc,
     ) -> FrontendError {
-        {
-            let name = format!("{what} {}", fixed_text(shape));
-            let error = match e {
-                generate::GenError::TooLarge => ModelError::TooLarge {
-                    name,
-                    elements: shape
-                        .iter()
-                        .try_fold(1u64, |a, &d| a.checked_mul(d))
-                        .map_or_else(|| "more than 2^64".to_string(), |n| n.to_string()),
-                    limit: MAX_GENERATED_ELEMENTS,
-                },
-                generate::GenError::NoMemory { bytes } => ModelError::NoMemory {
-                    name,
-                    bytes,
-                    held: self
-                        .g
-                        .weights()
-                        .values()
-                        .map(|t| t.bytes().len() as u64)
-                        .sum(),
-                },
-            };
-            self.r.err(at, error)
-        }
+        let name = format!("{what} {}", fixed_text(shape));
+        let error = match e {
+            generate::GenError::TooLarge => ModelError::TooLarge {
+                name,
+                elements: shape
+                    .iter()
+                    .try_fold(1u64, |a, &d| a.checked_mul(d))
+                    .map_or_else(|| "more than 2^64".to_string(), |n| n.to_string()),
+                limit: MAX_GENERATED_ELEMENTS,
+            },
+            generate::GenError::NoMemory { bytes } => ModelError::NoMemory {
+                name,
+                bytes,
+                held: self
+                    .g
+                    .weights()
+                    .values()
+                    .map(|t| t.bytes().len() as u64)
+                    .sum(),
+            },
+        };
+        self.r.err(at, error)
     }
 
     fn add_weight(&mut self, name: &str, data: HostTensor, at: &Loc) -> R<NodeId> {
