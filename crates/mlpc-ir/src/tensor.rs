@@ -264,21 +264,27 @@ mod tests {
         assert!(relative_error_floored(&[1.0], &[1.0, 2.0]).is_nan());
     }
 
-    /// `to_f64` is `get` of every element: every 16-bit pattern (NaNs, infinities, subnormals)
-    /// and f32 patterns across the range.
-    #[test]
-    fn to_f64_is_get_of_every_element() {
+    /// Bytes of every dtype: every 16-bit pattern (NaNs, infinities, subnormals) for f16 and
+    /// bf16, and for f32 patterns across the range with its specials and extremes.
+    fn bit_patterns() -> [(DType, Vec<u8>); 3] {
         let halves: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
         let singles: Vec<u8> = (0..=u32::MAX)
             .step_by(65_521)
             .chain([0x7f80_0000, 0xff80_0001, 1, 0x8000_0000])
+            .chain([0x7f7f_ffff, 0x477f_f000])
             .flat_map(|b: u32| b.to_le_bytes())
             .collect();
-        for (dtype, bytes) in [
+        [
             (DType::F16, halves.clone()),
             (DType::Bf16, halves),
             (DType::F32, singles),
-        ] {
+        ]
+    }
+
+    /// `to_f64` is `get` of every element, for every pattern of [`bit_patterns`].
+    #[test]
+    fn to_f64_is_get_of_every_element() {
+        for (dtype, bytes) in bit_patterns() {
             let n = bytes.len() / dtype.size_bytes();
             let t = HostTensor::from_bytes(dtype, vec![n], bytes).unwrap();
             let all = t.to_f64();
@@ -294,24 +300,7 @@ mod tests {
     /// across the range, more elements than a chunk holds.
     #[test]
     fn casts_round_each_element() {
-        let halves: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
-        let singles: Vec<u8> = (0..=u32::MAX)
-            .step_by(65_521)
-            .chain([
-                0x7f80_0000,
-                0xff80_0001,
-                1,
-                0x8000_0000,
-                0x7f7f_ffff,
-                0x477f_f000,
-            ])
-            .flat_map(|b: u32| b.to_le_bytes())
-            .collect();
-        for (from, bytes) in [
-            (DType::F16, halves.clone()),
-            (DType::Bf16, halves),
-            (DType::F32, singles),
-        ] {
+        for (from, bytes) in bit_patterns() {
             let n = bytes.len() / from.size_bytes();
             let t = HostTensor::from_bytes(from, vec![n], bytes.clone()).unwrap();
             for to in DType::ALL {
