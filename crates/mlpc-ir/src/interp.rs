@@ -154,7 +154,8 @@ impl Mat<'_> {
 /// `A @ B` in f64. Each output element sums its products in order of k, whatever the blocking
 /// and threading below, so the result does not depend on the machine. Rows go in blocks of
 /// [`ROW_BLOCK`] (each row of B is read once per block instead of once per row), and large
-/// products split their rows over the available cores.
+/// products split their rows over the available cores, or their columns where the rows are too
+/// few to share (a product of a few tokens).
 fn matmul(a: &Mat, b: &Mat) -> Vec<f64> {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let mut out = vec![0.0; m * n];
@@ -162,45 +163,83 @@ fn matmul(a: &Mat, b: &Mat) -> Vec<f64> {
         return out;
     }
     let a = a.row_major();
-    let threads = if m * k * n < PARALLEL_WORK {
+    let cores = if m * k * n < PARALLEL_WORK {
         1
     } else {
-        std::thread::available_parallelism()
-            .map_or(1, |t| t.get())
-            .min(m.div_ceil(ROW_BLOCK))
+        std::thread::available_parallelism().map_or(1, |t| t.get())
     };
-    if threads <= 1 {
-        matmul_rows(&a, k, b, 0, &mut out);
+    let threads = cores.min(m.div_ceil(ROW_BLOCK));
+    if threads > 1 {
+        // Whole row blocks per thread.
+        let rows_per = m.div_ceil(threads).div_ceil(ROW_BLOCK) * ROW_BLOCK;
+        let a = &a;
+        std::thread::scope(|scope| {
+            for (t, chunk) in out.chunks_mut(rows_per * n).enumerate() {
+                scope.spawn(move || matmul_rows(a, k, b, t * rows_per, 0..n, chunk));
+            }
+        });
         return out;
     }
-    // Whole row blocks per thread.
-    let rows_per = m.div_ceil(threads).div_ceil(ROW_BLOCK) * ROW_BLOCK;
+    let threads = cores.min(n.div_ceil(COL_BLOCK));
+    if threads <= 1 {
+        matmul_rows(&a, k, b, 0, 0..n, &mut out);
+        return out;
+    }
+    // Ranges of columns per thread, each into its own buffer, then into place.
+    let cols_per = n.div_ceil(threads);
     let a = &a;
-    std::thread::scope(|scope| {
-        for (t, chunk) in out.chunks_mut(rows_per * n).enumerate() {
-            scope.spawn(move || matmul_rows(a, k, b, t * rows_per, chunk));
-        }
+    let parts = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..n)
+            .step_by(cols_per)
+            .map(|j0| {
+                let cols = j0..n.min(j0 + cols_per);
+                scope.spawn(move || {
+                    let mut part = vec![0.0; m * cols.len()];
+                    matmul_rows(a, k, b, 0, cols.clone(), &mut part);
+                    (cols, part)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect::<Vec<_>>()
     });
+    for (cols, part) in parts {
+        for (row, src) in out.chunks_mut(n).zip(part.chunks(cols.len())) {
+            row[cols.clone()].copy_from_slice(src);
+        }
+    }
     out
 }
 
 /// Rows of A multiplied together against each row (or column) of B.
 const ROW_BLOCK: usize = 8;
+/// The fewest columns of B a thread takes where a product's columns are split.
+const COL_BLOCK: usize = 64;
 /// Multiply-adds from which a product is split over threads.
 const PARALLEL_WORK: usize = 1 << 24;
 
-/// Rows `row0 .. row0 + out.len() / n` of `A @ B` into `out` (zeros), A row-major with `k`
-/// columns. Each element adds its products to 0 in order of k, however B is stored.
-fn matmul_rows(a: &[f64], k: usize, b: &Mat, row0: usize, out: &mut [f64]) {
-    let n = b.cols;
-    for (blk, rows) in out.chunks_mut(ROW_BLOCK * n).enumerate() {
+/// Rows `row0 .. row0 + out.len() / cols.len()` and columns `cols` of `A @ B` into `out`
+/// (zeros, row-major `[rows, cols.len()]`), A row-major with `k` columns. Each element adds its
+/// products to 0 in order of k, however B is stored.
+fn matmul_rows(
+    a: &[f64],
+    k: usize,
+    b: &Mat,
+    row0: usize,
+    cols: std::ops::Range<usize>,
+    out: &mut [f64],
+) {
+    let (n, w) = (b.cols, cols.len());
+    for (blk, rows) in out.chunks_mut(ROW_BLOCK * w).enumerate() {
         let first = row0 + blk * ROW_BLOCK;
-        let a_rows: Vec<&[f64]> = (0..rows.len() / n)
+        let a_rows: Vec<&[f64]> = (0..rows.len() / w)
             .map(|r| &a[(first + r) * k..(first + r + 1) * k])
             .collect();
         if b.by_cols {
             // Each column of B (contiguous) against the block's rows of A at once.
-            for j in 0..n {
+            for (jj, j) in cols.clone().enumerate() {
                 let col = &b.data[j * k..(j + 1) * k];
                 let mut acc = [0.0f64; ROW_BLOCK];
                 for (p, &bv) in col.iter().enumerate() {
@@ -209,14 +248,14 @@ fn matmul_rows(a: &[f64], k: usize, b: &Mat, row0: usize, out: &mut [f64]) {
                     }
                 }
                 for (r, x) in acc.iter().take(a_rows.len()).enumerate() {
-                    rows[r * n + j] = *x;
+                    rows[r * w + jj] = *x;
                 }
             }
             continue;
         }
         for p in 0..k {
-            let brow = &b.data[p * n..(p + 1) * n];
-            for (arow, row) in a_rows.iter().zip(rows.chunks_mut(n)) {
+            let brow = &b.data[p * n + cols.start..p * n + cols.end];
+            for (arow, row) in a_rows.iter().zip(rows.chunks_mut(w)) {
                 let av = arow[p];
                 for (o, &bv) in row.iter_mut().zip(brow) {
                     *o += av * bv;
@@ -515,6 +554,8 @@ mod tests {
             (37, 19, 23),
             (301, 257, 229),
             (9, 4096, 600),
+            (3, 4096, 1400),
+            (1, 16384, 1100),
         ] {
             let a: Vec<f64> = (0..m * k).map(|_| next()).collect();
             let mut b: Vec<f64> = (0..k * n).map(|_| next() * 1e3).collect();
@@ -552,8 +593,8 @@ mod tests {
         }
         const {
             assert!(
-                301 * 257 * 229 > PARALLEL_WORK,
-                "one case must take the threaded path"
+                301 * 257 * 229 > PARALLEL_WORK && 3 * 4096 * 1400 > PARALLEL_WORK,
+                "cases must take the threaded paths, by rows and by columns"
             )
         };
     }
