@@ -28,18 +28,8 @@ impl HostTensor {
         shape: Vec<usize>,
         data: Vec<u8>,
     ) -> Result<HostTensor, TensorSizeError> {
-        let expected = shape
-            .iter()
-            .try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d));
-        match expected {
-            Some(e) if e == data.len() => Ok(HostTensor { dtype, shape, data }),
-            _ => Err(TensorSizeError {
-                dtype,
-                shape,
-                expected: expected.unwrap_or(usize::MAX),
-                actual: data.len(),
-            }),
-        }
+        check_size(dtype, &shape, data.len())?;
+        Ok(HostTensor { dtype, shape, data })
     }
 
     /// Rounds each value to `dtype` and stores it. `values.len()` must equal the shape's product.
@@ -128,25 +118,31 @@ impl HostTensor {
         bytes: &[u8],
         dtype: DType,
     ) -> Result<HostTensor, TensorSizeError> {
-        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        let Some(n) = n.filter(|&n| n.checked_mul(stored.size_bytes()) == Some(bytes.len())) else {
-            return Err(TensorSizeError {
-                dtype: stored,
-                expected: n
-                    .and_then(|n| n.checked_mul(stored.size_bytes()))
-                    .unwrap_or(usize::MAX),
-                shape,
-                actual: bytes.len(),
-            });
-        };
+        check_size(stored, &shape, bytes.len())?;
         let data = if stored == dtype {
             bytes.to_vec()
         } else {
-            let mut data = vec![0u8; n * dtype.size_bytes()];
+            let mut data = vec![0u8; bytes.len() / stored.size_bytes() * dtype.size_bytes()];
             stored.recode_le(bytes, dtype, &mut data);
             data
         };
         Ok(HostTensor { dtype, shape, data })
+    }
+}
+
+/// Whether `len` bytes are what `dtype` values of `shape` take.
+fn check_size(dtype: DType, shape: &[usize], len: usize) -> Result<(), TensorSizeError> {
+    let expected = shape
+        .iter()
+        .try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d));
+    match expected {
+        Some(e) if e == len => Ok(()),
+        _ => Err(TensorSizeError {
+            dtype,
+            shape: shape.to_vec(),
+            expected: expected.unwrap_or(usize::MAX),
+            actual: len,
+        }),
     }
 }
 
