@@ -194,6 +194,10 @@ pub(crate) fn bsr_layout(p: &BlockPattern, nr: usize) -> BsrLayout {
 }
 
 /// Packs the `[kept, rows, cols]` blocks in `bytes` into the panels of `layout`.
+///
+/// Block by block: each kept block's rows (contiguous in `bytes`) are widened a row at a time
+/// into the panel columns they belong to. The panels are packed in parallel, each into its own
+/// run of the output (a panel's segments are consecutive there).
 pub(crate) fn pack_bsr(
     bytes: &[u8],
     dtype: DType,
@@ -201,45 +205,65 @@ pub(crate) fn pack_bsr(
     layout: &BsrLayout,
     nr: usize,
 ) -> AlignedF32 {
+    use rayon::prelude::*;
     let n = p.out as usize;
     let [br, bc] = p.block.map(|d| d as usize);
     let grid_cols = p.block_cols() as usize;
+    let size = dtype.size_bytes();
     // Kept block index of each (block row, block col), or none.
     let mut slot = vec![u32::MAX; p.block_rows() as usize * grid_cols];
     for (i, &(r, c)) in p.kept.iter().enumerate() {
         slot[r as usize * grid_cols + c as usize] = i as u32;
     }
     let panels = n.div_ceil(nr);
-    let mut out = AlignedF32::zeroed(layout.rows * nr);
-    let dst = out.as_mut_slice();
-    for panel in 0..panels {
+    let segments = |panel: usize| {
         let (s0, s1) = (
             layout.index[panel] as usize,
             layout.index[panel + 1] as usize,
         );
-        for s in s0..s1 {
+        (s0..s1).map(move |s| {
             let at = panels + 1 + 3 * s;
-            let (k0, len, off) = (
+            (
                 layout.index[at] as usize,
                 layout.index[at + 1] as usize,
                 layout.index[at + 2] as usize,
-            );
-            for kk in 0..len {
-                let k = k0 + kk;
-                for j in 0..nr {
-                    let col = panel * nr + j;
-                    if col >= n {
-                        break;
+            )
+        })
+    };
+    let mut out = AlignedF32::zeroed(layout.rows * nr);
+    // Each panel's own rows, in panel order, with the offset its first segment starts at.
+    let mut parts = Vec::with_capacity(panels);
+    let mut rest = out.as_mut_slice();
+    for panel in 0..panels {
+        let rows: usize = segments(panel).map(|(_, len, _)| len).sum();
+        let start = segments(panel).next().map_or(0, |(_, _, off)| off);
+        let (head, tail) = rest.split_at_mut(rows * nr);
+        parts.push((panel, start, head));
+        rest = tail;
+    }
+    parts.into_par_iter().for_each(|(panel, start, dst)| {
+        let (c0, c1) = (panel * nr, ((panel + 1) * nr).min(n));
+        for (k0, len, off) in segments(panel) {
+            // Segments are whole block columns (`bsr_layout`).
+            for c in k0 / bc..(k0 + len) / bc {
+                let row0 = off - start + (c * bc - k0) * nr;
+                for r in c0 / br..=(c1 - 1) / br {
+                    let b = slot[r * grid_cols + c];
+                    if b == u32::MAX {
+                        continue;
                     }
-                    let b = slot[(col / br) * grid_cols + k / bc];
-                    if b != u32::MAX {
-                        let src = b as usize * br * bc + (col % br) * bc + k % bc;
-                        dst[off + kk * nr + j] = load_f32(bytes, dtype, src);
+                    for col in c0.max(r * br)..c1.min((r + 1) * br) {
+                        let src = (b as usize * br + (col - r * br)) * bc * size;
+                        let mut at = row0 + (col - c0);
+                        dtype.for_each_f32(&bytes[src..src + bc * size], |x| {
+                            dst[at] = x;
+                            at += nr;
+                        });
                     }
                 }
             }
         }
-    }
+    });
     out
 }
 
@@ -328,6 +352,91 @@ mod tests {
                                 want.to_bits(),
                                 "{dtype} {layout:?} panel {p} k {kk} column {j}"
                             );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Block-sparse panels of every dtype against their definition, element by element: square
+    /// and rectangular blocks, panels narrower and wider than a block row and not a multiple of
+    /// it, a last panel past N, patterns with empty block rows, a single block and every block.
+    #[test]
+    fn sparse_panels_are_their_definition() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for (block, grid) in [([2, 2], [5, 7]), ([3, 5], [7, 4]), ([16, 8], [3, 6])] {
+            let [br, bc] = block;
+            let all: Vec<(u32, u32)> = (0..grid[0])
+                .flat_map(|r| (0..grid[1]).map(move |c| (r, c)))
+                .collect();
+            let patterns = [
+                all.iter().copied().filter(|_| next() % 3 == 0).collect(),
+                vec![(grid[0] - 1, 1)],
+                all.clone(),
+                all.iter()
+                    .copied()
+                    .filter(|&(r, _)| r % 2 == 1)
+                    .collect::<Vec<_>>(),
+            ];
+            for kept in patterns {
+                let p = BlockPattern {
+                    block,
+                    out: u64::from(br * grid[0]),
+                    inp: u64::from(bc * grid[1]),
+                    kept,
+                };
+                let (n, bcs) = (p.out as usize, p.block_cols() as usize);
+                let (br, bc) = (br as usize, bc as usize);
+                let mut slot = vec![None; p.block_rows() as usize * bcs];
+                for (i, &(r, c)) in p.kept.iter().enumerate() {
+                    slot[r as usize * bcs + c as usize] = Some(i);
+                }
+                for dtype in DType::ALL {
+                    let size = dtype.size_bytes();
+                    let bytes: Vec<u8> = (0..p.kept.len() * br * bc * size)
+                        .map(|_| next() as u8)
+                        .collect();
+                    for nr in [2, 3, 16, 32] {
+                        let l = bsr_layout(&p, nr);
+                        let got = pack_bsr(&bytes, dtype, &p, &l, nr);
+                        let got = got.as_slice();
+                        assert_eq!(got.len(), l.rows * nr);
+                        let panels = n.div_ceil(nr);
+                        for panel in 0..panels {
+                            for s in l.index[panel] as usize..l.index[panel + 1] as usize {
+                                let at = panels + 1 + 3 * s;
+                                let [k0, len, off] = [0, 1, 2].map(|i| l.index[at + i] as usize);
+                                for kk in 0..len {
+                                    for j in 0..nr {
+                                        let (col, k) = (panel * nr + j, k0 + kk);
+                                        let want = match slot
+                                            .get((col / br) * bcs + k / bc)
+                                            .copied()
+                                            .flatten()
+                                        {
+                                            Some(b) if col < n => load_f32(
+                                                &bytes,
+                                                dtype,
+                                                b * br * bc + (col % br) * bc + k % bc,
+                                            ),
+                                            _ => 0.0,
+                                        };
+                                        let v = got[off + kk * nr + j];
+                                        assert!(
+                                            v.to_bits() == want.to_bits(),
+                                            "{dtype:?} {block:?} nr {nr} panel {panel} k {k} \
+                                             column {j}: {v} for {want}"
+                                        );
+                                    }
+                                }
+                            }
                         }
                     }
                 }
