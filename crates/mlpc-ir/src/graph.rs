@@ -281,6 +281,11 @@ impl Graph {
         self.weights.insert(name.into(), Arc::new(data));
     }
 
+    /// Stores (or replaces) weight data under `name`, shared with whoever else holds it.
+    pub fn set_weight_shared(&mut self, name: impl Into<String>, data: Arc<HostTensor>) {
+        self.weights.insert(name.into(), data);
+    }
+
     /// A node name not used yet, derived from `base`.
     pub fn fresh_name(&self, base: &str) -> String {
         if self.find(base).is_none() {

@@ -168,13 +168,19 @@ impl Pipeline {
 
     /// This pipeline with block sparsity for `specs` (one per selected weight): `prune-block-sparse`
     /// after a leading `dce` (or first), `lower-block-sparse` last. Without specs, unchanged.
-    pub fn with_sparsity(mut self, specs: Vec<SparseWeight>) -> Pipeline {
+    pub fn with_sparsity(self, specs: Vec<SparseWeight>) -> Pipeline {
+        self.with_pruning(PruneBlockSparse::new(specs))
+    }
+
+    /// [`Pipeline::with_sparsity`] with this `prune-block-sparse` pass, which may already have
+    /// pruned the same weights elsewhere (and then stores its results again without pruning).
+    pub fn with_pruning(mut self, prune: PruneBlockSparse) -> Pipeline {
+        let specs = prune.specs().to_vec();
         if specs.is_empty() {
             return self;
         }
         let at = usize::from(self.passes.first().is_some_and(|p| p.name() == "dce"));
-        self.passes
-            .insert(at, Box::new(PruneBlockSparse::new(specs.clone())));
+        self.passes.insert(at, Box::new(prune));
         self.passes.push(Box::new(LowerBlockSparse::new(specs)));
         self
     }

@@ -22,6 +22,7 @@
 use crate::pass::{Pass, PassError};
 use crate::provenance::{Fate, Provenance};
 use mlpc_ir::{Graph, HostTensor, Op};
+use std::sync::{Arc, Mutex};
 
 /// Block sparsity requested for one weight.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,14 +57,50 @@ impl SparseWeight {
 }
 
 /// Prunes the selected weights to their block pattern.
+///
+/// The pass remembers what it pruned: each selected weight's data as a run found it (by
+/// identity, the `Arc` the graph held) and the pruned data it stored. A later run of the same
+/// pass (or a clone of it) over a graph that still holds those very weights stores the pruned
+/// data again without ranking a block: the compiler prunes the source graph for the reference
+/// interpreter, then runs the pipeline, with this pass in it, over a graph that shares the
+/// source's weights.
 #[derive(Clone, Debug, Default)]
 pub struct PruneBlockSparse {
     specs: Vec<SparseWeight>,
+    done: Arc<Mutex<Vec<Pruned>>>,
+}
+
+/// One weight a run of [`PruneBlockSparse`] pruned.
+#[derive(Debug)]
+struct Pruned {
+    /// The index of the spec it was pruned for (its own or its partner's).
+    spec: usize,
+    /// The data the graph held.
+    source: Arc<HostTensor>,
+    /// The data stored in its place (`source` itself where every dropped block was zero).
+    pruned: Arc<HostTensor>,
 }
 
 impl PruneBlockSparse {
     pub fn new(specs: Vec<SparseWeight>) -> PruneBlockSparse {
-        PruneBlockSparse { specs }
+        PruneBlockSparse {
+            specs,
+            done: Arc::default(),
+        }
+    }
+
+    /// What an earlier run stored for each of `sources` (spec `i`'s weight, then its partner),
+    /// if it pruned exactly these data for that spec.
+    fn recall(&self, i: usize, sources: &[Arc<HostTensor>]) -> Option<Vec<Arc<HostTensor>>> {
+        let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        sources
+            .iter()
+            .map(|s| {
+                done.iter()
+                    .find(|d| d.spec == i && Arc::ptr_eq(&d.source, s))
+                    .map(|d| d.pruned.clone())
+            })
+            .collect()
     }
 
     pub fn specs(&self) -> &[SparseWeight] {
@@ -196,7 +233,16 @@ impl PartialOrd for BlockNorm {
 /// A block's sum of squares as it is read: for each f32 exponent the exact sum of the squared
 /// significands with that exponent, folded into a [`BlockNorm`] once the block is read. One add
 /// an element, where a [`BlockNorm`] takes several.
+///
+/// The adds go first to 64-bit partial sums, element `i` to table `i % LANES`, so that neighbours
+/// of one exponent (most of them, in a weight) add to different words instead of each waiting
+/// on the last one's add; the tables are spilled into the exact 128-bit sums before any of their
+/// words can overflow.
 struct Squares {
+    /// `parts[l][e]`: a partial sum of `m^2` (`m < 2^24`), for `e` and `m` as in `sums`.
+    parts: [[u64; 254]; LANES],
+    /// Elements added to `parts` since they were last spilled.
+    pending: usize,
     /// `sums[e]`: the sum of `m^2` over the elements `|x| = m * 2^(e - 149)` (`m < 2^24`), below
     /// 2^128 for any block of fewer than 2^80 elements.
     sums: [u128; 254],
@@ -207,9 +253,18 @@ struct Squares {
     special: Option<BlockNorm>,
 }
 
+/// Partial-sum tables of [`Squares`].
+const LANES: usize = 4;
+
+/// Elements [`Squares`] adds to its partial sums between spills: each square is below 2^48, so no
+/// word of them reaches 2^64.
+const SPILL_EVERY: usize = 1 << 16;
+
 impl Squares {
     fn new() -> Squares {
         Squares {
+            parts: [[0; 254]; LANES],
+            pending: 0,
             sums: [0; 254],
             lo: usize::MAX,
             hi: 0,
@@ -217,30 +272,53 @@ impl Squares {
         }
     }
 
+    #[cfg(test)]
     fn add(&mut self, x: f32) {
-        let bits = x.to_bits() & 0x7fff_ffff;
-        let (exponent, fraction) = (bits >> 23, u64::from(bits & 0x7f_ffff));
-        if exponent == 0xff {
-            if fraction != 0 {
-                self.special = Some(BlockNorm::NaN);
-            } else if self.special.is_none() {
-                self.special = Some(BlockNorm::Inf);
+        self.add_all(&[x]);
+    }
+
+    /// Adds the square of every element of `xs`.
+    fn add_all(&mut self, xs: &[f32]) {
+        for run in xs.chunks(SPILL_EVERY) {
+            if self.pending + run.len() > SPILL_EVERY {
+                self.spill();
             }
-            return;
+            self.pending += run.len();
+            let (mut lo, mut hi) = (self.lo, self.hi);
+            for (i, &x) in run.iter().enumerate() {
+                let bits = x.to_bits() & 0x7fff_ffff;
+                let exponent = bits >> 23;
+                if exponent == 0xff {
+                    if bits & 0x7f_ffff != 0 {
+                        self.special = Some(BlockNorm::NaN);
+                    } else if self.special.is_none() {
+                        self.special = Some(BlockNorm::Inf);
+                    }
+                    continue;
+                }
+                let m = u64::from(bits & 0x7f_ffff | u32::from(exponent != 0) << 23);
+                let e = (exponent.max(1) - 1) as usize;
+                self.parts[i % LANES][e] += m * m;
+                lo = lo.min(e);
+                hi = hi.max(e);
+            }
+            (self.lo, self.hi) = (lo, hi);
         }
-        let m = if exponent == 0 {
-            fraction
-        } else {
-            fraction | 1 << 23
-        };
-        let e = (exponent.max(1) - 1) as usize;
-        self.sums[e] += u128::from(m * m);
-        self.lo = self.lo.min(e);
-        self.hi = self.hi.max(e);
+    }
+
+    /// Moves the partial sums into `sums`.
+    fn spill(&mut self) {
+        for e in self.lo..=self.hi {
+            for part in &mut self.parts {
+                self.sums[e] += u128::from(std::mem::take(&mut part[e]));
+            }
+        }
+        self.pending = 0;
     }
 
     /// The norm of what was added since the last fold; starts the next block.
     fn fold(&mut self) -> BlockNorm {
+        self.spill();
         let mut limbs = [0u64; NORM_LIMBS];
         for e in self.lo..=self.hi {
             let sum = std::mem::take(&mut self.sums[e]);
@@ -285,10 +363,20 @@ fn block_norms(w: &HostTensor, block: [u64; 2], grid: (usize, usize)) -> Vec<Blo
         .zip(w.bytes().par_chunks(br * row_bytes))
         .for_each(|(norms, rows)| {
             let mut squares = Box::new(Squares::new());
+            // A block row's elements are widened a chunk at a time, then summed.
+            const CHUNK: usize = 64;
+            let mut chunk = [0f32; CHUNK];
             for (c, norm) in norms.iter_mut().enumerate() {
                 for row in rows.chunks_exact(row_bytes) {
                     let segment = &row[c * bc * es..(c + 1) * bc * es];
-                    dtype.for_each_f32(segment, |x| squares.add(x));
+                    for piece in segment.chunks(CHUNK * es) {
+                        let mut at = 0;
+                        dtype.for_each_f32(piece, |x| {
+                            chunk[at] = x;
+                            at += 1;
+                        });
+                        squares.add_all(&chunk[..at]);
+                    }
                 }
                 *norm = squares.fold();
             }
@@ -414,7 +502,7 @@ impl Pass for PruneBlockSparse {
                     "selected twice; one block shape and density a weight".into()
                 ));
             }
-            // Borrowed, not copied: the pruned copy is the only new one.
+            // Shared, not copied: the pruned copy is the only new one.
             let Some(w) = weight_node(g, &spec.weight) else {
                 if prov.fate(&spec.weight) == Some(&Fate::Removed) {
                     continue;
@@ -448,25 +536,49 @@ impl Pass for PruneBlockSparse {
                 }
             };
             let Some(d) = spec.density else {
-                // The pattern of all-zero blocks: nothing to prune.
-                kept_blocks(w, spec.block, None).map_err(err)?;
+                // The pattern of all-zero blocks: nothing to prune, only the block to check.
+                block_grid(w.shape(), spec.block).map_err(err)?;
                 continue;
             };
-            let kept = match &partner {
-                Some((_, pw)) => kept_blocks_together(&[w, pw], spec.block, d).map_err(err)?,
-                None => kept_blocks(w, spec.block, Some(d)).map_err(err)?,
-            };
-            let grid = block_grid(w.shape(), spec.block).map_err(err)?;
-            let mut updates = Vec::new();
-            for (name, data) in [(spec.weight.clone(), w)].into_iter().chain(partner) {
-                let pruned = zero_dropped(data, spec.block, grid, &kept);
-                if pruned.bytes() != data.bytes() {
-                    updates.push((name, pruned));
+            let sources: Vec<(String, Arc<HostTensor>)> = [(spec.weight.clone(), w)]
+                .into_iter()
+                .chain(partner)
+                .collect();
+            let data: Vec<Arc<HostTensor>> = sources.iter().map(|(_, w)| w.clone()).collect();
+            let pruned = match self.recall(i, &data) {
+                Some(pruned) => pruned,
+                None => {
+                    let kept = match &data[..] {
+                        [w, pw] => kept_blocks_together(&[w, pw], spec.block, d),
+                        _ => kept_blocks(&data[0], spec.block, Some(d)),
+                    }
+                    .map_err(err)?;
+                    let grid = block_grid(data[0].shape(), spec.block).map_err(err)?;
+                    let pruned: Vec<Arc<HostTensor>> = data
+                        .iter()
+                        .map(|w| {
+                            let p = zero_dropped(w, spec.block, grid, &kept);
+                            if p.bytes() == w.bytes() {
+                                w.clone()
+                            } else {
+                                Arc::new(p)
+                            }
+                        })
+                        .collect();
+                    let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+                    done.extend(data.iter().zip(&pruned).map(|(w, p)| Pruned {
+                        spec: i,
+                        source: w.clone(),
+                        pruned: p.clone(),
+                    }));
+                    pruned
                 }
-            }
-            for (name, pruned) in updates {
-                g.set_weight(name, pruned);
-                changed = true;
+            };
+            for ((name, w), p) in sources.into_iter().zip(pruned) {
+                if !Arc::ptr_eq(&w, &p) {
+                    g.set_weight_shared(name, p);
+                    changed = true;
+                }
             }
         }
         Ok(changed)
@@ -474,9 +586,9 @@ impl Pass for PruneBlockSparse {
 }
 
 /// The data of the weight node `name`, if the graph has one.
-fn weight_node<'g>(g: &'g Graph, name: &str) -> Option<&'g HostTensor> {
+fn weight_node(g: &Graph, name: &str) -> Option<Arc<HostTensor>> {
     let is_weight_node = g.find(name).is_some_and(|n| g.node(n).op == Op::Weight);
-    g.weight(name).filter(|_| is_weight_node).map(|w| &**w)
+    g.weight(name).filter(|_| is_weight_node).cloned()
 }
 
 impl PruneBlockSparse {

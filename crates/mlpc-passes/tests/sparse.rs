@@ -330,6 +330,76 @@ fn a_gated_pair_pruned_together_keeps_one_pattern_of_the_density() {
     }
 }
 
+/// The pass remembers what it pruned: run again (or a clone of it) over a graph that still holds
+/// the same weight data, it stores the very tensors it stored before; over other data it prunes
+/// that data; and what it remembers is per spec, so two specs reading one tensor each get their
+/// own pruning.
+#[test]
+fn a_pass_run_again_stores_what_it_pruned_before() {
+    use std::sync::Arc;
+    let g = linear_gelu_linear(DType::F32, 64, 128);
+    let specs = vec![
+        SparseWeight::new("fc1.weight", [32, 32], Some(0.25)),
+        SparseWeight::new("fc2.weight", [16, 32], Some(0.5)),
+    ];
+    let prune = PruneBlockSparse::new(specs.clone());
+    let (mut a, mut b) = (g.clone(), g.clone());
+    assert!(run_pass(&prune, &mut a, &mut Provenance::new(&g)));
+    assert!(run_pass(&prune.clone(), &mut b, &mut Provenance::new(&g)));
+    let fresh = pruned_reference(&g, &specs);
+    for name in ["fc1.weight", "fc2.weight"] {
+        let (wa, wb) = (a.weight(name).unwrap(), b.weight(name).unwrap());
+        assert!(Arc::ptr_eq(wa, wb), "{name} pruned again");
+        assert!(
+            !Arc::ptr_eq(wa, g.weight(name).unwrap()),
+            "{name} not pruned"
+        );
+        assert_eq!(wa.bytes(), fresh.weight(name).unwrap().bytes(), "{name}");
+    }
+
+    // Other data under the same name is pruned, not recalled; the unchanged weight is shared.
+    let mut c = g.clone();
+    let other: Vec<f64> = (0..128 * 64)
+        .map(|i| ((i * 37) % 101) as f64 - 50.0)
+        .collect();
+    c.set_weight(
+        "fc1.weight",
+        HostTensor::from_f64(DType::F32, vec![128, 64], &other).unwrap(),
+    );
+    let want = pruned_reference(&c, &specs);
+    assert!(run_pass(&prune, &mut c, &mut Provenance::new(&g)));
+    assert_eq!(
+        c.weight("fc1.weight").unwrap().bytes(),
+        want.weight("fc1.weight").unwrap().bytes()
+    );
+    assert_ne!(
+        c.weight("fc1.weight").unwrap().bytes(),
+        a.weight("fc1.weight").unwrap().bytes()
+    );
+    assert!(Arc::ptr_eq(
+        c.weight("fc2.weight").unwrap(),
+        a.weight("fc2.weight").unwrap()
+    ));
+
+    // Gate and up holding one tensor, selected at two densities: each keeps its own count, on
+    // the first run and on the second.
+    let mut tied = swiglu(DType::F32, 32, 64);
+    let gate = tied.weight("gate_proj.weight").unwrap().clone();
+    tied.set_weight_shared("up_proj.weight", gate);
+    let prune = PruneBlockSparse::new(vec![
+        SparseWeight::new("gate_proj.weight", [16, 16], Some(0.25)),
+        SparseWeight::new("up_proj.weight", [16, 16], Some(0.5)),
+    ]);
+    for _ in 0..2 {
+        let mut t = tied.clone();
+        assert!(run_pass(&prune, &mut t, &mut Provenance::new(&tied)));
+        for (name, count) in [("gate_proj.weight", 2), ("up_proj.weight", 4)] {
+            let kept = mlpc_passes::kept_blocks(t.weight(name).unwrap(), [16, 16], None).unwrap();
+            assert_eq!(kept.len(), count, "{name}");
+        }
+    }
+}
+
 #[test]
 fn a_dual_gemm_with_one_dense_side_stays_dense() {
     let g = geglu(DType::F32, 32, 64);

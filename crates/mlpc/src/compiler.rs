@@ -312,24 +312,15 @@ impl Compiler {
                 ..SparseWeight::new(s.weight.clone(), s.block, s.density)
             })
             .collect();
-        // The reference of a model that prunes weights: the source graph with its selected
-        // weights pruned (pruning changes the function on purpose; every other pass, the
-        // block-sparse lowering included, must preserve it, so the reference must not contain
-        // them).
-        let oracle = if sparse.is_empty() {
-            None
-        } else {
-            use mlpc_passes::Pass;
-            let mut g = model.graph.clone();
-            mlpc_passes::PruneBlockSparse::new(sparse.clone())
-                .run(&mut g, &mut mlpc_passes::Provenance::new(&model.graph))?;
-            Some(g)
-        };
+        // The pipeline's `prune-block-sparse` and the reference's pruning below are one pass (a
+        // clone shares what it pruned): the pipeline prunes, and the reference finds the same
+        // weights in the source graph, pruned already.
+        let prune = mlpc_passes::PruneBlockSparse::new(sparse);
         let pipeline = match &self.passes {
             Some(names) => Pipeline::from_names(names)?,
             None => Pipeline::default(),
         }
-        .with_sparsity(sparse);
+        .with_pruning(prune.clone());
         let mut opts = PipelineOptions::default();
         if let Some(v) = self.verify_each {
             opts.verify_each = v;
@@ -339,6 +330,18 @@ impl Compiler {
         }
         let mut optimized = model.graph.clone();
         let report = pipeline.run(&mut optimized, &opts)?;
+        // The reference of a model that prunes weights: the source graph with its selected
+        // weights pruned (pruning changes the function on purpose; every other pass, the
+        // block-sparse lowering included, must preserve it, so the reference must not contain
+        // them).
+        let oracle = if prune.specs().is_empty() {
+            None
+        } else {
+            use mlpc_passes::Pass;
+            let mut g = model.graph.clone();
+            prune.run(&mut g, &mut mlpc_passes::Provenance::new(&model.graph))?;
+            Some(g)
+        };
         let plan = mlpc_passes::lower_plan(&optimized, &report.provenance)?;
         let explain = mlpc_passes::explain(&model.graph, &optimized, &plan, &report.provenance);
 
