@@ -394,18 +394,57 @@ pub fn kept_blocks(
     density: Option<f64>,
 ) -> Result<Vec<usize>, String> {
     let grid = block_grid(w.shape(), block)?;
-    let norms = block_norms(w, block, grid);
-    let mut kept: Vec<usize> = match density {
-        None => {
-            // A block is zero when every element is +0 or -0 (NaN counts as data): exactly when
-            // its exact norm is 0, since the square of the least subnormal is counted too.
-            let zero = BlockNorm::Finite([0; NORM_LIMBS]);
-            (0..norms.len()).filter(|&b| norms[b] != zero).collect()
-        }
-        Some(d) => largest(&norms, d)?,
+    let Some(d) = density else {
+        let nonzero = nonzero_blocks(w, block, grid);
+        return Ok((0..nonzero.len()).filter(|&b| nonzero[b]).collect());
     };
+    let mut kept = largest(&block_norms(w, block, grid), d)?;
     kept.sort_unstable();
     Ok(kept)
+}
+
+/// Whether each block (row-major over the block grid) holds an element other than +0 and -0
+/// (NaN and infinity count as data): exactly the blocks whose norm is not 0, read without a
+/// norm, as ORs of the elements' bits less their sign. The block rows in parallel.
+fn nonzero_blocks(w: &HostTensor, block: [u64; 2], grid: (usize, usize)) -> Vec<bool> {
+    use rayon::prelude::*;
+    let mut nonzero = vec![false; grid.0 * grid.1];
+    if nonzero.is_empty() || w.numel() == 0 {
+        return nonzero;
+    }
+    let es = w.dtype().size_bytes();
+    // Every bit but each element's sign, over eight bytes of little-endian elements.
+    let magnitude: u64 = match es {
+        4 => 0x7fff_ffff_7fff_ffff,
+        _ => 0x7fff_7fff_7fff_7fff,
+    };
+    let [br, bc] = block.map(|d| d as usize);
+    let row_bytes = w.shape()[1] * es;
+    nonzero
+        .par_chunks_mut(grid.1)
+        .zip(w.bytes().par_chunks(br * row_bytes))
+        .for_each(|(nonzero, rows)| {
+            for (c, nz) in nonzero.iter_mut().enumerate() {
+                let mut bits = 0u64;
+                for row in rows.chunks_exact(row_bytes) {
+                    let segment = &row[c * bc * es..(c + 1) * bc * es];
+                    let words = segment.chunks_exact(8);
+                    let tail = words.remainder();
+                    for word in words {
+                        let mut b = [0u8; 8];
+                        b.copy_from_slice(word);
+                        bits |= u64::from_le_bytes(b) & magnitude;
+                    }
+                    // A segment is whole elements; one not a multiple of eight bytes ends in
+                    // whole elements too, read as the low bytes of a word.
+                    let mut b = [0u8; 8];
+                    b[..tail.len()].copy_from_slice(tail);
+                    bits |= u64::from_le_bytes(b) & magnitude;
+                }
+                *nz = bits != 0;
+            }
+        });
+    nonzero
 }
 
 /// The `round(density * blocks)` blocks of largest norm, ascending (ties to the lower index).
@@ -774,6 +813,67 @@ mod tests {
         assert_eq!(kept_blocks(&t, [2, 2], None).unwrap(), vec![1, 2]);
         // A NaN norm ranks first.
         assert_eq!(kept_blocks(&t, [2, 2], Some(0.25)).unwrap(), vec![2]);
+    }
+
+    /// The all-zero blocks read from the elements' bits are those of norm 0, for every dtype and
+    /// blocks whose rows are not whole eight-byte words: blocks of +0 and -0 only, or with one
+    /// element that is the least subnormal, a NaN, an infinity or a normal value, anywhere.
+    #[test]
+    fn nonzero_blocks_are_those_of_a_nonzero_norm() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for dtype in DType::ALL {
+            let es = dtype.size_bytes();
+            let (sign, specials): (u32, [u32; 4]) = match es {
+                4 => (0x8000_0000, [1, 0x7fc0_0001, 0x7f80_0000, 0x3f80_0000]),
+                _ if dtype == DType::F16 => (0x8000, [1, 0x7e01, 0x7c00, 0x3c00]),
+                _ => (0x8000, [1, 0x7fc1, 0x7f80, 0x3f80]),
+            };
+            for block in [[1, 1], [2, 3], [3, 5], [2, 7], [4, 8]] {
+                let [br, bc] = block;
+                let (rows, cols) = (br * 3, bc * 4);
+                let mut bits = vec![0u32; rows * cols];
+                for b in 0..12 {
+                    let (r0, c0) = ((b / 4) * br, (b % 4) * bc);
+                    for r in r0..r0 + br {
+                        for c in c0..c0 + bc {
+                            bits[r * cols + c] = if next() % 2 == 0 { sign } else { 0 };
+                        }
+                    }
+                    if b % 3 != 0 {
+                        let at = (r0 + next() as usize % br) * cols + c0 + next() as usize % bc;
+                        let v = specials[next() as usize % 4];
+                        bits[at] = v | if next() % 2 == 0 { sign } else { 0 };
+                    }
+                }
+                let bytes: Vec<u8> = bits
+                    .iter()
+                    .flat_map(|&b| b.to_le_bytes()[..es].to_vec())
+                    .collect();
+                let t = HostTensor::from_bytes(dtype, vec![rows, cols], bytes).unwrap();
+                let block = [br as u64, bc as u64];
+                let zero = BlockNorm::Finite([0; NORM_LIMBS]);
+                let want: Vec<bool> = block_norms(&t, block, (3, 4))
+                    .iter()
+                    .map(|n| *n != zero)
+                    .collect();
+                assert_eq!(
+                    nonzero_blocks(&t, block, (3, 4)),
+                    want,
+                    "{dtype:?} {block:?}"
+                );
+                assert_eq!(
+                    want.iter().filter(|&&n| n).count(),
+                    8,
+                    "{dtype:?} {block:?}"
+                );
+            }
+        }
     }
 
     #[test]
