@@ -61,9 +61,10 @@ impl SparseWeight {
 /// The pass remembers what it pruned: each selected weight's data as a run found it (by
 /// identity, the `Arc` the graph held) and the pruned data it stored. A later run of the same
 /// pass (or a clone of it) over a graph that still holds those very weights stores the pruned
-/// data again without ranking a block: the compiler prunes the source graph for the reference
-/// interpreter, then runs the pipeline, with this pass in it, over a graph that shares the
-/// source's weights.
+/// data again without ranking a block: the compiler's pipeline prunes a copy of the source
+/// graph, then the same pass finds those weights in another copy, the reference interpreter's.
+/// A run forgets what no weight of its graph is any more, so a pass run over one graph after
+/// another holds on to the last one's tensors only.
 #[derive(Clone, Debug, Default)]
 pub struct PruneBlockSparse {
     specs: Vec<SparseWeight>,
@@ -528,6 +529,10 @@ impl Pass for PruneBlockSparse {
     }
 
     fn run(&self, g: &mut Graph, prov: &mut Provenance) -> Result<bool, PassError> {
+        self.done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|d| g.weights().values().any(|w| Arc::ptr_eq(w, &d.source)));
         let mut changed = false;
         for (i, spec) in self.specs.iter().enumerate() {
             let err = |message: String| PassError::Sparsity {

@@ -381,6 +381,21 @@ fn a_pass_run_again_stores_what_it_pruned_before() {
         a.weight("fc2.weight").unwrap()
     ));
 
+    // A run over a graph that holds none of those tensors forgets them.
+    let kept_alive = a.weight("fc1.weight").unwrap().clone();
+    drop((a, b, c));
+    let mut unrelated = linear_gelu_linear(DType::F32, 64, 128);
+    unrelated.set_weight(
+        "fc1.weight",
+        HostTensor::from_f64(DType::F32, vec![128, 64], &other).unwrap(),
+    );
+    unrelated.set_weight(
+        "fc2.weight",
+        HostTensor::from_f64(DType::F32, vec![64, 128], &other).unwrap(),
+    );
+    assert!(run_pass(&prune, &mut unrelated, &mut Provenance::new(&g)));
+    assert_eq!(Arc::strong_count(&kept_alive), 1);
+
     // Gate and up holding one tensor, selected at two densities: each keeps its own count, on
     // the first run and on the second.
     let mut tied = swiglu(DType::F32, 32, 64);
