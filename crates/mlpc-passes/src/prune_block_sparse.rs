@@ -501,19 +501,31 @@ fn zero_dropped(
     for &b in kept {
         keep[b] = true;
     }
+    use rayon::prelude::*;
     let es = w.dtype().size_bytes();
     let [br, bc] = block.map(|d| d as usize);
     let row_bytes = w.shape()[1] * es;
-    let mut bytes = w.bytes().to_vec();
-    if row_bytes > 0 {
-        for (r, row) in bytes.chunks_exact_mut(row_bytes).enumerate() {
-            let blocks = &keep[(r / br) * grid.1..];
-            for (kept, segment) in blocks.iter().zip(row.chunks_exact_mut(bc * es)) {
-                if !kept {
-                    segment.fill(0);
+    // Zeros from the allocator (untouched until written), then the kept blocks copied in: the
+    // block rows in parallel.
+    let mut bytes = vec![0u8; w.bytes().len()];
+    if row_bytes > 0 && br > 0 && bc > 0 {
+        bytes
+            .par_chunks_mut(br * row_bytes)
+            .zip(w.bytes().par_chunks(br * row_bytes))
+            .zip(keep.par_chunks(grid.1))
+            .for_each(|((dst, src), blocks)| {
+                for (d, s) in dst
+                    .chunks_exact_mut(row_bytes)
+                    .zip(src.chunks_exact(row_bytes))
+                {
+                    let pieces = d.chunks_exact_mut(bc * es).zip(s.chunks_exact(bc * es));
+                    for (kept, (d, s)) in blocks.iter().zip(pieces) {
+                        if *kept {
+                            d.copy_from_slice(s);
+                        }
+                    }
                 }
-            }
-        }
+            });
     }
     // Same dtype, shape and length: this cannot fail.
     HostTensor::from_bytes(w.dtype(), w.shape().to_vec(), bytes).unwrap_or_else(|_| w.clone())
