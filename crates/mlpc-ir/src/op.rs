@@ -175,6 +175,9 @@ impl Gemm {
     }
 }
 
+/// Packed bytes from which [`BlockPattern::pack`] uses every core.
+const PARALLEL_PACK_BYTES: usize = 1 << 20;
+
 /// Which blocks of a block-sparse weight are kept.
 ///
 /// The pattern is over the *logical* weight `[N, K]` of a GEMM (`B` transposed; for an nn.Linear
@@ -266,6 +269,7 @@ impl BlockPattern {
     /// Packs the kept blocks of `weight` into the `[kept, rows, cols]` layout of a sparse GEMM's B
     /// operand. `weight` is the logical `[N, K]` matrix, or with `transposed` its `[K, N]`
     /// transpose as stored. Values are copied bit for bit. `None` if the shape does not match.
+    /// Large weights are packed on every core, each a run of whole blocks.
     pub fn pack(&self, weight: &HostTensor, transposed: bool) -> Option<HostTensor> {
         let (n, k) = (self.out as usize, self.inp as usize);
         let want = if transposed { [k, n] } else { [n, k] };
@@ -275,20 +279,38 @@ impl BlockPattern {
         let [br, bc] = self.block.map(|d| d as usize);
         let es = weight.dtype().size_bytes();
         let src = weight.bytes();
-        let mut out = Vec::with_capacity(self.kept.len() * br * bc * es);
-        for &(r, c) in &self.kept {
-            for i in 0..br {
-                let row = r as usize * br + i;
-                if transposed {
-                    for j in 0..bc {
-                        let at = ((c as usize * bc + j) * n + row) * es;
-                        out.extend_from_slice(&src[at..at + es]);
+        let (row_bytes, block_bytes) = (bc * es, br * bc * es);
+        let mut out = vec![0u8; self.kept.len() * block_bytes];
+        let fill = |blocks: &[(u32, u32)], dst: &mut [u8]| {
+            for (&(r, c), dst) in blocks.iter().zip(dst.chunks_exact_mut(block_bytes)) {
+                for (i, dst) in dst.chunks_exact_mut(row_bytes).enumerate() {
+                    let row = r as usize * br + i;
+                    if transposed {
+                        for (j, dst) in dst.chunks_exact_mut(es).enumerate() {
+                            let at = ((c as usize * bc + j) * n + row) * es;
+                            dst.copy_from_slice(&src[at..at + es]);
+                        }
+                    } else {
+                        let at = (row * k + c as usize * bc) * es;
+                        dst.copy_from_slice(&src[at..at + row_bytes]);
                     }
-                } else {
-                    let at = (row * k + c as usize * bc) * es;
-                    out.extend_from_slice(&src[at..at + bc * es]);
                 }
             }
+        };
+        let threads = match out.len() < PARALLEL_PACK_BYTES {
+            true => 1,
+            false => std::thread::available_parallelism().map_or(1, |t| t.get()),
+        };
+        if block_bytes > 0 && threads > 1 {
+            let per = self.kept.len().div_ceil(threads);
+            let fill = &fill;
+            std::thread::scope(|scope| {
+                for (blocks, dst) in self.kept.chunks(per).zip(out.chunks_mut(per * block_bytes)) {
+                    scope.spawn(move || fill(blocks, dst));
+                }
+            });
+        } else if block_bytes > 0 {
+            fill(&self.kept, &mut out);
         }
         let shape = self.packed_shape().map(|d| d as usize).to_vec();
         HostTensor::from_bytes(weight.dtype(), shape, out).ok()

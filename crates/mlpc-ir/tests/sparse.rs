@@ -114,6 +114,40 @@ fn packing_round_trips_in_both_orientations() {
     assert_eq!(p.density(), 0.75);
 }
 
+/// A weight large enough to be packed on every core packs to its definition, each kept block's
+/// elements in place, in both orientations; so does one of blocks that are not a whole number of
+/// the cores' shares.
+#[test]
+fn large_weights_pack_to_their_definition() {
+    for (block, n, k) in [([16u32, 16u32], 512usize, 1024usize), ([8, 24], 528, 1320)] {
+        let [br, bc] = block.map(|d| d as usize);
+        let kept: Vec<(u32, u32)> = (0..n / br)
+            .flat_map(|r| (0..k / bc).map(move |c| (r as u32, c as u32)))
+            .filter(|&(r, c)| (r * 7 + c * 3) % 5 < 3)
+            .collect();
+        let p = pattern(block, n as u64, k as u64, &kept);
+        let w = tensor(&[n, k], |i| val(i, 9));
+        let wt = tensor(&[k, n], |i| val((i % n) * k + i / n, 9));
+        let packed = p.pack(&w, false).unwrap();
+        assert!(packed.bytes().len() >= 1 << 20, "{block:?}: not large");
+        let v = packed.to_f64();
+        let dense = w.to_f64();
+        for (b, &(r, c)) in kept.iter().enumerate() {
+            for i in 0..br {
+                for j in 0..bc {
+                    let want = dense[(r as usize * br + i) * k + c as usize * bc + j];
+                    assert_eq!(
+                        v[(b * br + i) * bc + j],
+                        want,
+                        "{block:?} block {b} ({i}, {j})"
+                    );
+                }
+            }
+        }
+        assert_eq!(p.pack(&wt, true).unwrap(), packed, "{block:?} transposed");
+    }
+}
+
 #[test]
 fn invalid_patterns_are_named() {
     let bad = |p: BlockPattern| p.check().unwrap_err();
