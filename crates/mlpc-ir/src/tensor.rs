@@ -88,10 +88,36 @@ impl HostTensor {
         }
     }
 
+    /// Every element widened to f64 (exactly), in row-major order. Large tensors are widened on
+    /// every core, each a run of whole elements.
     pub fn to_f64(&self) -> Vec<f64> {
-        let mut out = Vec::with_capacity(self.numel());
-        self.dtype
-            .for_each_f32(&self.data, |x| out.push(f64::from(x)));
+        /// Elements from which the widening uses every core.
+        const PARALLEL_ELEMENTS: usize = 1 << 20;
+        let n = self.numel();
+        let mut out = vec![0f64; n];
+        let widen = |bytes: &[u8], out: &mut [f64]| {
+            let mut out = out.iter_mut();
+            self.dtype.for_each_f32(bytes, |x| {
+                if let Some(o) = out.next() {
+                    *o = f64::from(x);
+                }
+            });
+        };
+        let threads = match n < PARALLEL_ELEMENTS {
+            true => 1,
+            false => std::thread::available_parallelism().map_or(1, |t| t.get()),
+        };
+        if threads <= 1 {
+            widen(&self.data, &mut out);
+            return out;
+        }
+        let (per, es) = (n.div_ceil(threads), self.dtype.size_bytes());
+        let widen = &widen;
+        std::thread::scope(|scope| {
+            for (bytes, out) in self.data.chunks(per * es).zip(out.chunks_mut(per)) {
+                scope.spawn(move || widen(bytes, out));
+            }
+        });
         out
     }
 
@@ -277,10 +303,18 @@ mod tests {
         ]
     }
 
-    /// `to_f64` is `get` of every element, for every pattern of [`bit_patterns`].
+    /// `to_f64` is `get` of every element, for every pattern of [`bit_patterns`], and for those
+    /// patterns repeated past the size widened on every core (to a length no core count divides
+    /// evenly, most likely).
     #[test]
     fn to_f64_is_get_of_every_element() {
-        for (dtype, bytes) in bit_patterns() {
+        let patterns = bit_patterns().into_iter().flat_map(|(dtype, bytes)| {
+            let es = dtype.size_bytes();
+            let mut long = bytes.repeat((1 << 20) / (bytes.len() / es) + 2);
+            long.truncate(long.len() - 7 * es);
+            [(dtype, bytes), (dtype, long)]
+        });
+        for (dtype, bytes) in patterns {
             let n = bytes.len() / dtype.size_bytes();
             let t = HostTensor::from_bytes(dtype, vec![n], bytes).unwrap();
             let all = t.to_f64();
