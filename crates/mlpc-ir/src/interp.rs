@@ -163,11 +163,7 @@ fn matmul(a: &Mat, b: &Mat) -> Vec<f64> {
         return out;
     }
     let a = a.row_major();
-    let cores = if m * k * n < PARALLEL_WORK {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, |t| t.get())
-    };
+    let cores = crate::par::cores_for(m * k * n, PARALLEL_WORK);
     let threads = cores.min(m.div_ceil(ROW_BLOCK));
     if threads > 1 {
         // Whole row blocks per thread.

@@ -13,6 +13,7 @@ pub mod infer;
 pub mod inputs;
 pub mod interp;
 pub mod op;
+mod par;
 pub mod plan;
 pub mod print;
 pub mod tensor;

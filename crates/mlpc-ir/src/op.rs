@@ -297,10 +297,7 @@ impl BlockPattern {
                 }
             }
         };
-        let threads = match out.len() < PARALLEL_PACK_BYTES {
-            true => 1,
-            false => std::thread::available_parallelism().map_or(1, |t| t.get()),
-        };
+        let threads = crate::par::cores_for(out.len(), PARALLEL_PACK_BYTES);
         if block_bytes > 0 && threads > 1 {
             let per = self.kept.len().div_ceil(threads);
             let fill = &fill;

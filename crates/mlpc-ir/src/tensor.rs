@@ -103,10 +103,7 @@ impl HostTensor {
                 }
             });
         };
-        let threads = match n < PARALLEL_ELEMENTS {
-            true => 1,
-            false => std::thread::available_parallelism().map_or(1, |t| t.get()),
-        };
+        let threads = crate::par::cores_for(n, PARALLEL_ELEMENTS);
         if threads <= 1 {
             widen(&self.data, &mut out);
             return out;
