@@ -7,9 +7,10 @@
 //! sums over its kept blocks only (a dropped block contributes nothing) and is otherwise the
 //! dense GEMM with its fused epilogue.
 //!
-//! Memory: an op converts a weight to f64 when it reads it (a transposed weight is read in place,
-//! not copied), and a computed value is dropped after its last reader, so a model's weights are
-//! never all in f64 at once.
+//! Memory: a product reads a weight as stored, widening a few of its columns to f64 at a time
+//! (a transposed weight is read in place, not copied); other ops widen the weights they read
+//! (biases, packed blocks) while they run. A computed value is dropped after its last reader. So
+//! a weight is never held in f64 whole by a product, and a model's weights never all at once.
 
 use crate::graph::{Graph, NodeId};
 use crate::inputs::{bind_inputs, InputError};
@@ -33,16 +34,44 @@ pub enum InterpError {
     TooLarge { node: String, elements: u64 },
 }
 
-/// A strided f64 array.
+/// A value's elements: f64 (computed values and inputs), or a weight as stored, widened to f64
+/// where it is read.
+#[derive(Clone, Debug)]
+enum Data {
+    F64(Arc<Vec<f64>>),
+    Stored(Arc<HostTensor>),
+}
+
+impl Data {
+    fn len(&self) -> usize {
+        match self {
+            Data::F64(v) => v.len(),
+            Data::Stored(t) => t.numel(),
+        }
+    }
+
+    fn get(&self, i: usize) -> f64 {
+        match self {
+            Data::F64(v) => v[i],
+            Data::Stored(t) => t.get(i),
+        }
+    }
+}
+
+/// A strided array.
 #[derive(Clone, Debug)]
 struct Value {
     shape: Vec<usize>,
     strides: Vec<usize>,
-    data: Arc<Vec<f64>>,
+    data: Data,
 }
 
 impl Value {
     fn contiguous(shape: Vec<usize>, data: Vec<f64>) -> Value {
+        Value::row_major(shape, Data::F64(Arc::new(data)))
+    }
+
+    fn row_major(shape: Vec<usize>, data: Data) -> Value {
         let mut strides = vec![1; shape.len()];
         for i in (0..shape.len().saturating_sub(1)).rev() {
             strides[i] = strides[i + 1] * shape[i + 1];
@@ -50,7 +79,7 @@ impl Value {
         Value {
             shape,
             strides,
-            data: Arc::new(data),
+            data,
         }
     }
 
@@ -73,14 +102,17 @@ impl Value {
     /// The elements in row-major order.
     fn dense(&self) -> Vec<f64> {
         if self.is_contiguous() {
-            return self.data.to_vec();
+            return match &self.data {
+                Data::F64(v) => v.to_vec(),
+                Data::Stored(t) => t.to_f64(),
+            };
         }
         let n = self.numel();
         let mut out = Vec::with_capacity(n);
         let mut idx = vec![0usize; self.shape.len()];
         for _ in 0..n {
             let off: usize = idx.iter().zip(&self.strides).map(|(i, s)| i * s).sum();
-            out.push(self.data[off]);
+            out.push(self.data.get(off));
             for ax in (0..idx.len()).rev() {
                 idx[ax] += 1;
                 if idx[ax] < self.shape[ax] {
@@ -101,7 +133,13 @@ struct Mat<'a> {
     rows: usize,
     cols: usize,
     by_cols: bool,
-    data: Cow<'a, [f64]>,
+    data: MatData<'a>,
+}
+
+/// A matrix operand's elements: f64, or a weight as stored (widened where it is read).
+enum MatData<'a> {
+    F64(Cow<'a, [f64]>),
+    Stored(&'a HostTensor),
 }
 
 impl Mat<'_> {
@@ -112,14 +150,25 @@ impl Mat<'_> {
         // A 2-D view that is the transpose of contiguous data (a transposed weight).
         let transposed_view =
             v.shape.len() == 2 && v.strides == [1, v.shape[0]] && v.data.len() == v.numel();
-        let (data, by_cols) = if v.is_contiguous() {
-            (Cow::Borrowed(v.data.as_slice()), false)
-        } else if transposed_view {
-            (Cow::Borrowed(v.data.as_slice()), true)
-        } else {
-            (Cow::Owned(v.dense()), false)
+        let in_place = |by_cols| {
+            let data = match &v.data {
+                Data::F64(d) => MatData::F64(Cow::Borrowed(d.as_slice())),
+                Data::Stored(t) => MatData::Stored(t),
+            };
+            (data, by_cols)
         };
-        let rows_stored = data.len().checked_div(cols_stored).unwrap_or(0);
+        let (data, by_cols) = if v.is_contiguous() {
+            in_place(false)
+        } else if transposed_view {
+            in_place(true)
+        } else {
+            (MatData::F64(Cow::Owned(v.dense())), false)
+        };
+        let len = match &data {
+            MatData::F64(d) => d.len(),
+            MatData::Stored(t) => t.numel(),
+        };
+        let rows_stored = len.checked_div(cols_stored).unwrap_or(0);
         match layout {
             MatLayout::N => Mat {
                 rows: rows_stored,
@@ -136,30 +185,35 @@ impl Mat<'_> {
         }
     }
 
-    /// The matrix row-major.
+    /// The matrix row-major, in f64.
     fn row_major(&self) -> Cow<'_, [f64]> {
+        let data = match &self.data {
+            MatData::F64(d) => Cow::Borrowed(d.as_ref()),
+            MatData::Stored(t) => Cow::Owned(t.to_f64()),
+        };
         if !self.by_cols {
-            return Cow::Borrowed(&self.data);
+            return data;
         }
-        let mut t = vec![0.0; self.data.len()];
+        let mut t = vec![0.0; data.len()];
         for c in 0..self.cols {
             for r in 0..self.rows {
-                t[r * self.cols + c] = self.data[c * self.rows + r];
+                t[r * self.cols + c] = data[c * self.rows + r];
             }
         }
         Cow::Owned(t)
     }
 }
 
-/// `A @ B` in f64. Each output element sums its products in order of k, whatever the blocking
-/// and threading below, so the result does not depend on the machine. Rows go in blocks of
-/// [`ROW_BLOCK`] (each row of B is read once per block instead of once per row), and large
-/// products split their rows over the available cores, or their columns where the rows are too
-/// few to share (a product of a few tokens).
+/// `A @ B` in f64. Each output element sums its products in order of k, whatever the blocking,
+/// threading and widening below, so the result does not depend on the machine. Rows go in
+/// blocks of [`ROW_BLOCK`] (each row or column of B is read once per block instead of once per
+/// row), and large products split their rows over the available cores, or their columns where
+/// the rows are too few to share (a product of a few tokens). A weight as stored is widened to
+/// f64 a few columns at a time ([`WIDEN_ELEMENTS`]), never whole.
 fn matmul(a: &Mat, b: &Mat) -> Vec<f64> {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let mut out = vec![0.0; m * n];
-    if n == 0 {
+    if n == 0 || m == 0 {
         return out;
     }
     let a = a.row_major();
@@ -171,14 +225,24 @@ fn matmul(a: &Mat, b: &Mat) -> Vec<f64> {
         let a = &a;
         std::thread::scope(|scope| {
             for (t, chunk) in out.chunks_mut(rows_per * n).enumerate() {
-                scope.spawn(move || matmul_rows(a, k, b, t * rows_per, 0..n, chunk));
+                let dst = Dst {
+                    data: chunk,
+                    ld: n,
+                    c0: 0,
+                };
+                scope.spawn(move || product_cols(a, k, b, t * rows_per, 0..n, dst));
             }
         });
         return out;
     }
     let threads = cores.min(n.div_ceil(COL_BLOCK));
     if threads <= 1 {
-        matmul_rows(&a, k, b, 0, 0..n, &mut out);
+        let dst = Dst {
+            data: &mut out,
+            ld: n,
+            c0: 0,
+        };
+        product_cols(&a, k, b, 0, 0..n, dst);
         return out;
     }
     // Ranges of columns per thread, each into its own buffer, then into place.
@@ -191,7 +255,12 @@ fn matmul(a: &Mat, b: &Mat) -> Vec<f64> {
                 let cols = j0..n.min(j0 + cols_per);
                 scope.spawn(move || {
                     let mut part = vec![0.0; m * cols.len()];
-                    matmul_rows(a, k, b, 0, cols.clone(), &mut part);
+                    let dst = Dst {
+                        data: &mut part,
+                        ld: cols.len(),
+                        c0: 0,
+                    };
+                    product_cols(a, k, b, 0, cols.clone(), dst);
                     (cols, part)
                 })
             })
@@ -215,22 +284,86 @@ const ROW_BLOCK: usize = 8;
 const COL_BLOCK: usize = 64;
 /// Multiply-adds from which a product is split over threads.
 const PARALLEL_WORK: usize = 1 << 24;
+/// About how many elements of a stored B are widened to f64 at a time (2 MiB); at least
+/// [`WIDEN_COLS`] columns, so that A is streamed no more often than B would be whole.
+const WIDEN_ELEMENTS: usize = 1 << 18;
+const WIDEN_COLS: usize = 16;
 
-/// Rows `row0 .. row0 + out.len() / cols.len()` and columns `cols` of `A @ B` into `out`
-/// (zeros, row-major `[rows, cols.len()]`), A row-major with `k` columns. Each element adds its
-/// products to 0 in order of k, however B is stored.
+/// Where [`matmul_rows`] writes: `data` holds whole rows of `ld` elements, and a product's
+/// columns land from column `c0` of each.
+struct Dst<'a> {
+    data: &'a mut [f64],
+    ld: usize,
+    c0: usize,
+}
+
+/// B `[k, n]` in f64 as [`matmul_rows`] reads it: row-major, or with `by_cols` column-major.
+#[derive(Clone, Copy)]
+struct F64Cols<'a> {
+    data: &'a [f64],
+    by_cols: bool,
+    n: usize,
+}
+
+/// Rows `row0 ..` (as many as `dst` holds) and columns `cols` of `A @ B` into `dst` (zeros), A
+/// row-major with `k` columns. A stored B is widened a chunk of `cols` at a time, each chunk
+/// against every row.
+fn product_cols(a: &[f64], k: usize, b: &Mat, row0: usize, cols: std::ops::Range<usize>, dst: Dst) {
+    let t = match &b.data {
+        MatData::F64(d) => {
+            let b = F64Cols {
+                data: d,
+                by_cols: b.by_cols,
+                n: b.cols,
+            };
+            return matmul_rows(a, k, b, row0, cols, dst);
+        }
+        MatData::Stored(t) => t,
+    };
+    let Dst { data: out, ld, c0 } = dst;
+    let per = (WIDEN_ELEMENTS / k.max(1)).max(WIDEN_COLS);
+    let mut buf = vec![0.0; per.min(cols.len()) * k];
+    for j0 in cols.clone().step_by(per) {
+        let w = per.min(cols.end - j0);
+        let buf = &mut buf[..w * k];
+        if b.by_cols {
+            // Columns j0 .. j0 + w of B: one run of the stored (transposed) weight.
+            t.widen_into(j0 * k, buf);
+        } else {
+            for (p, row) in buf.chunks_mut(w).enumerate() {
+                t.widen_into(p * b.cols + j0, row);
+            }
+        }
+        let chunk = F64Cols {
+            data: buf,
+            by_cols: b.by_cols,
+            n: w,
+        };
+        let dst = Dst {
+            data: &mut *out,
+            ld,
+            c0: c0 + (j0 - cols.start),
+        };
+        matmul_rows(a, k, chunk, row0, 0..w, dst);
+    }
+}
+
+/// Rows `row0 ..` (as many as `dst` holds) and columns `cols` of `A @ B` into `dst` (zeros), A
+/// row-major with `k` columns. Each element adds its products to 0 in order of k, however B is
+/// stored.
 fn matmul_rows(
     a: &[f64],
     k: usize,
-    b: &Mat,
+    b: F64Cols,
     row0: usize,
     cols: std::ops::Range<usize>,
-    out: &mut [f64],
+    dst: Dst,
 ) {
-    let (n, w) = (b.cols, cols.len());
-    for (blk, rows) in out.chunks_mut(ROW_BLOCK * w).enumerate() {
+    let Dst { data: out, ld, c0 } = dst;
+    let w = cols.len();
+    for (blk, rows) in out.chunks_mut(ROW_BLOCK * ld).enumerate() {
         let first = row0 + blk * ROW_BLOCK;
-        let a_rows: Vec<&[f64]> = (0..rows.len() / w)
+        let a_rows: Vec<&[f64]> = (0..rows.len() / ld)
             .map(|r| &a[(first + r) * k..(first + r + 1) * k])
             .collect();
         if b.by_cols {
@@ -244,16 +377,16 @@ fn matmul_rows(
                     }
                 }
                 for (r, x) in acc.iter().take(a_rows.len()).enumerate() {
-                    rows[r * w + jj] = *x;
+                    rows[r * ld + c0 + jj] = *x;
                 }
             }
             continue;
         }
         for p in 0..k {
-            let brow = &b.data[p * n + cols.start..p * n + cols.end];
-            for (arow, row) in a_rows.iter().zip(rows.chunks_mut(w)) {
+            let brow = &b.data[p * b.n + cols.start..p * b.n + cols.end];
+            for (arow, row) in a_rows.iter().zip(rows.chunks_mut(ld)) {
                 let av = arow[p];
-                for (o, &bv) in row.iter_mut().zip(brow) {
+                for (o, &bv) in row[c0..c0 + w].iter_mut().zip(brow) {
                     *o += av * bv;
                 }
             }
@@ -433,8 +566,8 @@ pub fn interpret(
     };
     // Computed values are dropped after their last reader (an op reading them or a view of
     // them), unless an output is (a view of) them. Weights and views are not held: each reader
-    // makes its own (a weight's f64 copy lives as long as that op), so that a model's weights
-    // are never all in f64 at once.
+    // reads the graph's weight as stored (a product widens a few columns at a time, other ops
+    // a copy that lives as long as the op).
     let mut readers: BTreeMap<NodeId, usize> = BTreeMap::new();
     for &id in &order {
         if !matches!(g.node(id).op, Op::Input | Op::Weight | Op::Transpose) {
@@ -493,7 +626,7 @@ pub fn interpret(
 }
 
 /// The value of node `id` for a reader: a computed or input value from `vals` (shared), a
-/// weight converted to f64 now, or a view of either.
+/// weight as stored (shared), or a view of either.
 fn read(
     g: &Graph,
     id: NodeId,
@@ -503,8 +636,11 @@ fn read(
     let node = g.node(id);
     Ok(match &node.op {
         Op::Weight => {
-            let t = g.weight(&node.name).map(|w| w.to_f64()).unwrap_or_default();
-            Value::contiguous(concrete(g, id, bindings)?, t)
+            let data = match g.weight(&node.name) {
+                Some(w) => Data::Stored(Arc::clone(w)),
+                None => Data::F64(Arc::default()),
+            };
+            Value::row_major(concrete(g, id, bindings)?, data)
         }
         Op::Transpose => {
             let mut v = read(g, g.operands(id)[0], vals, bindings)?;
@@ -554,7 +690,8 @@ mod tests {
             (1, 16384, 1100),
         ] {
             let a: Vec<f64> = (0..m * k).map(|_| next()).collect();
-            let mut b: Vec<f64> = (0..k * n).map(|_| next() * 1e3).collect();
+            // B's values are f32's, so that B can be stored as a weight too.
+            let mut b: Vec<f64> = (0..k * n).map(|_| (next() * 1e3) as f32 as f64).collect();
             if n > 2 && k > 1 {
                 b[1] = f64::INFINITY;
                 b[n + 2] = f64::NAN;
@@ -567,23 +704,36 @@ mod tests {
                     }
                 }
             }
-            // B row-major, and column-major (a transposed weight, read in place).
+            // B row-major, and column-major (a transposed weight, read in place); in f64, and
+            // as a stored f32 weight (widened a chunk of columns at a time).
             let b_by_cols: Vec<f64> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
             for (by_cols, data) in [(false, b), (true, b_by_cols)] {
-                let mat = |rows, cols, by_cols, data| Mat {
-                    rows,
-                    cols,
-                    by_cols,
-                    data: Cow::Owned(data),
+                let stored = HostTensor::from_f64(DType::F32, vec![data.len()], &data).unwrap();
+                let a = Mat {
+                    rows: m,
+                    cols: k,
+                    by_cols: false,
+                    data: MatData::F64(Cow::Borrowed(&a)),
                 };
-                let got = matmul(&mat(m, k, false, a.clone()), &mat(k, n, by_cols, data));
-                assert_eq!(got.len(), want.len());
-                for (g, w) in got.iter().zip(&want) {
-                    assert_eq!(
-                        g.to_bits(),
-                        w.to_bits(),
-                        "[{m}, {k}] x [{k}, {n}] {by_cols}"
-                    );
+                let b = |data| Mat {
+                    rows: k,
+                    cols: n,
+                    by_cols,
+                    data,
+                };
+                for (form, b) in [
+                    ("f64", b(MatData::F64(Cow::Borrowed(&data)))),
+                    ("stored", b(MatData::Stored(&stored))),
+                ] {
+                    let got = matmul(&a, &b);
+                    assert_eq!(got.len(), want.len());
+                    for (g, w) in got.iter().zip(&want) {
+                        assert_eq!(
+                            g.to_bits(),
+                            w.to_bits(),
+                            "[{m}, {k}] x [{k}, {n}] {by_cols} {form}"
+                        );
+                    }
                 }
             }
         }
@@ -591,7 +741,11 @@ mod tests {
             assert!(
                 301 * 257 * 229 > PARALLEL_WORK && 3 * 4096 * 1400 > PARALLEL_WORK,
                 "cases must take the threaded paths, by rows and by columns"
-            )
+            );
+            assert!(
+                600 % (WIDEN_ELEMENTS / 4096) != 0 && 1100 % WIDEN_COLS != 0,
+                "stored weights must be widened in several chunks, the last a short one"
+            );
         };
     }
 

@@ -118,6 +118,19 @@ impl HostTensor {
         out
     }
 
+    /// Elements `start .. start + out.len()` (row-major) widened to f64 (exactly) into `out`:
+    /// a run of a tensor read without widening all of it. The run must lie inside the tensor.
+    pub fn widen_into(&self, start: usize, out: &mut [f64]) {
+        let es = self.dtype.size_bytes();
+        let bytes = &self.data[start * es..(start + out.len()) * es];
+        let mut out = out.iter_mut();
+        self.dtype.for_each_f32(bytes, |x| {
+            if let Some(o) = out.next() {
+                *o = f64::from(x);
+            }
+        });
+    }
+
     /// Converts to another element type, rounding to nearest even.
     pub fn cast(&self, dtype: DType) -> HostTensor {
         if dtype == self.dtype {
@@ -318,6 +331,29 @@ mod tests {
             assert_eq!(all.len(), n);
             for (i, v) in all.iter().enumerate() {
                 assert_eq!(v.to_bits(), t.get(i).to_bits(), "{dtype} element {i}");
+            }
+        }
+    }
+
+    /// `widen_into` is `get` of every element of the run, for runs at every offset of a few
+    /// lengths (empty, one element, the whole tensor), every pattern of [`bit_patterns`].
+    #[test]
+    fn widen_into_is_get_of_each_element_of_the_run() {
+        for (dtype, bytes) in bit_patterns() {
+            let n = bytes.len() / dtype.size_bytes();
+            let t = HostTensor::from_bytes(dtype, vec![n], bytes).unwrap();
+            for len in [0, 1, 7, n] {
+                for start in (0..=n - len).step_by(997).chain([n - len]) {
+                    let mut out = vec![f64::NAN; len];
+                    t.widen_into(start, &mut out);
+                    for (i, v) in out.iter().enumerate() {
+                        assert_eq!(
+                            v.to_bits(),
+                            t.get(start + i).to_bits(),
+                            "{dtype} {start}+{i}"
+                        );
+                    }
+                }
             }
         }
     }
