@@ -173,7 +173,7 @@ impl Pipeline {
     }
 
     /// [`Pipeline::with_sparsity`] with this `prune-block-sparse` pass, which may already have
-    /// pruned the same weights elsewhere (and then stores its results again without pruning).
+    /// pruned the same weights elsewhere (and then zeroes the same blocks without ranking them).
     pub fn with_pruning(mut self, prune: PruneBlockSparse) -> Pipeline {
         let specs = prune.specs().to_vec();
         if specs.is_empty() {

@@ -59,12 +59,13 @@ impl SparseWeight {
 /// Prunes the selected weights to their block pattern.
 ///
 /// The pass remembers what it pruned: each selected weight's data as a run found it (by
-/// identity, the `Arc` the graph held) and the pruned data it stored. A later run of the same
-/// pass (or a clone of it) over a graph that still holds those very weights stores the pruned
-/// data again without ranking a block: the compiler's pipeline prunes a copy of the source
-/// graph, then the same pass finds those weights in another copy, the reference interpreter's.
-/// A run forgets what no weight of its graph is any more, so a pass run over one graph after
-/// another holds on to the last one's tensors only.
+/// identity, the `Arc` the graph held) and the blocks it kept, not the pruned copy. A later run
+/// of the same pass (or a clone of it) over a graph that still holds those very weights prunes
+/// them to the same blocks again without ranking a block: the compiler's pipeline prunes a copy
+/// of the source graph, and the same pass, when the reference interpreter is first asked for,
+/// finds those weights in another copy. So the memory holds no tensor of its own beyond the
+/// graphs' (the sources are theirs). A run forgets what no weight of its graph is any more, so
+/// a pass run over one graph after another holds on to the last one's tensors only.
 #[derive(Clone, Debug, Default)]
 pub struct PruneBlockSparse {
     specs: Vec<SparseWeight>,
@@ -78,8 +79,9 @@ struct Pruned {
     spec: usize,
     /// The data the graph held.
     source: Arc<HostTensor>,
-    /// The data stored in its place (`source` itself where every dropped block was zero).
-    pruned: Arc<HostTensor>,
+    /// The blocks kept (row-major indices, ascending); `None` where every dropped block was
+    /// zero already, so that `source` itself was stored.
+    kept: Option<Arc<[usize]>>,
 }
 
 impl PruneBlockSparse {
@@ -91,21 +93,43 @@ impl PruneBlockSparse {
     }
 
     /// What an earlier run stored for each of `sources` (spec `i`'s weight, then its partner),
-    /// if it pruned exactly these data for that spec.
+    /// if it pruned exactly these data for that spec: the same blocks zeroed again.
     fn recall(&self, i: usize, sources: &[Arc<HostTensor>]) -> Option<Vec<Arc<HostTensor>>> {
-        let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        let kept: Vec<Option<Arc<[usize]>>> = {
+            let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+            sources
+                .iter()
+                .map(|s| {
+                    done.iter()
+                        .find(|d| d.spec == i && Arc::ptr_eq(&d.source, s))
+                        .map(|d| d.kept.clone())
+                })
+                .collect::<Option<_>>()?
+        };
+        let block = self.specs[i].block;
         sources
             .iter()
-            .map(|s| {
-                done.iter()
-                    .find(|d| d.spec == i && Arc::ptr_eq(&d.source, s))
-                    .map(|d| d.pruned.clone())
+            .zip(kept)
+            .map(|(s, kept)| match kept {
+                None => Some(s.clone()),
+                Some(kept) => {
+                    let grid = block_grid(s.shape(), block).ok()?;
+                    Some(Arc::new(zero_dropped(s, block, grid, &kept)))
+                }
             })
             .collect()
     }
 
     pub fn specs(&self) -> &[SparseWeight] {
         &self.specs
+    }
+
+    /// Whether a run pruned these very data (by identity) for some spec and has not forgotten
+    /// them since: a run over a graph that holds them zeroes the same blocks again, without
+    /// ranking them.
+    pub fn remembers(&self, data: &Arc<HostTensor>) -> bool {
+        let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        done.iter().any(|d| Arc::ptr_eq(&d.source, data))
     }
 }
 
@@ -610,6 +634,7 @@ impl Pass for PruneBlockSparse {
                     }
                     .map_err(err)?;
                     let grid = block_grid(data[0].shape(), spec.block).map_err(err)?;
+                    let kept: Arc<[usize]> = kept.into();
                     let pruned: Vec<Arc<HostTensor>> = data
                         .iter()
                         .map(|w| {
@@ -625,7 +650,7 @@ impl Pass for PruneBlockSparse {
                     done.extend(data.iter().zip(&pruned).map(|(w, p)| Pruned {
                         spec: i,
                         source: w.clone(),
-                        pruned: p.clone(),
+                        kept: (!Arc::ptr_eq(w, p)).then(|| kept.clone()),
                     }));
                     pruned
                 }

@@ -204,7 +204,7 @@ impl Compiled {
         let mut outputs = Vec::new();
         // The optimised graph's outputs, interpreted only once an output fails.
         let mut fused: Option<crate::Tensors> = None;
-        let separate = !std::ptr::eq(self.reference_graph(), self.optimized());
+        let separate = !std::ptr::eq(self.reference_graph()?, self.optimized());
         for (name, w) in want {
             let error = error_of(name, w);
             let tolerance = tolerance(w.dtype());

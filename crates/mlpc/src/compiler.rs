@@ -12,7 +12,7 @@ use mlpc_ir::{DType, Graph, Plan, TensorType};
 use mlpc_jit::{CompiledKernel, JitOptions};
 use mlpc_passes::{Pipeline, PipelineOptions, PipelineReport, PrintAfter, SparseWeight};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// What to do about CUDA kernels at compile time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -312,9 +312,9 @@ impl Compiler {
                 ..SparseWeight::new(s.weight.clone(), s.block, s.density)
             })
             .collect();
-        // The pipeline's `prune-block-sparse` and the reference's pruning below are one pass (a
-        // clone shares what it pruned): the pipeline prunes, and the reference finds the same
-        // weights in the source graph, pruned already.
+        // The pipeline's `prune-block-sparse` and the reference's pruning are one pass (a clone
+        // shares what it pruned): the pipeline ranks the blocks, and the reference, built when
+        // first asked for, zeroes the same ones in the source graph.
         let prune = mlpc_passes::PruneBlockSparse::new(sparse);
         let pipeline = match &self.passes {
             Some(names) => Pipeline::from_names(names)?,
@@ -330,18 +330,8 @@ impl Compiler {
         }
         let mut optimized = model.graph.clone();
         let report = pipeline.run(&mut optimized, &opts)?;
-        // The reference of a model that prunes weights: the source graph with its selected
-        // weights pruned (pruning changes the function on purpose; every other pass, the
-        // block-sparse lowering included, must preserve it, so the reference must not contain
-        // them).
-        let oracle = if prune.specs().is_empty() {
-            None
-        } else {
-            use mlpc_passes::Pass;
-            let mut g = model.graph.clone();
-            prune.run(&mut g, &mut mlpc_passes::Provenance::new(&model.graph))?;
-            Some(g)
-        };
+        drop(pipeline);
+        let prune = (!prune.specs().is_empty()).then_some(prune);
         let plan = mlpc_passes::lower_plan(&optimized, &report.provenance)?;
         let explain = mlpc_passes::explain(&model.graph, &optimized, &plan, &report.provenance);
 
@@ -385,7 +375,8 @@ impl Compiler {
             compiler: self.clone(),
             variants: Mutex::new(Vec::new()),
             model,
-            oracle,
+            prune,
+            oracle: OnceLock::new(),
             optimized,
             report,
             plan,
@@ -431,8 +422,12 @@ pub struct Compiled {
     /// Variants compiled for other input layouts: (transposed inputs, model), oldest first.
     variants: Mutex<Vec<(Vec<String>, Arc<Compiled>)>>,
     model: Model,
-    /// The source graph with the selected weights pruned, when the model prunes any.
-    oracle: Option<Graph>,
+    /// The pipeline's `prune-block-sparse`, when the model prunes weights: it remembers the
+    /// blocks it kept.
+    prune: Option<mlpc_passes::PruneBlockSparse>,
+    /// The source graph with the selected weights pruned (by `prune`), made when first asked
+    /// for, so that a compilation that never runs the reference holds no pruned copy.
+    oracle: OnceLock<Graph>,
     optimized: Graph,
     report: PipelineReport,
     plan: Plan,
@@ -490,9 +485,20 @@ impl Compiled {
     /// The graph the reference backend interprets: the source graph, with, when the model prunes
     /// weights to block-sparse, its selected weights pruned (`prune-block-sparse` alone: pruning
     /// changes the function on purpose; every other pass, the block-sparse lowering included,
-    /// preserves it, which the reference checks).
-    pub fn reference_graph(&self) -> &Graph {
-        self.oracle.as_ref().unwrap_or(&self.model.graph)
+    /// preserves it, which the reference checks). Made on the first call, which zeroes the
+    /// blocks the compilation's pruning dropped (without ranking them again); later calls share
+    /// it.
+    pub fn reference_graph(&self) -> Result<&Graph, Error> {
+        let Some(prune) = &self.prune else {
+            return Ok(&self.model.graph);
+        };
+        if let Some(g) = self.oracle.get() {
+            return Ok(g);
+        }
+        use mlpc_passes::Pass;
+        let mut g = self.model.graph.clone();
+        prune.run(&mut g, &mut mlpc_passes::Provenance::new(&self.model.graph))?;
+        Ok(self.oracle.get_or_init(|| g))
     }
 
     /// The kernel plan every backend runs.
@@ -645,6 +651,7 @@ impl Compiled {
             compiler: self.compiler.clone(),
             variants: Mutex::new(Vec::new()),
             model: self.model.clone(),
+            prune: self.prune.clone(),
             oracle: self.oracle.clone(),
             optimized: self.optimized.clone(),
             report: self.report.clone(),
@@ -1024,7 +1031,7 @@ impl Compiled {
     ) -> Result<Tensors, Error> {
         backend.require()?;
         match backend {
-            Backend::Reference => Ok(mlpc_ir::interpret(self.reference_graph(), inputs)?),
+            Backend::Reference => Ok(mlpc_ir::interpret(self.reference_graph()?, inputs)?),
             Backend::Cpu => self.cpu_state()?.run(inputs),
             Backend::Cuda => self.gpu_state()?.run(inputs, self.run_options(poison)),
         }

@@ -48,7 +48,7 @@ fn reference_run_is_the_interpreter() {
     let out = c.run(Backend::Reference, &inputs).unwrap();
     // The model prunes fc1.weight, so the reference is the source graph with that weight
     // pruned: not the source, and not the optimised graph (whose passes it checks).
-    let reference = c.reference_graph();
+    let reference = c.reference_graph().unwrap();
     assert_eq!(
         reference.to_string().lines().count(),
         c.graph().to_string().lines().count()
@@ -60,6 +60,24 @@ fn reference_run_is_the_interpreter() {
     let err = mlpc::ir::relative_error(&fused["y"].to_f64(), &out["y"].to_f64());
     assert!(err < 1e-5, "{err}");
     assert_eq!(out["y"].shape(), &[4, 6]);
+}
+
+/// The reference of a pruning model is made once, when first asked for, and its pruned weight
+/// is held by it alone (the pruning pass remembers blocks, not tensors); it is the source weight
+/// with the optimised graph's dropped blocks zeroed.
+#[test]
+fn the_reference_is_made_once_and_holds_its_own_pruned_weights() {
+    let c = compiled();
+    let first = c.reference_graph().unwrap();
+    assert!(std::ptr::eq(first, c.reference_graph().unwrap()));
+    let pruned = first.weight("fc1.weight").unwrap();
+    let source = c.graph().weight("fc1.weight").unwrap();
+    assert!(!std::sync::Arc::ptr_eq(pruned, source));
+    assert_eq!(std::sync::Arc::strong_count(pruned), 1);
+    let (p, s) = (pruned.to_f64(), source.to_f64());
+    let zeroed = p.iter().zip(&s).filter(|(p, s)| p != s).count();
+    assert!(zeroed > 0);
+    assert!(p.iter().zip(&s).all(|(p, s)| p == s || *p == 0.0));
 }
 
 #[test]
