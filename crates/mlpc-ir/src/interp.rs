@@ -164,11 +164,8 @@ impl Mat<'_> {
         } else {
             (MatData::F64(Cow::Owned(v.dense())), false)
         };
-        let len = match &data {
-            MatData::F64(d) => d.len(),
-            MatData::Stored(t) => t.numel(),
-        };
-        let rows_stored = len.checked_div(cols_stored).unwrap_or(0);
+        // Each form holds exactly the value's elements.
+        let rows_stored = v.numel().checked_div(cols_stored).unwrap_or(0);
         match layout {
             MatLayout::N => Mat {
                 rows: rows_stored,
