@@ -95,24 +95,15 @@ impl HostTensor {
         const PARALLEL_ELEMENTS: usize = 1 << 20;
         let n = self.numel();
         let mut out = vec![0f64; n];
-        let widen = |bytes: &[u8], out: &mut [f64]| {
-            let mut out = out.iter_mut();
-            self.dtype.for_each_f32(bytes, |x| {
-                if let Some(o) = out.next() {
-                    *o = f64::from(x);
-                }
-            });
-        };
         let threads = crate::par::cores_for(n, PARALLEL_ELEMENTS);
         if threads <= 1 {
-            widen(&self.data, &mut out);
+            self.widen_into(0, &mut out);
             return out;
         }
-        let (per, es) = (n.div_ceil(threads), self.dtype.size_bytes());
-        let widen = &widen;
+        let per = n.div_ceil(threads);
         std::thread::scope(|scope| {
-            for (bytes, out) in self.data.chunks(per * es).zip(out.chunks_mut(per)) {
-                scope.spawn(move || widen(bytes, out));
+            for (i, out) in out.chunks_mut(per).enumerate() {
+                scope.spawn(move || self.widen_into(i * per, out));
             }
         });
         out
