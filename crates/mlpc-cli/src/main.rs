@@ -565,8 +565,8 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 outln!("note: {note}");
             }
             out!("{}", render::check_report(compiled.name(), &report));
-            if !report.ok() {
-                return Err(mlpc::Error::CheckFailed(compiled.name().to_string()));
+            if let Some(failure) = report.failure(compiled.name()) {
+                return Err(failure);
             }
         }
         Command::Bench {

@@ -128,7 +128,7 @@ pub fn check_report(name: &str, r: &CheckReport) -> String {
             o.error,
             o.tolerance
         );
-        match o.fused_error.filter(|&e| e <= o.tolerance) {
+        match o.fused_error.filter(|_| o.explained_by_fusion()) {
             // NaN or an infinity on one side only: not a rounding difference.
             Some(e) if !o.error.is_finite() => {
                 let _ = writeln!(

@@ -1050,6 +1050,16 @@ fn a_failed_check_says_when_fused_rounding_explains_it() {
         ),
         "{lines:?}"
     );
+    // The error that ends it says the same in one line, for logs that keep only the last.
+    assert!(
+        o.stderr.contains(
+            "error: `gated-squares`: its output differs from the reference interpreter's by more \
+             than the tolerance, but is within it of the optimised graph, which is what the fused \
+             kernels compute: not a wrong kernel (see the note above)"
+        ),
+        "{}",
+        o.stderr
+    );
     // An output within tolerance gets no note.
     let o = succeeds(dir.path(), &args("2"));
     assert_eq!(o.stdout.lines().count(), 1, "{}", o.stdout);
@@ -1416,6 +1426,14 @@ fn a_check_failing_on_nan_says_it_is_not_rounding() {
             && !out.stdout.contains("rounding of intermediates"),
         "{}",
         out.stdout
+    );
+    assert!(
+        out.stderr.contains(
+            "its output differs from the reference interpreter's by more than the \
+                       tolerance, but is within it of the optimised graph"
+        ),
+        "{}",
+        out.stderr
     );
 }
 

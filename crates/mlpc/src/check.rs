@@ -43,6 +43,13 @@ impl OutputCheck {
     pub fn ok(&self) -> bool {
         self.error <= self.tolerance
     }
+
+    /// Out of tolerance against the source graph, and within it against the optimised graph:
+    /// a difference of the fusion's rounding (or of an intermediate that overflows only where
+    /// the source graph rounds it), not of the kernels.
+    pub fn explained_by_fusion(&self) -> bool {
+        !self.ok() && self.fused_error.is_some_and(|e| e <= self.tolerance)
+    }
 }
 
 /// The result of [`Compiled::check`].
@@ -55,6 +62,22 @@ pub struct CheckReport {
 impl CheckReport {
     pub fn ok(&self) -> bool {
         self.outputs.iter().all(OutputCheck::ok)
+    }
+
+    /// The error that a failed check of `model` ends with ([`Error::CheckFailed`]); `None`
+    /// when every output is within tolerance.
+    pub fn failure(&self, model: &str) -> Option<Error> {
+        let failed = self.outputs.iter().filter(|o| !o.ok()).count();
+        (failed > 0).then(|| Error::CheckFailed {
+            model: model.to_string(),
+            failed,
+            outputs: self.outputs.len(),
+            explained: self
+                .outputs
+                .iter()
+                .filter(|o| o.explained_by_fusion())
+                .count(),
+        })
     }
 
     /// The worst error relative to its tolerance.
@@ -406,5 +429,77 @@ impl Compiled {
             flops: plan_flops(self.plan(), &bound),
             launches: self.plan().kernels.iter().map(|k| k.name.clone()).collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(name: &str, error: f64, fused_error: Option<f64>) -> OutputCheck {
+        OutputCheck {
+            name: name.to_string(),
+            dtype: DType::Bf16,
+            shape: vec![2, 3],
+            error,
+            tolerance: 1e-2,
+            fused_error,
+        }
+    }
+
+    fn failure(outputs: Vec<OutputCheck>) -> Option<String> {
+        let report = CheckReport {
+            backend: Backend::Cpu,
+            outputs,
+        };
+        report.failure("m").map(|e| e.to_string())
+    }
+
+    /// The error a failed check ends with counts the outputs out of tolerance and says whether
+    /// the optimised graph explains them all, some, or none.
+    #[test]
+    fn a_failed_check_counts_its_outputs_and_those_the_fusion_explains() {
+        assert_eq!(failure(vec![output("a", 1e-3, None)]), None);
+        assert_eq!(
+            failure(vec![output("a", 2e-2, Some(3e-2))]).as_deref(),
+            Some(
+                "`m`: its output differs from the reference interpreter's by more than the \
+                 tolerance"
+            )
+        );
+        assert_eq!(
+            failure(vec![output("a", 2e-2, Some(0.0)), output("b", 0.0, None)]).as_deref(),
+            Some(
+                "`m`: 1 of its 2 outputs differs from the reference interpreter's by more than \
+                 the tolerance, but is within it of the optimised graph, which is what the fused \
+                 kernels compute: not a wrong kernel (see the note above)"
+            )
+        );
+        assert_eq!(
+            failure(vec![
+                output("a", 2e-2, Some(1e-3)),
+                output("b", f64::NAN, Some(0.0)),
+                output("c", 0.0, None),
+            ])
+            .as_deref(),
+            Some(
+                "`m`: 2 of its 3 outputs differ from the reference interpreter's by more than \
+                 the tolerance, but are within it of the optimised graph, which is what the \
+                 fused kernels compute: not a wrong kernel (see the notes above)"
+            )
+        );
+        assert_eq!(
+            failure(vec![
+                output("a", 2e-2, Some(1e-3)),
+                output("b", f64::NAN, None),
+                output("c", 5e-2, Some(5e-2)),
+            ])
+            .as_deref(),
+            Some(
+                "`m`: all 3 of its outputs differ from the reference interpreter's by more than \
+                 the tolerance (1 of them within it of the optimised graph, which is what the \
+                 fused kernels compute)"
+            )
+        );
     }
 }

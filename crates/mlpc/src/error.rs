@@ -55,9 +55,17 @@ pub enum Error {
     /// `--target` names no known target.
     #[error("unknown target `{0}` (expected cuda:sm_90, cuda:sm_90a, cuda:sm_80 or cpu)")]
     BadTarget(String),
-    /// A backend's outputs differ from the reference interpreter's.
-    #[error("`{0}`: the backend's outputs differ from the reference interpreter's")]
-    CheckFailed(String),
+    /// A backend's outputs differ from the reference interpreter's: `failed` of the model's
+    /// `outputs` are out of tolerance, and `explained` of those are within tolerance of the
+    /// optimised graph (the rounding of the fused kernels, not a wrong kernel; see
+    /// [`crate::OutputCheck::fused_error`]). Made by [`crate::CheckReport::failure`].
+    #[error("`{model}`: {}", check_failure(*failed, *outputs, *explained))]
+    CheckFailed {
+        model: String,
+        failed: usize,
+        outputs: usize,
+        explained: usize,
+    },
     /// The GPU is of an architecture mlpc generates no kernels for.
     #[error("unsupported GPU: {0}")]
     UnsupportedDevice(String),
@@ -121,4 +129,38 @@ impl Error {
             source,
         }
     }
+}
+
+/// The text of [`Error::CheckFailed`].
+fn check_failure(failed: usize, outputs: usize, explained: usize) -> String {
+    let (count, verb) = if outputs == 1 {
+        ("its output".to_string(), ("differs", "is"))
+    } else if failed == outputs {
+        (format!("all {outputs} of its outputs"), ("differ", "are"))
+    } else if failed == 1 {
+        (format!("1 of its {outputs} outputs"), ("differs", "is"))
+    } else {
+        (
+            format!("{failed} of its {outputs} outputs"),
+            ("differ", "are"),
+        )
+    };
+    let mut text = format!(
+        "{count} {} from the reference interpreter's by more than the tolerance",
+        verb.0
+    );
+    if explained == failed {
+        text.push_str(&format!(
+            ", but {} within it of the optimised graph, which is what the fused kernels compute: \
+             not a wrong kernel (see the {} above)",
+            verb.1,
+            if failed == 1 { "note" } else { "notes" }
+        ));
+    } else if explained > 0 {
+        text.push_str(&format!(
+            " ({explained} of them within it of the optimised graph, which is what the fused \
+             kernels compute)"
+        ));
+    }
+    text
 }
