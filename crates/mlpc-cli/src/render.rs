@@ -1,6 +1,6 @@
 //! Everything the binary prints: summaries on stdout, errors with their chain of causes on stderr.
 
-use mlpc::{Backend, CheckReport, CudaStatus, Summary, Tensors};
+use mlpc::{Backend, CheckReport, CudaStatus, Summary, Tensors, ROUNDING_FACTOR};
 use std::error::Error;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -128,6 +128,26 @@ pub fn check_report(name: &str, r: &CheckReport) -> String {
             o.error,
             o.tolerance
         );
+        match o.accuracy {
+            Some(a) if o.passes_by_accuracy() => {
+                let _ = writeln!(
+                    out,
+                    "     (about as near the graph's unrounded math as the reference interpreter, \
+                     which rounds every intermediate: {:.3e} against its {:.3e}, within \
+                     {ROUNDING_FACTOR}x; the fused kernels keep intermediates in f32)",
+                    a.backend, a.reference
+                );
+            }
+            Some(a) => {
+                let _ = writeln!(
+                    out,
+                    "     (against the graph's unrounded math: {:.3e}, the reference \
+                     interpreter's {:.3e})",
+                    a.backend, a.reference
+                );
+            }
+            None => {}
+        }
         match o.fused_error.filter(|_| o.explained_by_fusion()) {
             // NaN or an infinity on one side only: not a rounding difference.
             Some(e) if !o.error.is_finite() => {

@@ -599,10 +599,30 @@ fn can_allocate<T>(len: usize) -> bool {
 }
 
 /// Runs the graph on `inputs` (by input name) and returns every output by output name, in the
-/// outputs' dtype.
+/// outputs' dtype. Every value is computed in f64 and rounded to its node's storage type, as the
+/// graph defines it.
 pub fn interpret(
     g: &Graph,
     inputs: &BTreeMap<String, HostTensor>,
+) -> Result<BTreeMap<String, HostTensor>, InterpError> {
+    interpret_rounding(g, inputs, true)
+}
+
+/// [`interpret`] without the roundings of the values between the inputs and the outputs: every
+/// value stays in f64 and only the outputs are rounded to their storage type. The graph's math
+/// with its inputs and weights as stored, i.e. what the roundings of [`interpret`] (and those of
+/// fused kernels, which round fewer values) are measured against.
+pub fn interpret_unrounded(
+    g: &Graph,
+    inputs: &BTreeMap<String, HostTensor>,
+) -> Result<BTreeMap<String, HostTensor>, InterpError> {
+    interpret_rounding(g, inputs, false)
+}
+
+fn interpret_rounding(
+    g: &Graph,
+    inputs: &BTreeMap<String, HostTensor>,
+    round: bool,
 ) -> Result<BTreeMap<String, HostTensor>, InterpError> {
     verify(g)?;
     let bindings = bind_inputs(g, inputs.keys().map(|k| k.as_str()), |n| {
@@ -659,7 +679,9 @@ pub fn interpret(
                         vals.remove(&b);
                     }
                 }
-                round_all(node.ty.dtype, &mut data);
+                if round {
+                    round_all(node.ty.dtype, &mut data);
+                }
                 Value::contiguous(shape, data)
             }
         };
@@ -829,6 +851,33 @@ mod tests {
         let out = interpret(&g, &inputs).unwrap();
         // row 0: [1-3, 3] + b = [-1.75, 2.75] -> relu [0, 2.75]; row 1: [2, -3] + b -> [2.25, 0]
         assert_eq!(out["y"].to_f64(), vec![0.0, 2.75, 2.25, 0.0]);
+    }
+
+    /// `interpret` rounds every value to its node's type, `interpret_unrounded` only the outputs:
+    /// in bf16, 1 + 2^-9 rounds to 1 (its ulp at 1 is 2^-7), so (x + c) + d with d = -1 is 0
+    /// as the graph defines it and 2^-9 in its unrounded math; an output read straight from an
+    /// input is the same in both.
+    #[test]
+    fn unrounded_interpretation_rounds_only_the_outputs() {
+        let bf16 = |shape: &[usize], v: &[f64]| {
+            HostTensor::from_f64(DType::Bf16, shape.to_vec(), v).unwrap()
+        };
+        let mut g = Graph::new("round");
+        let s: Shape = smallvec![Dim::Fixed(1), Dim::Fixed(2)];
+        let x = g.add_input("x", TensorType::contiguous(DType::Bf16, s));
+        let c = g.add_weight("c", bf16(&[2], &[0.001953125, 0.5])).unwrap();
+        let d = g.add_weight("d", bf16(&[2], &[-1.0, -1.0])).unwrap();
+        let h = g.add("h", Op::Add, &[x, c]).unwrap();
+        let y = g.add("y", Op::Add, &[h, d]).unwrap();
+        g.add_output("y", y);
+        g.add_output("x", x);
+        let inputs = BTreeMap::from([("x".to_string(), bf16(&[1, 2], &[1.0, 1.0]))]);
+        let rounded = interpret(&g, &inputs).unwrap();
+        let unrounded = interpret_unrounded(&g, &inputs).unwrap();
+        assert_eq!(rounded["y"].to_f64(), vec![0.0, 0.5]);
+        assert_eq!(unrounded["y"].to_f64(), vec![0.001953125, 0.5]);
+        assert_eq!(rounded["x"], unrounded["x"]);
+        assert_eq!(unrounded["y"].dtype(), DType::Bf16);
     }
 
     /// Values dropped after their last reader are not needed again: an intermediate read twice

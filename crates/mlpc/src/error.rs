@@ -56,7 +56,8 @@ pub enum Error {
     #[error("unknown target `{0}` (expected cuda:sm_90, cuda:sm_90a, cuda:sm_80 or cpu)")]
     BadTarget(String),
     /// A backend's outputs differ from the reference interpreter's: `failed` of the model's
-    /// `outputs` are out of tolerance, and `explained` of those are within tolerance of the
+    /// `outputs` are out of tolerance (and further from the graph's unrounded math than
+    /// [`crate::Accuracy::comparable`] allows), and `explained` of those are within tolerance of the
     /// optimised graph (the rounding of the fused kernels, not a wrong kernel; see
     /// [`crate::OutputCheck::fused_error`]). Made by [`crate::CheckReport::failure`].
     #[error("`{model}`: {}", check_failure(*failed, *outputs, *explained))]

@@ -47,7 +47,10 @@ pub use autotune::{
 pub use backend::{Backend, UnknownBackend};
 pub use bundle::Bundle;
 pub use cache::{cache_dir, clear_cache, parse_size, trim_cache, AutotuneFile, CacheInfo, Cleared};
-pub use check::{plan_flops, tolerance, BenchOptions, BenchReport, CheckReport, OutputCheck};
+pub use check::{
+    plan_flops, tolerance, Accuracy, BenchOptions, BenchReport, CheckReport, OutputCheck,
+    ROUNDING_FACTOR,
+};
 pub use compiler::{
     check_environment, Compiled, Compiler, CudaKernels, CudaStatus, Progress, Summary,
     ENTRY_MAP_LIMIT,
