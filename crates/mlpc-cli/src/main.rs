@@ -93,6 +93,11 @@ enum Command {
     },
     /// Check a backend against the reference interpreter on fresh random inputs (outputs are
     /// poisoned with NaN before the run); exit status 1 if any output is off.
+    ///
+    /// An output passes within its dtype's relative tolerance of the reference (f32 1e-5, f16
+    /// 2e-3, bf16 1e-2), or, out of it, when it is at most twice as far from the graph's
+    /// unrounded math (every value in f64) as the reference, which rounds every intermediate:
+    /// fused kernels round fewer. Each output out of tolerance gets a note with both errors.
     Check {
         /// The model file (model.json).
         model: PathBuf,
