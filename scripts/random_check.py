@@ -16,10 +16,11 @@ interpreter), JOBS at a time, and each result is sorted into:
             far from the graph's unrounded math as that reference is (the check passes: the
             fused kernels round other, fewer intermediates than the source graph);
   rounding  out of tolerance of the source graph and more than twice as far as it from the
-            unrounded math, but within tolerance of the optimised graph: the check fails and says the difference
-            is the rounding of intermediates the fused kernels keep in f32 (a deep f16 / bf16
-            chain whose every node the source graph rounds), or an f16 / bf16 intermediate that
-            overflows in the source graph and not in f32; not a wrong kernel;
+            unrounded math, but within tolerance of the optimised graph: the check fails and
+            says the difference is the rounding of intermediates the fused kernels keep in f32
+            (a deep f16 / bf16 chain whose every node the source graph rounds), or an f16 /
+            bf16 intermediate that overflows in the source graph and not in f32; not a wrong
+            kernel;
   FAIL      out of tolerance of both: a wrong result;
   error     an error before any comparison (a compile or launch error, a refused input);
   crash     no verdict at all (a signal, or killed after the time limit).
