@@ -26,7 +26,9 @@ interpreter), JOBS at a time, and each result is sorted into:
   crash     no verdict at all (a signal, or killed after the time limit).
 
 Prints one line per model that is not ok, then a summary; exits 1 when any is FAIL, error or
-crash. The models are written to DIR (--keep DIR, else a temporary directory, kept and named when
+crash. Stopped early (SIGINT, or SIGTERM as `timeout` sends it), it prints the summary of the
+models checked so far, which are the first ones by seed, says how many, and exits 2 (1 if any of
+them is FAIL, error or crash). The models are written to DIR (--keep DIR, else a temporary directory, kept and named when
 a model is not ok), so that `mlpc check DIR/rSEED.json -b BACKEND --bind T=N` reproduces one
 (`pSEED.json` for `--mix products`: twice the share of products, longer graphs, each node's first
 operand among the last three values).
@@ -46,6 +48,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -199,16 +202,34 @@ def classify(rc, output):
     return "rounding" if explained else "FAIL"
 
 
+# The checks running now, killed when the script is stopped.
+RUNNING = set()
+
+
+class Stopped(Exception):
+    """SIGTERM, raised in the main thread."""
+
+
+def stop(signum, frame):
+    raise Stopped()
+
+
 def check(args, path, tokens):
     cmd = [args.mlpc, "check", path, "-b", args.backend, "--bind", f"T={tokens}"]
     if args.target:
         cmd += ["--target", args.target]
     cmd += args.arg
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        rc, output = p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired:
-        rc, output = 124, f"killed after {args.timeout} s"
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        RUNNING.add(p)
+        try:
+            out, err = p.communicate(timeout=args.timeout)
+            rc, output = p.returncode, out + err
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            rc, output = 124, f"killed after {args.timeout} s"
+        finally:
+            RUNNING.discard(p)
     return classify(rc, output), rc, output
 
 
@@ -246,10 +267,16 @@ def main():
     mix = "" if args.mix == "default" else f" of the {args.mix} mix"
     print(f"{args.count} random models{mix} (seeds {args.seed}..{args.seed + args.count - 1}) on "
           f"{args.backend}{target}, {args.jobs} at a time, in {directory}", flush=True)
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+    checked = 0
+    pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
+    signal.signal(signal.SIGTERM, stop)
+    try:
         futures = [pool.submit(check, args, path, tokens) for _, path, tokens, _, _ in work]
         for (seed, path, tokens, dtype, sparse), fut in zip(work, futures):
             verdict, rc, output = fut.result()
+            if rc in (-signal.SIGTERM, -signal.SIGINT):
+                raise Stopped()  # signalled with this process, before its own handler ran
+            checked += 1
             counts[verdict] += 1
             name = os.path.basename(path)
             if verdict != "ok":
@@ -264,6 +291,18 @@ def main():
                               for n in notes(lines, i) if NEARER in n][:3]
                 print(f"{verdict:8} {name} T={tokens} {dtype}{' sparse' if sparse else ''} "
                       f"(exit {rc}): {' | '.join(detail)}", flush=True)
+    except (KeyboardInterrupt, Stopped):
+        # What the checks still running report now is not counted.
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in list(RUNNING):
+            p.kill()
+        last = f", seeds {args.seed}..{args.seed + checked - 1}" if checked else ""
+        print(f"stopped after {checked} of {args.count} models{last}; the rest not checked")
+        print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()), flush=True)
+        print(f"models kept in {directory}", flush=True)
+        bad = counts["FAIL"] + counts["error"] + counts["crash"]
+        os._exit(1 if bad else 2)
+    pool.shutdown()
     print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     bad = counts["FAIL"] + counts["error"] + counts["crash"]
     if not args.keep:
