@@ -25,13 +25,13 @@ interpreter), JOBS at a time, and each result is sorted into:
   error     an error before any comparison (a compile or launch error, a refused input);
   crash     no verdict at all (a signal, or killed after the time limit).
 
-Prints one line per model that is not ok, then a summary; exits 1 when any is FAIL, error or
-crash. Stopped early (SIGINT, or SIGTERM as `timeout` sends it), it prints the summary of the
-models checked so far, which are the first ones by seed, says how many, and exits 2 (1 if any of
-them is FAIL, error or crash). The models are written to DIR (--keep DIR, else a temporary directory, kept and named when
-a model is not ok), so that `mlpc check DIR/rSEED.json -b BACKEND --bind T=N` reproduces one
-(`pSEED.json` for `--mix products`: twice the share of products, longer graphs, each node's first
-operand among the last three values).
+Prints one line per model that is not ok, then a summary; exits 1 when any is FAIL, error or crash.
+Stopped early (SIGINT, or SIGTERM as `timeout` sends it), it prints the summary of the models
+checked so far, which are the first ones by seed, says how many, and exits 2 (1 if any of them is
+FAIL, error or crash). The models are written to DIR (--keep DIR, else a temporary directory, kept
+and named when a model is not ok), so that `mlpc check DIR/rSEED.json -b BACKEND --bind T=N`
+reproduces one (`pSEED.json` for `--mix products`: twice the share of products, longer graphs, each
+node's first operand among the last three values).
 
 usage: random_check.py --mlpc BIN [--backend cuda|cpu|reference] [--count N] [--seed S]
                        [--mix default|products] [--jobs J] [--keep DIR] [--timeout SECONDS]
