@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """`mlpc check` of random models changed in one or two places: refusals, not panics; right answers.
 
-Takes the random models of `random_check.py` (seed S of its mix) and changes each in one or two
-places, as a hand edit or a bad generator would: a weight's dimension, a node's op, an operand
-(another value, weight or input; or the two reversed), the dtype, an input's dimension or an
-extra leading one, the outputs, the `sparsity` section (block, density, `with`, a new spec by
-name or glob), or a node removed. Some of the changed models are still valid, most are not. Every
+Takes the random models of `random_check.py` (graph form), and for a quarter of the seeds a
+random model in sequential form (`layers`: generated linear layers with and without bias,
+activations, some with a `sparsity` section), and changes each in one or two places, as a hand
+edit or a bad generator would. Graph form: a weight's dimension, a node's op, an operand (another
+value, weight or input; or the two reversed), the outputs, or a node removed. Sequential form: a
+layer's op, `in`, `out`, `bias` or name, a layer removed or repeated, a key no layer takes.
+Both: the dtype, an input's dimension or an extra leading one, the `sparsity` section (block,
+density, `with`, a new spec by name or glob). Some of the changed models are still valid, most
+are not. Every
 one goes through `mlpc check` on the backend with `--verify-each true` (the verifier after every
 pass), JOBS at a time, and each result is sorted into:
 
@@ -47,14 +51,17 @@ BUG = ("a bug in mlpc", "internal error")
 
 
 def names(m):
-    return list(m["params"]) + list(m["inputs"]) + [n["name"] for n in m["nodes"]]
+    nodes = [n["name"] for n in m.get("nodes", [])]
+    return list(m.get("params", {})) + list(m["inputs"]) + nodes
 
 
-def change(m, r):
-    """Changes `m` in one place, chosen by `r`; returns what it did (for the report)."""
-    nodes = m["nodes"]
-    k = r.randrange(10)
-    if k == 0 and m["params"]:
+def change(m, r, shared_only=False):
+    """Changes the graph-form model `m` in one place, chosen by `r`; returns what it did (for the
+    report). `shared_only`: only the changes a sequential model takes too (dtype, inputs,
+    `sparsity`)."""
+    nodes = m.get("nodes", [])
+    k = r.choice([4, 5, 6, 8]) if shared_only else r.randrange(10)
+    if k == 0 and m.get("params"):
         w = r.choice(list(m["params"]))
         shape = m["params"][w]
         i = r.randrange(len(shape))
@@ -102,11 +109,11 @@ def change(m, r):
             sp[w][key] = r.choice({
                 "block": [[2, 2], [3, 3], [8, 8], [32, 32], [64, 64], [4, 16], [0, 4]],
                 "density": [0.0, 0.01, 0.1, 0.5, 1.0, 1.5],
-                "with": names(m)[:6] + [w],
+                "with": names(m)[:6] + [w, "fc2.weight"],
             }[key])
             return f"sparsity.{w}.{key} = {sp[w][key]}"
-        weights = [w for w, s in m["params"].items() if len(s) == 2]
-        pattern = r.choice(weights + ["*", "w*", "b*", "nothing*"])
+        weights = [w for w, s in m.get("params", {}).items() if len(s) == 2]
+        pattern = r.choice(weights + ["*", "w*", "b*", "nothing*", "*.weight", "fc1.bias"])
         spec = {"block": r.choice([[2, 2], [8, 8], [16, 16], [32, 32], [3, 3]])}
         if r.random() < 0.8:
             spec["density"] = r.choice([0.1, 0.25, 0.5, 1.0])
@@ -118,9 +125,83 @@ def change(m, r):
     return "nothing"
 
 
+def sequential(r):
+    """A random model in sequential form (`layers`), and the token count to check it at."""
+    width = r.choice(DIMS[3:])
+    layers, linears = [], 0
+    for _ in range(r.randint(1, 6)):
+        if r.random() < 0.5:
+            linears += 1
+            layer = {"op": "linear", "out": r.choice(DIMS[3:])}
+            if r.random() < 0.5:
+                layer["in"] = width
+            if r.random() < 0.3:
+                layer["bias"] = False
+            if r.random() < 0.3:
+                layer["name"] = f"lin{linears}"
+            width = layer["out"]
+        else:
+            layer = {"op": r.choice(random_check.ACTIVATIONS)}
+        layers.append(layer)
+    first = next((layer for layer in layers if layer["op"] == "linear"), None)
+    d = first["in"] if first and "in" in first else r.choice(DIMS[3:])
+    if first is not None:
+        first["in"] = d
+    shape = [2, "T", d] if r.random() < 0.2 else ["T", d]
+    m = {"mlpc": 1, "dtype": r.choice(["f32", "f16", "bf16"]), "seed": r.randrange(100),
+         "inputs": {"x": {"shape": shape}}, "layers": layers}
+    if linears and r.random() < 0.5:
+        m["sparsity"] = {r.choice(["*.weight", "fc1.weight", "lin*"]): {
+            "block": r.choice([[1, 1], [2, 2], [8, 8], [16, 16]]),
+            "density": r.choice(random_check.DENSITIES)}}
+    return m, r.choice(random_check.TOKENS)
+
+
+def change_layers(m, r):
+    """Changes the sequential model `m` in one place; returns what it did."""
+    layers = m["layers"]
+    k = r.randrange(8)
+    if k == 0 and layers:
+        layer = r.choice(layers)
+        layer["op"] = r.choice(OPS + ["linear", "conv"])
+        return f"layer op {layer['op']}"
+    if k == 1 and layers:
+        i = r.randrange(len(layers))
+        key = r.choice(["in", "out"])
+        layers[i][key] = r.choice(DIMS + [0, -1, "T"])
+        return f"layers[{i}].{key} = {layers[i][key]}"
+    if k == 2 and layers:
+        i = r.randrange(len(layers))
+        layers[i]["bias"] = r.choice([True, False, "fc1.bias", 1])
+        return f"layers[{i}].bias = {layers[i]['bias']}"
+    if k == 3 and layers:
+        i = r.randrange(len(layers))
+        layers[i]["name"] = r.choice(["fc1", "act1", "x", "y", "fc1.weight", "a b", ""])
+        return f"layers[{i}].name = {layers[i]['name']!r}"
+    if k == 4 and layers:
+        i = r.randrange(len(layers))
+        del layers[i]
+        return f"layers[{i}] removed"
+    if k == 5 and layers:
+        i = r.randrange(len(layers))
+        layers.insert(i, copy.deepcopy(layers[i]))
+        return f"layers[{i}] repeated"
+    if k == 6 and layers:
+        i = r.randrange(len(layers))
+        key = r.choice(["weight", "in", "stride", "activation"])
+        layers[i][key] = r.choice(["fc1.weight", 8, "w"])
+        return f"layers[{i}].{key} = {layers[i][key]}"
+    return change(m, r, shared_only=True)
+
+
 def mutated(seed):
     """The changed model of `seed`, the token count, and what was changed."""
     r = random.Random(seed)
+    if r.random() < 0.25:
+        m, tokens = sequential(r)
+        m["name"] = f"m{seed}"
+        changes = [change_layers(m, r) for _ in range(r.randint(1, 2))]
+        return m, tokens, changes
     mix = r.choice(["default", "products"])
     m, tokens = random_check.model(seed, mix)
     m = copy.deepcopy(m)
