@@ -37,7 +37,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -228,11 +227,7 @@ def check(args, path, m, tokens):
     cmd = [args.mlpc, "check", path, "-b", args.backend, "--verify-each", "true"]
     for s in symbols:
         cmd += ["--bind", f"{s}={tokens if s == 'T' else 3}"]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        rc, output = p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired:
-        rc, output = 124, f"killed after {args.timeout} s"
+    rc, output = random_check.run(cmd, args.timeout)
     return verdict(rc, output), rc, output
 
 

@@ -214,22 +214,27 @@ def stop(signum, frame):
     raise Stopped()
 
 
+def run(cmd, timeout):
+    """Runs `cmd`, killed after `timeout` seconds (status 124); its status and its output."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        RUNNING.add(p)
+        try:
+            out, err = p.communicate(timeout=timeout)
+            return p.returncode, out + err
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            return 124, f"killed after {timeout} s"
+        finally:
+            RUNNING.discard(p)
+
+
 def check(args, path, tokens):
     cmd = [args.mlpc, "check", path, "-b", args.backend, "--bind", f"T={tokens}"]
     if args.target:
         cmd += ["--target", args.target]
     cmd += args.arg
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
-        RUNNING.add(p)
-        try:
-            out, err = p.communicate(timeout=args.timeout)
-            rc, output = p.returncode, out + err
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
-            rc, output = 124, f"killed after {args.timeout} s"
-        finally:
-            RUNNING.discard(p)
+    rc, output = run(cmd, args.timeout)
     return classify(rc, output), rc, output
 
 
