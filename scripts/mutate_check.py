@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
 """`mlpc check` of random models changed in one or two places: refusals, not panics; right answers.
 
-Takes the random models of `random_check.py` (graph form), and for a quarter of the seeds a
-random model in sequential form (`layers`: generated linear layers with and without bias,
-activations, some with a `sparsity` section), and changes each in one or two places, as a hand
-edit or a bad generator would. Graph form: a weight's dimension, a node's op, an operand (another
-value, weight or input; or the two reversed), the outputs, or a node removed. Sequential form: a
-layer's op, `in`, `out`, `bias` or name, a layer removed or repeated, a key no layer takes.
-Both: the dtype, an input's dimension or an extra leading one, the `sparsity` section (block,
-density, `with`, a new spec by name or glob). Some of the changed models are still valid, most
-are not. Every
-one goes through `mlpc check` on the backend with `--verify-each true` (the verifier after every
-pass), JOBS at a time, and each result is sorted into:
+Takes the random models of `random_check.py` (graph form), and for a quarter of the seeds a random
+model in sequential form (`layers`: generated linear layers with and without bias, activations,
+some with a `sparsity` section), and changes each in one or two places, as a hand edit or a bad
+generator would. Graph form: a weight's dimension, a node's op, an operand (another value, weight
+or input; or the two reversed), the outputs, or a node removed. Sequential form: a layer's op,
+`in`, `out`, `bias` or name, a layer removed or repeated, a key no layer takes. Both: the dtype, an
+input's dimension or an extra leading one, the `sparsity` section (block, density, `with`, a new
+spec by name or glob). Some of the changed models are still valid, most are not. Every one goes
+through `mlpc check` on the backend with `--verify-each true` (the verifier after every pass), JOBS
+at a time, and each result is sorted into:
 
   ok, nearer, rounding   a valid model, sorted as `random_check.py` sorts it;
   refused                exit status 1 with an `error:` line: the model is refused with a message;
