@@ -202,7 +202,6 @@ def mutated(seed):
         return m, tokens, changes
     mix = r.choice(["default", "products"])
     m, tokens = random_check.model(seed, mix)
-    m = copy.deepcopy(m)
     m["name"] = f"m{seed}"
     changes = [change(m, r) for _ in range(r.randint(1, 2))]
     return m, tokens, changes
