@@ -8,20 +8,34 @@ generator would. Graph form: a weight's dimension, a node's op, an operand (anot
 or input; or the two reversed), the outputs, or a node removed. Sequential form: a layer's op,
 `in`, `out`, `bias` or name, a layer removed or repeated, a key no layer takes. Both: the dtype, an
 input's dimension or an extra leading one, the `sparsity` section (block, density, `with`, a new
-spec by name or glob). Some of the changed models are still valid, most are not. Every one goes
-through `mlpc check` on the backend with `--verify-each true` (the verifier after every pass), JOBS
-at a time, and each result is sorted into:
+spec by name or glob). For a quarter of the graph-form seeds the weights come from a safetensors
+file instead of `params` (values as mlpc generates them, stored as F32, F16 or BF16 whatever the
+model's dtype), and most of their changes are to that file, as a bad writer or a cut-short copy
+would make them: a tensor's dtype, shape or data offsets, a tensor left out of the header or
+renamed, an unused tensor of another dtype added, a value made NaN, infinite or large, the file
+cut short or with bytes added, the header's length or one of its characters changed, or the
+model's `weights` path pointing elsewhere. Some of the changed models are still valid, most are
+not. Every one goes through `mlpc check` on the backend with `--verify-each true` (the verifier
+after every pass), JOBS at a time. For about one graph-form seed in seven the model stays as it is
+and its inputs file is changed instead, in the same ways as a weights file (`mlpc gen-inputs`,
+then the file changed, then `mlpc run` on the backend and on the reference interpreter, which
+must both refuse it or both run it). Each result is sorted into:
 
   ok, nearer, rounding   a valid model, sorted as `random_check.py` sorts it;
+  ran                    a changed inputs file both backends ran (their outputs are not compared:
+                         the valid models' are, in `mlpc check`);
   refused                exit status 1 with an `error:` line: the model is refused with a message;
   FAIL                   a valid model whose outputs are wrong (`random_check.py`'s FAIL);
   bug                    a refusal that says it is a bug in mlpc (an internal error, a pass that
-                         left an invalid graph), or exit status 1 with no `error:` line;
+                         left an invalid graph), exit status 1 with no `error:` line, or an inputs
+                         file one backend runs and the other refuses;
   crash                  any other exit status, a panic, or killed after the time limit.
 
 Prints one line per model that is FAIL, bug or crash (with the changes made, so that the kept
 model reproduces it), then a summary; exits 1 when any is. The models are written to DIR (--keep
-DIR, else a temporary directory, kept when a model is FAIL, bug or crash) as `mSEED.json`.
+DIR, else a temporary directory, kept when a model is FAIL, bug or crash) as `mSEED.json`, their
+weights files beside them as `mSEED.safetensors`, the inputs files as `mSEED.in.safetensors` (as
+generated) and `mSEED.bad.safetensors` (as changed).
 
 usage: mutate_check.py --mlpc BIN [--backend cpu|cuda|reference] [--count N] [--seed S]
                        [--jobs J] [--keep DIR] [--timeout SECONDS]
@@ -30,12 +44,15 @@ Here (the CPU backend, through LLVM):
   python3 scripts/mutate_check.py --mlpc target/release/mlpc --backend cpu --count 200
 """
 import argparse
+import array
 import concurrent.futures
 import copy
 import json
+import math
 import os
 import random
 import shutil
+import struct
 import sys
 import tempfile
 
@@ -192,19 +209,178 @@ def change_layers(m, r):
     return change(m, r, shared_only=True)
 
 
+def values(r, dtype, shape):
+    """Random values of a tensor as mlpc generates them (uniform in +-1/sqrt(fan_in), fan_in the
+    last dimension), stored as the safetensors `dtype` (F32, F16 or BF16): its bytes."""
+    n = math.prod(shape)
+    bound = 1 / math.sqrt(shape[-1])
+    bits = array.array("I", r.randbytes(4 * n))
+    xs = [(u * 2.0**-31 - 1.0) * bound for u in bits]
+    if dtype == "F16":
+        return struct.pack(f"<{n}e", *xs)
+    f32 = struct.pack(f"<{n}f", *xs)
+    if dtype == "F32":
+        return f32
+    wide = array.array("I")
+    wide.frombytes(f32)
+    return array.array("H", (u >> 16 for u in wide)).tobytes()
+
+
+class WeightsFile:
+    """A safetensors file in the making: the header as an object, the data, and the changes to
+    the bytes that serialising them makes (`cut`: the length to cut the file to; `length`: the
+    header length to write; `poke`: (offset in the header, character); `tail`: bytes appended)."""
+
+    def __init__(self, tensors):
+        self.header, data, offset = {}, [], 0
+        for name, (dtype, shape, b) in tensors.items():
+            self.header[name] = {"dtype": dtype, "shape": shape,
+                                 "data_offsets": [offset, offset + len(b)]}
+            data.append(b)
+            offset += len(b)
+        self.data = bytearray(b"".join(data))
+        self.cut = self.length = self.poke = None
+        self.tail = b""
+
+    @classmethod
+    def parse(cls, b):
+        """The file of bytes `b`, as mlpc writes one."""
+        f = cls({})
+        (length,) = struct.unpack("<Q", b[:8])
+        f.header = json.loads(b[8:8 + length])
+        f.data = bytearray(b[8 + length:])
+        return f
+
+    def bytes(self):
+        h = json.dumps(self.header).encode()
+        h += b" " * (-len(h) % 8)
+        if self.poke is not None:
+            i, c = self.poke
+            h = h[:i % len(h)] + c + h[i % len(h) + 1:]
+        length = len(h) if self.length is None else self.length
+        out = struct.pack("<Q", length % 2**64) + h + bytes(self.data) + self.tail
+        return out if self.cut is None else out[:self.cut % (len(out) + 1)]
+
+
+def with_file(m, r):
+    """Moves the graph-form model `m`'s `params` into a weights file; returns the file."""
+    tensors = {}
+    for name, shape in m.pop("params").items():
+        dtype = r.choice(["F32", "F16", "BF16"])
+        tensors[name] = (dtype, shape, values(r, dtype, shape))
+    m["weights"] = f"{m['name']}.safetensors"
+    return WeightsFile(tensors)
+
+
+def change_file(m, f, r, key="weights"):
+    """Changes the tensor file `f` in one place; returns what it did. Its path is `m[key]` (the
+    model's weights file, or the inputs file of `mlpc run`)."""
+    names = [n for n in f.header if n != "__metadata__"]
+    k = r.randrange(11)
+    if not names:
+        k = r.choice([5, 9, 10])
+    if k == 0:
+        n = r.choice(names)
+        f.header[n]["dtype"] = r.choice(["F16", "BF16", "F32", "F64", "I32", "I8", "U8", "BOOL",
+                                         "F8_E4M3", "f32", "", 7])
+        return f"file: {n} dtype {f.header[n]['dtype']!r}"
+    if k == 1:
+        n = r.choice(names)
+        shape = f.header[n]["shape"]
+        how = r.randrange(4)
+        if how == 0:
+            shape[r.randrange(len(shape))] = r.choice(DIMS + [0])
+        elif how == 1:
+            shape.reverse()
+        elif how == 2:
+            shape.insert(0, 1)
+        else:
+            shape.pop()
+        return f"file: {n} shape {shape}"
+    if k == 2:
+        n = r.choice(names)
+        offsets = f.header[n]["data_offsets"]
+        how = r.randrange(4)
+        if how == 0:
+            offsets[1] += r.choice([-2, -1, 1, 2, 4096])
+        elif how == 1:
+            offsets[0] += r.choice([1, 2, 8])
+        elif how == 2:
+            offsets.reverse()
+        else:
+            f.header[n]["data_offsets"] = [0, offsets[1] - offsets[0]]
+        return f"file: {n} data_offsets {f.header[n]['data_offsets']}"
+    if k == 3:
+        n = r.choice(names)
+        del f.header[n]
+        return f"file: {n} left out of the header"
+    if k == 4:
+        n = r.choice(names)
+        new = r.choice(["x", "w999", n + ".weight", n.upper(), ""])
+        f.header = {new if key == n else key: v for key, v in f.header.items()}
+        return f"file: {n} renamed {new!r}"
+    if k == 5:
+        end = len(f.data)
+        dtype, size = r.choice([("I64", 8), ("U8", 1), ("F64", 8), ("BOOL", 1)])
+        f.header["buffer"] = {"dtype": dtype, "shape": [3], "data_offsets": [end, end + 3 * size]}
+        f.data += bytes(3 * size)
+        if r.random() < 0.5:
+            f.header["__metadata__"] = r.choice([{"format": "pt"}, {"format": 3}, "pt"])
+        return f"file: an unused {dtype} tensor added"
+    if k == 6:
+        n = r.choice(names)
+        t = f.header[n]
+        width = {"F32": 4, "F16": 2, "BF16": 2}.get(t["dtype"])
+        start, end = t["data_offsets"]
+        if width is None or end - start < width:
+            return change_file(m, f, r, key)
+        i = start + width * r.randrange((end - start) // width)
+        v = r.choice([float("nan"), float("inf"), float("-inf"), 1e4, -3e4])
+        b = struct.pack("<e" if width == 2 and t["dtype"] == "F16" else "<f", v)
+        f.data[i:i + width] = b if t["dtype"] != "BF16" else b[2:]
+        return f"file: a value of {n} = {v}"
+    if k == 7:
+        f.cut = r.randrange(1 << 30)
+        return "file: cut short"
+    if k == 8:
+        f.tail = bytes(r.choice([1, 7, 8, 64]))
+        return "file: bytes appended"
+    if k == 9:
+        f.length = r.choice([0, 1, 7, 2**31, 2**64 - 1, len(json.dumps(f.header)) + 9])
+        return f"file: header length {f.length}"
+    if k == 10 and r.random() < 0.5:
+        f.poke = (r.randrange(1 << 20), bytes([r.choice(b'{}[]",:0 aZ\\\xff')]))
+        return f"file: header character {f.poke[1]!r}"
+    m[key] = r.choice(["missing.safetensors", ".", f"{m['name']}.json", "", "/"])
+    return f"{key} = {m[key]!r}"
+
+
 def mutated(seed):
-    """The changed model of `seed`, the token count, and what was changed."""
+    """The changed model of `seed`, the token count, what was changed, and the weights file (or
+    None)."""
     r = random.Random(seed)
     if r.random() < 0.25:
         m, tokens = sequential(r)
         m["name"] = f"m{seed}"
         changes = [change_layers(m, r) for _ in range(r.randint(1, 2))]
-        return m, tokens, changes
+        return m, tokens, changes, None
     mix = r.choice(["default", "products"])
     m, tokens = random_check.model(seed, mix)
     m["name"] = f"m{seed}"
-    changes = [change(m, r) for _ in range(r.randint(1, 2))]
-    return m, tokens, changes
+    # The files' draws from streams of their own: the other models are as they were without them.
+    rf = random.Random(f"weights file {seed}")
+    f = with_file(m, rf) if rf.random() < 0.25 else None
+    if random.Random(f"inputs file {seed}").random() < 0.15:
+        return m, tokens, INPUTS, f
+    if f is None:
+        return m, tokens, [change(m, r) for _ in range(r.randint(1, 2))], None
+    changes = [change_file(m, f, rf) if rf.random() < 0.7 else change(m, r)
+               for _ in range(r.randint(1, 2))]
+    return m, tokens, changes, f
+
+
+# The changes of a model kept valid whose inputs file `mlpc run` reads is changed instead.
+INPUTS = ["inputs file"]
 
 
 def verdict(rc, output):
@@ -220,13 +396,58 @@ def verdict(rc, output):
     return "refused" if errors else "bug"
 
 
-def check(args, path, m, tokens):
+def binds(m, tokens):
     symbols = sorted({d for x in m["inputs"].values() for d in x["shape"] if isinstance(d, str)})
+    return [a for s in symbols for a in ("--bind", f"{s}={tokens if s == 'T' else 3}")]
+
+
+def check(args, path, m, tokens):
     cmd = [args.mlpc, "check", path, "-b", args.backend, "--verify-each", "true"]
-    for s in symbols:
-        cmd += ["--bind", f"{s}={tokens if s == 'T' else 3}"]
-    rc, output = random_check.run(cmd, args.timeout)
+    rc, output = random_check.run(cmd + binds(m, tokens), args.timeout)
     return verdict(rc, output), rc, output
+
+
+def ran(rc, output):
+    """The verdict of one `mlpc run`: ran, refused, bug or crash."""
+    if "panicked" in output or rc not in (0, 1):
+        return "crash"
+    if rc == 0:
+        return "ran"
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    return "refused" if errors and not any(b in e for e in errors for b in BUG) else "bug"
+
+
+def run_inputs(args, path, m, tokens, seed):
+    """`mlpc gen-inputs` for the valid model `path`, the inputs file changed in one or two places,
+    then `mlpc run` on it on the backend and on the reference interpreter, which must both refuse
+    it with a message or both run: their verdict (ran, refused, bug or crash), the status and
+    output of the backend's run (or of the first command that went wrong), and the changes."""
+    stem = path[:-len(".json")]
+    rc, output = random_check.run([args.mlpc, "gen-inputs", path, "-o", f"{stem}.in.safetensors"]
+                                  + binds(m, tokens), args.timeout)
+    if rc != 0:
+        return ("crash" if ran(rc, output) == "crash" else "bug"), rc, output, ["gen-inputs"]
+    with open(f"{stem}.in.safetensors", "rb") as f:
+        inputs = WeightsFile.parse(f.read())
+    r = random.Random(f"inputs file {seed} changes")
+    at = {"name": os.path.basename(stem), "input": os.path.basename(stem) + ".bad.safetensors"}
+    changes = ["inputs " + change_file(at, inputs, r, "input") for _ in range(r.randint(1, 2))]
+    with open(f"{stem}.bad.safetensors", "wb") as f:
+        f.write(inputs.bytes())
+    results = []
+    for backend in (args.backend, "reference"):
+        cmd = [args.mlpc, "run", path, "-b", backend, "--input",
+               os.path.join(os.path.dirname(path), at["input"]),
+               "--output", f"{stem}.out-{backend}.safetensors"]
+        rc, output = random_check.run(cmd, args.timeout)
+        results.append((ran(rc, output), rc, output))
+    (v, rc, output), (vr, rcr, outr) = results
+    if v == vr or v in ("bug", "crash"):
+        return v, rc, output, changes
+    if vr in ("bug", "crash"):
+        return vr, rcr, "reference: " + outr, changes
+    # One refuses what the other runs: the backends check inputs alike.
+    return "bug", rc, f"{args.backend} {v}, the reference {vr}: {output} | {outr}", changes
 
 
 def main():
@@ -245,18 +466,25 @@ def main():
     os.makedirs(directory, exist_ok=True)
     work = []
     for seed in range(args.seed, args.seed + args.count):
-        m, tokens, changes = mutated(seed)
+        m, tokens, changes, weights = mutated(seed)
         path = os.path.join(directory, f"{m['name']}.json")
         with open(path, "w") as f:
             json.dump(m, f)
-        work.append((path, m, tokens, changes))
-    counts = {k: 0 for k in ("ok", "nearer", "rounding", "refused", "FAIL", "bug", "crash")}
+        if weights is not None:
+            with open(os.path.join(directory, f"{m['name']}.safetensors"), "wb") as f:
+                f.write(weights.bytes())
+        work.append((seed, path, m, tokens, changes))
+    counts = {k: 0 for k in ("ok", "nearer", "rounding", "ran", "refused", "FAIL", "bug",
+                             "crash")}
     print(f"{args.count} changed random models (seeds {args.seed}..{args.seed + args.count - 1}) "
           f"on {args.backend}, {args.jobs} at a time, in {directory}", flush=True)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(check, args, path, m, tokens) for path, m, tokens, _ in work]
-        for (path, m, tokens, changes), fut in zip(work, futures):
-            v, rc, output = fut.result()
+        futures = [pool.submit(run_inputs, args, path, m, tokens, seed) if changes is INPUTS
+                   else pool.submit(check, args, path, m, tokens)
+                   for seed, path, m, tokens, changes in work]
+        for (_, path, m, tokens, changes), fut in zip(work, futures):
+            v, rc, output, *made = fut.result()
+            changes = made[0] if made else changes
             counts[v] += 1
             if v in ("FAIL", "bug", "crash"):
                 tail = " | ".join(line.strip() for line in output.splitlines()[-3:])

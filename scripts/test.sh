@@ -41,8 +41,8 @@ cargo build -p mlpc-cli --quiet
 python3 scripts/random_check.py --mlpc "$target_dir/debug/mlpc" --backend cpu --count 60 --seed 0 --jobs 2
 python3 scripts/random_check.py --mlpc "$target_dir/debug/mlpc" --backend cpu --count 30 --seed 0 --jobs 2 --mix products
 # The same models changed in one or two places: each refused with a message, or checked right.
-echo "== scripts/mutate_check.py: 60 random models changed in one or two places"
-python3 scripts/mutate_check.py --mlpc "$target_dir/debug/mlpc" --backend cpu --count 60 --seed 0 --jobs 2
+echo "== scripts/mutate_check.py: 150 random models changed in one or two places"
+python3 scripts/mutate_check.py --mlpc "$target_dir/debug/mlpc" --backend cpu --count 150 --seed 0 --jobs 2
 echo "== cargo doc --workspace --no-deps (warnings as errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 # The GPU tables are written by the harness: rendering them again from their measurements files
