@@ -67,13 +67,14 @@ impl Artifacts {
     pub const MARKER: &'static str = "graph.txt";
 
     /// What the top level of an output directory may hold.
-    pub const OUTPUT_NAMES: [&'static str; 6] = [
+    pub const OUTPUT_NAMES: [&'static str; 7] = [
         "graph.txt",
         "optimized.txt",
         "plan.json",
         "explain.txt",
         "weights.safetensors",
         "kernels",
+        Checksums::FILE,
     ];
 
     pub fn new() -> Artifacts {
@@ -105,6 +106,25 @@ impl Artifacts {
             Some(f) => f.1 = contents,
             None => self.files.push((path, contents)),
         }
+    }
+
+    /// Adds (or replaces) [`Checksums::FILE`]: the SHA-256 of every file added so far as bytes
+    /// (not the weights file, whose tensors [`crate::Bundle::load`] checks by name, dtype and
+    /// shape), so that a compiled directory whose plan or kernels changed since is refused.
+    pub fn add_checksums(&mut self) -> Result<(), Error> {
+        let sha256 = self
+            .files
+            .iter()
+            .filter(|(p, _)| p != Path::new(Checksums::FILE))
+            .filter_map(|(p, c)| Some((slashed(p), sha256_hex(c.bytes()?))))
+            .collect();
+        let sums = Checksums {
+            mlpc: env!("CARGO_PKG_VERSION").to_string(),
+            sha256,
+        };
+        let text = serde_json::to_string_pretty(&sums).map_err(Error::Serialize)?;
+        self.add(Checksums::FILE, text + "\n");
+        Ok(())
     }
 
     /// The files in the order they were added.
@@ -229,6 +249,43 @@ impl Artifacts {
         drop(old);
         Ok(written)
     }
+}
+
+/// `checksums.json` of a compiled directory: which mlpc wrote it, and the SHA-256 of each file
+/// it wrote as bytes, by its path in the directory (`/`-separated). It tells a file changed or
+/// swapped since the compilation (a copy cut short, a kernel of another compilation) from the
+/// one compiled, and a directory of another mlpc version (whose plan and launch descriptions
+/// this one may read differently) from one of its own; it is not a signature: whoever can edit
+/// the files can edit it too.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checksums {
+    /// The version of the mlpc that compiled the directory.
+    pub mlpc: String,
+    /// Lowercase hex SHA-256 of each file, by path.
+    pub sha256: BTreeMap<String, String>,
+}
+
+impl Checksums {
+    /// The file's name in an output directory.
+    pub const FILE: &'static str = "checksums.json";
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A relative path with `/` between its components, whatever the platform's separator.
+pub(crate) fn slashed(path: &Path) -> String {
+    path.components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// An advisory lock (`flock`) on the directory that holds output directories: [`Artifacts::write_to`]

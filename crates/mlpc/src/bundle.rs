@@ -3,6 +3,7 @@
 //! (`weights.safetensors`, written by [`crate::Compiler::emit_weights`]). This is what a
 //! deployment ships: no model file, no NVRTC, only the CUDA driver.
 
+use crate::artifacts::{sha256_hex, slashed, Checksums};
 use crate::error::Error;
 use crate::Tensors;
 use mlpc_codegen::CudaKernel;
@@ -39,12 +40,50 @@ impl Bundle {
         path.is_dir()
     }
 
-    /// Reads `dir`: the plan, every kernel it names, and the weights it reads.
+    /// `dir`'s [`Checksums`], written by this version of mlpc.
+    fn checksums(dir: &Path) -> Result<Checksums, Error> {
+        let path = dir.join(Checksums::FILE);
+        let text = match std::fs::read(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir.is_dir() => {
+                return Err(bad(
+                    dir,
+                    format!(
+                        "it holds no {}: every compiled directory has one (this one was written \
+                         by an older mlpc, or copied in part); compile the model again",
+                        Checksums::FILE
+                    ),
+                ))
+            }
+            Err(e) => return Err(Error::io("read", path)(e)),
+        };
+        let sums: Checksums = serde_json::from_slice(&text).map_err(|e| {
+            bad(
+                dir,
+                format!("{} is not a list of checksums: {e}", Checksums::FILE),
+            )
+        })?;
+        let ours = env!("CARGO_PKG_VERSION");
+        if sums.mlpc != ours {
+            return Err(bad(
+                dir,
+                format!(
+                    "it was compiled by mlpc {}, and this is mlpc {ours}, whose plans and kernels \
+                     may differ; compile the model again",
+                    sums.mlpc
+                ),
+            ));
+        }
+        Ok(sums)
+    }
+
+    /// Reads `dir`: the plan, every kernel it names, and the weights it reads, each file read as
+    /// bytes checked against [`Checksums`] first.
     pub fn load(dir: &Path) -> Result<Bundle, Error> {
         // Every file from one compilation: a compile replacing `dir` now waits, or is waited for.
         let _lock =
             crate::artifacts::ParentLock::shared(&crate::artifacts::ParentLock::parent_of(dir));
-        let read = |name: &Path| -> Result<Vec<u8>, Error> {
+        let read_raw = |name: &Path| -> Result<Vec<u8>, Error> {
             let p = dir.join(name);
             std::fs::read(&p).map_err(Error::io("read", p))
         };
@@ -56,6 +95,24 @@ impl Bundle {
                     .into(),
             ));
         }
+        let sums = Bundle::checksums(dir)?;
+        // Every file read as bytes is the one compiled.
+        let read = |name: &Path| -> Result<Vec<u8>, Error> {
+            let bytes = read_raw(name)?;
+            let key = slashed(name);
+            match sums.sha256.get(&key) {
+                None => Err(bad(dir, format!("{} lists no `{key}`", Checksums::FILE))),
+                Some(sum) if *sum != sha256_hex(&bytes) => Err(bad(
+                    dir,
+                    format!(
+                        "{key} has changed since it was compiled (its SHA-256 is not the one \
+                         {} records); compile the model again",
+                        Checksums::FILE
+                    ),
+                )),
+                Some(_) => Ok(bytes),
+            }
+        };
         let plan: Plan = serde_json::from_slice(&read(Path::new("plan.json"))?)
             .map_err(|e| bad(dir, format!("plan.json is not a plan: {e}")))?;
         plan.check()

@@ -995,6 +995,7 @@ impl Compiled {
                 );
             }
         }
+        a.add_checksums()?;
         Ok(a)
     }
 

@@ -40,7 +40,7 @@ mod error;
 mod respecialize;
 mod tiles;
 
-pub use artifacts::{Artifacts, FileContents};
+pub use artifacts::{Artifacts, Checksums, FileContents};
 pub use autotune::{
     AutotuneOptions, AutotuneProgress, AutotuneReport, CandidateResult, Confirmation, KernelTuning,
 };

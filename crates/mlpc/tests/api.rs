@@ -315,11 +315,14 @@ fn a_compiled_directory_with_its_weights_loads_on_its_own() {
     c.write_to(&dir2).unwrap();
     let e = mlpc::Bundle::load(&dir2).err().expect("no weights");
     assert!(e.to_string().contains("--emit-weights"), "{e}");
-    // A kernel image cut short is named, and never reaches the driver.
-    let cubin = dir.join(format!("kernels/{}.cubin", c.plan().kernels[0].name));
+    // A kernel image cut short is named, and never reaches the driver (even with its checksum
+    // rewritten to match).
+    let cubin_rel = format!("kernels/{}.cubin", c.plan().kernels[0].name);
+    let cubin = dir.join(&cubin_rel);
     let bytes = std::fs::read(&cubin).unwrap();
     for cut in [0, bytes.len() / 2] {
         std::fs::write(&cubin, &bytes[..cut]).unwrap();
+        reseal(&dir, &cubin_rel);
         let e = mlpc::Bundle::load(&dir).err().expect("cut cubin");
         let want = format!(
             "kernels/{}.cubin is not a whole CUBIN: ",
@@ -341,19 +344,116 @@ fn a_compiled_directory_with_its_weights_loads_on_its_own() {
         "{e}"
     );
     // A plan whose kernel names a path (to read files outside the directory) is refused before
-    // any file is read by that name.
+    // any file is read by that name, even with its checksum rewritten to match.
     let plan_path = dir.join("plan.json");
     let mut plan: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&plan_path).unwrap()).unwrap();
     for evil in ["../../etc/passwd", "/etc/passwd", ""] {
         plan["kernels"][0]["name"] = evil.into();
         std::fs::write(&plan_path, plan.to_string()).unwrap();
+        reseal(&dir, "plan.json");
         let e = mlpc::Bundle::load(&dir)
             .err()
             .expect("a path as a kernel name");
         let want = format!("kernel name `{evil}` is not made of letters, digits and `_`");
         assert!(e.to_string().contains(&want), "{e}");
     }
+}
+
+/// Rewrites the checksum of `dir`'s file `rel` to match the file as it is now.
+fn reseal(dir: &Path, rel: &str) {
+    use sha2::{Digest, Sha256};
+    let path = dir.join(mlpc::Checksums::FILE);
+    let mut sums: mlpc::Checksums =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let digest = Sha256::digest(std::fs::read(dir.join(rel)).unwrap());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    sums.sha256.insert(rel.to_string(), hex);
+    std::fs::write(&path, serde_json::to_string(&sums).unwrap()).unwrap();
+}
+
+/// A compiled directory records the SHA-256 of each file it holds as bytes and the mlpc that
+/// wrote it; a kernel or plan changed since, a file it does not list, another version's
+/// directory and one without checksums are refused by name before anything is loaded.
+#[test]
+fn a_compiled_directory_changed_since_its_compilation_is_refused() {
+    let model = mlpc::frontend::parse_model(MODEL, Path::new("."), "api.json").unwrap();
+    let c = Compiler::new()
+        .arch(mlpc::Arch::Sm90a)
+        .emit_weights(true)
+        .compile_model(model)
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("build");
+    c.write_to(&dir).unwrap();
+    let sums_path = dir.join(mlpc::Checksums::FILE);
+    let sums_text = std::fs::read_to_string(&sums_path).unwrap();
+    let sums: mlpc::Checksums = serde_json::from_str(&sums_text).unwrap();
+    assert_eq!(sums.mlpc, env!("CARGO_PKG_VERSION"));
+    let name = &c.plan().kernels[0].name;
+    for f in [
+        "plan.json".to_string(),
+        format!("kernels/{name}.json"),
+        format!("kernels/{name}.cubin"),
+    ] {
+        assert!(sums.sha256.contains_key(&f), "{f} is not in {sums_text}");
+    }
+    // The weights are checked by name, dtype and shape instead (their values are data).
+    assert!(!sums.sha256.contains_key("weights.safetensors"));
+    mlpc::Bundle::load(&dir).unwrap();
+
+    let load_err = |dir: &Path| mlpc::Bundle::load(dir).err().expect("refused").to_string();
+    // One byte of a launch description, a kernel image or the plan changed: named.
+    for f in [
+        format!("kernels/{name}.json"),
+        format!("kernels/{name}.cubin"),
+        "plan.json".to_string(),
+    ] {
+        let path = dir.join(&f);
+        let bytes = std::fs::read(&path).unwrap();
+        let mut changed = bytes.clone();
+        let i = changed.len() / 2;
+        changed[i] ^= 0x01;
+        std::fs::write(&path, &changed).unwrap();
+        let e = load_err(&dir);
+        assert!(
+            e.contains(&format!("{f} has changed since it was compiled")),
+            "{e}"
+        );
+        std::fs::write(&path, &bytes).unwrap();
+        mlpc::Bundle::load(&dir).unwrap();
+    }
+    // A file the checksums leave out.
+    let mut fewer = sums.clone();
+    fewer.sha256.remove(&format!("kernels/{name}.cubin"));
+    std::fs::write(&sums_path, serde_json::to_string(&fewer).unwrap()).unwrap();
+    let e = load_err(&dir);
+    assert!(
+        e.contains(&format!("checksums.json lists no `kernels/{name}.cubin`")),
+        "{e}"
+    );
+    // Another mlpc's directory.
+    let mut other = sums.clone();
+    other.mlpc = "0.0.1".into();
+    std::fs::write(&sums_path, serde_json::to_string(&other).unwrap()).unwrap();
+    let e = load_err(&dir);
+    assert!(
+        e.contains(&format!(
+            "it was compiled by mlpc 0.0.1, and this is mlpc {}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{e}"
+    );
+    // Not a list of checksums, and none at all.
+    std::fs::write(&sums_path, "{\"mlpc\": 1}").unwrap();
+    let e = load_err(&dir);
+    assert!(
+        e.contains("checksums.json is not a list of checksums: "),
+        "{e}"
+    );
+    std::fs::remove_file(&sums_path).unwrap();
+    let e = load_err(&dir);
+    assert!(e.contains("it holds no checksums.json"), "{e}");
 }
 
 #[test]
