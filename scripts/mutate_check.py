@@ -32,7 +32,9 @@ must both refuse it or both run it). Each result is sorted into:
   crash                  any other exit status, a panic, or killed after the time limit.
 
 Prints one line per model that is FAIL, bug or crash (with the changes made, so that the kept
-model reproduces it), then a summary; exits 1 when any is. The models are written to DIR (--keep
+model reproduces it), then a summary; exits 1 when any is. Stopped early (SIGINT, or SIGTERM as
+`timeout` sends it), it prints the summary of the models checked so far (the first ones by seed)
+and exits 2 (1 if any of them is FAIL, bug or crash). The models are written to DIR (--keep
 DIR, else a temporary directory, kept when a model is FAIL, bug or crash) as `mSEED.json`, their
 weights files beside them as `mSEED.safetensors`, the inputs files as `mSEED.in.safetensors` (as
 generated) and `mSEED.bad.safetensors` (as changed).
@@ -52,6 +54,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import struct
 import sys
 import tempfile
@@ -478,18 +481,29 @@ def main():
                              "crash")}
     print(f"{args.count} changed random models (seeds {args.seed}..{args.seed + args.count - 1}) "
           f"on {args.backend}, {args.jobs} at a time, in {directory}", flush=True)
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+    checked = 0
+    pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
+    signal.signal(signal.SIGTERM, random_check.stop)
+    signal.signal(signal.SIGINT, random_check.stop)
+    try:
         futures = [pool.submit(run_inputs, args, path, m, tokens, seed) if changes is INPUTS
                    else pool.submit(check, args, path, m, tokens)
                    for seed, path, m, tokens, changes in work]
         for (_, path, m, tokens, changes), fut in zip(work, futures):
             v, rc, output, *made = fut.result()
+            if rc in (-signal.SIGTERM, -signal.SIGINT):
+                random_check.stop()  # signalled with this process, before its own handler ran
+            checked += 1
             changes = made[0] if made else changes
             counts[v] += 1
             if v in ("FAIL", "bug", "crash"):
                 tail = " | ".join(line.strip() for line in output.splitlines()[-3:])
                 print(f"{v:8} {os.path.basename(path)} T={tokens} ({'; '.join(changes)}) "
                       f"(exit {rc}): {tail}", flush=True)
+    except (KeyboardInterrupt, random_check.Stopped):
+        random_check.halt(pool, args, checked, counts, directory,
+                          counts["FAIL"] + counts["bug"] + counts["crash"])
+    pool.shutdown()
     print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     bad = counts["FAIL"] + counts["bug"] + counts["crash"]
     if not args.keep:

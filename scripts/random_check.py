@@ -207,11 +207,33 @@ RUNNING = set()
 
 
 class Stopped(Exception):
-    """SIGTERM, raised in the main thread."""
+    """SIGINT or SIGTERM, raised in the main thread."""
 
 
-def stop(signum, frame):
-    raise Stopped()
+# The signal that stopped the script, once it is stopping.
+STOPPING = []
+
+
+def stop(signum=None, frame=None):
+    """Raises Stopped, once: `timeout` signals the command and then its whole process group, so a
+    run it stops gets the signal twice, and a later one must not break off the report."""
+    if not STOPPING:
+        STOPPING.append(signum)
+        raise Stopped()
+
+
+def halt(pool, args, checked, counts, directory, bad):
+    """Ends a stopped run: the checks still running killed (what they report now is not
+    counted), the summary of the first `checked` models, exit status 1 if `bad` (any of them
+    failed), else 2."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in list(RUNNING):
+        p.kill()
+    last = f", seeds {args.seed}..{args.seed + checked - 1}" if checked else ""
+    print(f"stopped after {checked} of {args.count} models{last}; the rest not checked")
+    print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()), flush=True)
+    print(f"models kept in {directory}", flush=True)
+    os._exit(1 if bad else 2)
 
 
 def run(cmd, timeout):
@@ -275,12 +297,13 @@ def main():
     checked = 0
     pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     try:
         futures = [pool.submit(check, args, path, tokens) for _, path, tokens, _, _ in work]
         for (seed, path, tokens, dtype, sparse), fut in zip(work, futures):
             verdict, rc, output = fut.result()
             if rc in (-signal.SIGTERM, -signal.SIGINT):
-                raise Stopped()  # signalled with this process, before its own handler ran
+                stop()  # signalled with this process, before its own handler ran
             checked += 1
             counts[verdict] += 1
             name = os.path.basename(path)
@@ -297,16 +320,8 @@ def main():
                 print(f"{verdict:8} {name} T={tokens} {dtype}{' sparse' if sparse else ''} "
                       f"(exit {rc}): {' | '.join(detail)}", flush=True)
     except (KeyboardInterrupt, Stopped):
-        # What the checks still running report now is not counted.
-        pool.shutdown(wait=False, cancel_futures=True)
-        for p in list(RUNNING):
-            p.kill()
-        last = f", seeds {args.seed}..{args.seed + checked - 1}" if checked else ""
-        print(f"stopped after {checked} of {args.count} models{last}; the rest not checked")
-        print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()), flush=True)
-        print(f"models kept in {directory}", flush=True)
-        bad = counts["FAIL"] + counts["error"] + counts["crash"]
-        os._exit(1 if bad else 2)
+        halt(pool, args, checked, counts, directory,
+             counts["FAIL"] + counts["error"] + counts["crash"])
     pool.shutdown()
     print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     bad = counts["FAIL"] + counts["error"] + counts["crash"]
