@@ -320,7 +320,7 @@ def change_file(m, f, r, key="weights"):
     if k == 4:
         n = r.choice(names)
         new = r.choice(["x", "w999", n + ".weight", n.upper(), ""])
-        f.header = {new if key == n else key: v for key, v in f.header.items()}
+        f.header = {new if t == n else t: v for t, v in f.header.items()}
         return f"file: {n} renamed {new!r}"
     if k == 5:
         end = len(f.data)
