@@ -14,8 +14,10 @@ interpreter), JOBS at a time, and each result is sorted into:
   ok        within tolerance of the source graph's reference;
   nearer    out of tolerance of the source graph's reference in some output, but at most twice as
             far from the graph's unrounded math as that reference is (the check passes: the
-            fused kernels round other, fewer intermediates than the source graph);
-  rounding  out of tolerance of the source graph and more than twice as far as it from the
+            fused kernels round other, fewer intermediates than the source graph), or as a few
+            runs with random roundings of every stored value and product term are on average
+            (an ill-conditioned output: a sum that cancels, a long chain of products);
+  rounding  out of tolerance of the source graph and more than twice as far as both from the
             unrounded math, but within tolerance of the optimised graph: the check fails and
             says the difference is the rounding of intermediates the fused kernels keep in f32
             (a deep f16 / bf16 chain whose every node the source graph rounds), or an f16 /
@@ -74,7 +76,8 @@ TOKENS = [1, 2, 3, 7, 16, 17, 64, 129, 300, 777]
 # `mlpc check` prints this under an output out of tolerance of the source graph only when the
 # output is within tolerance of the optimised graph.
 ROUNDING = "(against the optimised graph"
-# ... and this under one that passes as about as near the graph's unrounded math as the reference.
+# ... and this under one that passes as about as near the graph's unrounded math as the reference
+# (or as random roundings, for an ill-conditioned output).
 NEARER = "(about as near the graph's unrounded math"
 
 

@@ -97,7 +97,9 @@ enum Command {
     /// An output passes within its dtype's relative tolerance of the reference (f32 1e-5, f16
     /// 2e-3, bf16 1e-2), or, out of it, when it is at most twice as far from the graph's
     /// unrounded math (every value in f64) as the reference, which rounds every intermediate:
-    /// fused kernels round fewer. Each output out of tolerance gets a note with both errors.
+    /// fused kernels round fewer. An ill-conditioned output passes when it is at most twice as
+    /// far as eight runs with random roundings of every stored value and product term are (root
+    /// mean square). Each output out of tolerance gets a note with the errors.
     Check {
         /// The model file (model.json).
         model: PathBuf,

@@ -129,6 +129,17 @@ pub fn check_report(name: &str, r: &CheckReport) -> String {
             o.tolerance
         );
         match o.accuracy {
+            Some(a) if o.passes_by_accuracy() && a.backend > ROUNDING_FACTOR * a.reference => {
+                let _ = writeln!(
+                    out,
+                    "     (about as near the graph's unrounded math as random roundings take \
+                     it, an ill-conditioned output: {:.3e} against their {:.3e}, within \
+                     {ROUNDING_FACTOR}x; the reference interpreter's own roundings {:.3e})",
+                    a.backend,
+                    a.noise.unwrap_or(f64::NAN),
+                    a.reference
+                );
+            }
             Some(a) if o.passes_by_accuracy() => {
                 let _ = writeln!(
                     out,
@@ -142,8 +153,12 @@ pub fn check_report(name: &str, r: &CheckReport) -> String {
                 let _ = writeln!(
                     out,
                     "     (against the graph's unrounded math: {:.3e}, the reference \
-                     interpreter's {:.3e})",
-                    a.backend, a.reference
+                     interpreter's {:.3e}{})",
+                    a.backend,
+                    a.reference,
+                    a.noise
+                        .map(|n| format!(", random roundings' {n:.3e}"))
+                        .unwrap_or_default()
                 );
             }
             None => {}
@@ -500,6 +515,69 @@ mod tests {
         let s = confirmation(&won);
         assert!(
             s.contains("failed") && s.contains("the challenger wins"),
+            "{s}"
+        );
+    }
+
+    /// Each output out of tolerance gets the note of what it was measured against: passed as
+    /// near the math as the reference, passed as an ill-conditioned output, failed with the
+    /// random roundings' distance, failed with the optimised graph's explanation.
+    #[test]
+    fn check_notes_say_what_an_output_was_measured_against() {
+        let output = |name: &str, backend, noise, fused_error| mlpc::OutputCheck {
+            name: name.to_string(),
+            dtype: mlpc_ir::DType::F32,
+            shape: vec![5, 5],
+            error: 2e-5,
+            tolerance: 1e-5,
+            fused_error,
+            accuracy: Some(mlpc::Accuracy {
+                backend,
+                reference: 1e-5,
+                noise,
+            }),
+        };
+        let r = CheckReport {
+            backend: mlpc::Backend::Cpu,
+            outputs: vec![
+                output("a", 1.5e-5, None, None),
+                output("b", 3e-5, Some(2e-5), None),
+                output("c", 5e-5, Some(1e-5), Some(2e-5)),
+                output("d", 5e-5, Some(1e-5), Some(0.0)),
+            ],
+        };
+        let s = check_report("m", &r);
+        let lines: Vec<&str> = s.lines().map(str::trim_start).collect();
+        assert_eq!(lines.len(), 9, "{s}");
+        assert!(
+            lines[0].starts_with("ok   m on cpu: output `a` f32[5, 5]"),
+            "{s}"
+        );
+        assert!(
+            lines[1].starts_with(
+                "(about as near the graph's unrounded math as the reference interpreter"
+            ),
+            "{s}"
+        );
+        assert!(lines[2].starts_with("ok   m on cpu: output `b`"), "{s}");
+        assert_eq!(
+            lines[3],
+            "(about as near the graph's unrounded math as random roundings take it, an \
+             ill-conditioned output: 3.000e-5 against their 2.000e-5, within 2x; the reference \
+             interpreter's own roundings 1.000e-5)"
+        );
+        assert!(lines[4].starts_with("FAIL m on cpu: output `c`"), "{s}");
+        assert_eq!(
+            lines[5],
+            "(against the graph's unrounded math: 5.000e-5, the reference interpreter's \
+             1.000e-5, random roundings' 1.000e-5)"
+        );
+        assert!(lines[6].starts_with("FAIL m on cpu: output `d`"), "{s}");
+        assert!(
+            lines[8].starts_with(
+                "(against the optimised graph, which rounds only where the kernels store: \
+                 0.000e0;"
+            ),
             "{s}"
         );
     }

@@ -605,7 +605,7 @@ pub fn interpret(
     g: &Graph,
     inputs: &BTreeMap<String, HostTensor>,
 ) -> Result<BTreeMap<String, HostTensor>, InterpError> {
-    interpret_rounding(g, inputs, true)
+    interpret_rounding(g, inputs, Rounding::Stored)
 }
 
 /// [`interpret`] without the roundings of the values between the inputs and the outputs: every
@@ -616,13 +616,85 @@ pub fn interpret_unrounded(
     g: &Graph,
     inputs: &BTreeMap<String, HostTensor>,
 ) -> Result<BTreeMap<String, HostTensor>, InterpError> {
-    interpret_rounding(g, inputs, false)
+    interpret_rounding(g, inputs, Rounding::Unrounded)
+}
+
+/// [`interpret_unrounded`] with every value between the inputs and the outputs multiplied by
+/// `1 + e`, `e` drawn uniformly from `[-u, u]` for each element (`u` the unit roundoff of the
+/// value's storage type, [`DType::unit_roundoff`], for an activation at least
+/// `activation_error`; the draws a hash of `seed`, the node and the element): roundings of
+/// random direction and the largest size, at every value the graph stores. Each product's terms
+/// move too, by up to `sqrt(K)` f32 unit roundoffs (`perturb_terms`), as an f32 sum's
+/// roundings move them. How far a few such runs land from [`interpret_unrounded`] measures how
+/// much roundings of that size move each output, i.e. its conditioning, which a single rounded
+/// run ([`interpret`]) samples only once.
+pub fn interpret_perturbed(
+    g: &Graph,
+    inputs: &BTreeMap<String, HostTensor>,
+    seed: u64,
+    activation_error: f64,
+) -> Result<BTreeMap<String, HostTensor>, InterpError> {
+    interpret_rounding(
+        g,
+        inputs,
+        Rounding::Perturbed {
+            seed,
+            activation_error,
+        },
+    )
+}
+
+/// What [`interpret_rounding`] does to each computed value.
+#[derive(Clone, Copy)]
+enum Rounding {
+    /// Rounded to its storage type, as the graph defines it.
+    Stored,
+    /// Left in f64.
+    Unrounded,
+    /// Multiplied by a random `1 + e`, `|e|` at most the storage type's unit roundoff (an
+    /// activation's at least `activation_error`); each product's terms moved too.
+    Perturbed { seed: u64, activation_error: f64 },
+}
+
+/// A uniform draw from `[-1, 1)` for element `i` of node `node` (SplitMix64's finaliser over
+/// the three).
+fn draw(seed: u64, node: usize, i: usize) -> f64 {
+    let mut z = seed
+        ^ (node as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ (i as u64).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    // The top 53 bits as a fraction of 2^53, onto [-1, 1).
+    (z >> 11) as f64 * (2.0 / (1u64 << 53) as f64) - 1.0
+}
+
+/// For a product: its A operand replaced by a copy with every element multiplied by `1 + e`,
+/// `|e|` at most `sqrt(K)` f32 unit roundoffs, so that each of an output's K terms moves as an
+/// f32 accumulation's roundings move it (each partial sum rounded: a random walk over the terms
+/// after it). Relative to the terms, not to the sum: a sum that cancels keeps their errors.
+fn perturb_terms(op: &Op, args: &mut [Value], seed: u64, node: usize) {
+    let layout = match op {
+        Op::MatMul => MatLayout::N,
+        Op::Gemm(g) | Op::SparseGemm(SparseGemm { gemm: g, .. }) => g.a,
+        _ => return,
+    };
+    let Some(a) = args.first_mut() else { return };
+    let k = Mat::of(a, layout).cols;
+    let e = DType::F32.unit_roundoff() * (k as f64).sqrt();
+    let mut data = a.dense();
+    // Draws of their own: the node's output takes `seed` itself.
+    let seed = seed ^ 0x5851_f42d_4c95_7f2d;
+    for (i, x) in data.iter_mut().enumerate() {
+        *x *= 1.0 + e * draw(seed, node, i);
+    }
+    *a = Value::contiguous(a.shape.clone(), data);
 }
 
 fn interpret_rounding(
     g: &Graph,
     inputs: &BTreeMap<String, HostTensor>,
-    round: bool,
+    rounding: Rounding,
 ) -> Result<BTreeMap<String, HostTensor>, InterpError> {
     verify(g)?;
     let bindings = bind_inputs(g, inputs.keys().map(|k| k.as_str()), |n| {
@@ -663,10 +735,13 @@ fn interpret_rounding(
             op => {
                 let shape = concrete(g, id, &bindings)?;
                 let ops = g.operands(id);
-                let args = ops
+                let mut args = ops
                     .iter()
                     .map(|&o| read(g, o, &vals, &bindings))
                     .collect::<Result<Vec<Value>, _>>()?;
+                if let Rounding::Perturbed { seed, .. } = rounding {
+                    perturb_terms(op, &mut args, seed, id.index());
+                }
                 let mut data = eval(op, &args.iter().collect::<Vec<_>>(), &shape);
                 drop(args);
                 for &o in &ops {
@@ -679,8 +754,21 @@ fn interpret_rounding(
                         vals.remove(&b);
                     }
                 }
-                if round {
-                    round_all(node.ty.dtype, &mut data);
+                match rounding {
+                    Rounding::Stored => round_all(node.ty.dtype, &mut data),
+                    Rounding::Unrounded => {}
+                    Rounding::Perturbed {
+                        seed,
+                        activation_error,
+                    } => {
+                        let mut u = node.ty.dtype.unit_roundoff();
+                        if matches!(op, Op::Act(_)) {
+                            u = u.max(activation_error);
+                        }
+                        for (i, x) in data.iter_mut().enumerate() {
+                            *x *= 1.0 + u * draw(seed, id.index(), i);
+                        }
+                    }
                 }
                 Value::contiguous(shape, data)
             }
@@ -878,6 +966,48 @@ mod tests {
         assert_eq!(unrounded["y"].to_f64(), vec![0.001953125, 0.5]);
         assert_eq!(rounded["x"], unrounded["x"]);
         assert_eq!(unrounded["y"].dtype(), DType::Bf16);
+    }
+
+    /// `interpret_perturbed` moves each stored value by at most its type's unit roundoff and a
+    /// product's terms by at most sqrt(K) f32 unit roundoffs, relative to the terms: a sum that
+    /// cancels to 2^-20 of its terms moves by up to 2^20 times as much relative to itself. The
+    /// same seed draws the same run; other seeds others.
+    #[test]
+    fn perturbed_interpretation_moves_values_and_product_terms() {
+        let f32t = |shape: &[usize], v: &[f64]| {
+            HostTensor::from_f64(DType::F32, shape.to_vec(), v).unwrap()
+        };
+        let mut g = Graph::new("cancel");
+        let s: Shape = smallvec![Dim::Fixed(1), Dim::Fixed(2)];
+        let x = g.add_input("x", TensorType::contiguous(DType::F32, s));
+        let w = g.add_weight("w", f32t(&[1, 2], &[1.0, 1.0])).unwrap();
+        let wt = g.add("wt", Op::Transpose, &[w]).unwrap();
+        let y = g.add("y", Op::MatMul, &[x, wt]).unwrap();
+        let q = g.add("q", Op::Mul, &[x, x]).unwrap();
+        g.add_output("y", y);
+        g.add_output("q", q);
+        let small = f64::powi(2.0, -20);
+        let inputs = BTreeMap::from([("x".to_string(), f32t(&[1, 2], &[1.0, small - 1.0]))]);
+        let exact = interpret_unrounded(&g, &inputs).unwrap();
+        assert_eq!(exact["y"].to_f64(), vec![small]);
+        let u = DType::F32.unit_roundoff();
+        let mut largest: f64 = 0.0;
+        for seed in 0..8 {
+            let p = interpret_perturbed(&g, &inputs, seed, 0.0).unwrap();
+            assert_eq!(p, interpret_perturbed(&g, &inputs, seed, 0.0).unwrap());
+            let moved = (p["y"].to_f64()[0] - small).abs() / small;
+            // Two terms of size 1, each moved by up to sqrt(2) u; then y's own rounding.
+            assert!(moved <= 2.0 * 2f64.sqrt() * u / small + 3.0 * u, "{moved}");
+            largest = largest.max(moved);
+            for (a, b) in p["q"].to_f64().iter().zip(exact["q"].to_f64()) {
+                assert!((a / b - 1.0).abs() <= 2.0 * u, "{a} {b}");
+            }
+        }
+        assert!(largest > 0.01, "{largest}");
+        assert_ne!(
+            interpret_perturbed(&g, &inputs, 0, 0.0).unwrap()["y"],
+            interpret_perturbed(&g, &inputs, 1, 0.0).unwrap()["y"]
+        );
     }
 
     /// Values dropped after their last reader are not needed again: an intermediate read twice

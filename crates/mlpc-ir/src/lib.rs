@@ -23,7 +23,7 @@ pub mod verify;
 pub use graph::{BuildError, Graph, Node, NodeId, Output, TopoWalk};
 pub use infer::infer;
 pub use inputs::{bind_inputs, check_input_names, InputError};
-pub use interp::{interpret, interpret_unrounded, InterpError};
+pub use interp::{interpret, interpret_perturbed, interpret_unrounded, InterpError};
 pub use op::{
     Activation, BlockPattern, Dual, Epilogue, EpilogueChain, Gemm, MatLayout, Op, SparseGemm,
 };

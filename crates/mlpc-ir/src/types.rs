@@ -44,6 +44,16 @@ impl DType {
 
     /// Rounds a value to the nearest value representable in this type (round to nearest even,
     /// once: see [`f32_round_to_odd`]).
+    /// The unit roundoff: the largest relative error of a rounding to nearest into this type
+    /// (half an ulp at 1), for values in its normal range.
+    pub fn unit_roundoff(self) -> f64 {
+        match self {
+            DType::F32 => f64::powi(2.0, -24),
+            DType::F16 => f64::powi(2.0, -11),
+            DType::Bf16 => f64::powi(2.0, -8),
+        }
+    }
+
     pub fn round(self, v: f64) -> f64 {
         match self {
             DType::F32 => v as f32 as f64,

@@ -49,7 +49,7 @@ pub use bundle::Bundle;
 pub use cache::{cache_dir, clear_cache, parse_size, trim_cache, AutotuneFile, CacheInfo, Cleared};
 pub use check::{
     plan_flops, tolerance, Accuracy, BenchOptions, BenchReport, CheckReport, OutputCheck,
-    ROUNDING_FACTOR,
+    ACTIVATION_ERROR, NOISE_RUNS, ROUNDING_FACTOR,
 };
 pub use compiler::{
     check_environment, Compiled, Compiler, CudaKernels, CudaStatus, Progress, Summary,
