@@ -294,13 +294,9 @@ impl Compiled {
             }
             _ => f64::NAN,
         };
-        let mut outputs = Vec::new();
-        // The unrounded math, interpreted only once an output is out of tolerance, and the
-        // optimised graph's outputs only once one fails.
-        let mut fused: Option<crate::Tensors> = None;
+        // The unrounded math, interpreted only once an output is out of tolerance.
         let mut unrounded: Option<crate::Tensors> = None;
-        let mut perturbed: Vec<crate::Tensors> = Vec::new();
-        let separate = !std::ptr::eq(self.reference_graph()?, self.optimized());
+        let mut outputs = Vec::new();
         for (name, w) in want {
             let error = error_of(name, w);
             let tolerance = tolerance(w.dtype());
@@ -323,58 +319,56 @@ impl Compiled {
             } else {
                 None
             };
-            // Out of reach of the reference's own distance: measure the output's conditioning.
-            let accuracy = match accuracy {
-                Some(a) if !a.comparable() => {
-                    let u = unrounded.as_ref().and_then(|u| u.get(name));
-                    let mut squares = 0.0;
-                    for s in 0..NOISE_RUNS {
-                        if perturbed.len() <= s {
-                            perturbed.push(mlpc_ir::interpret_perturbed(
-                                self.reference_graph()?,
-                                inputs,
-                                s as u64,
-                                ACTIVATION_ERROR,
-                            )?);
-                        }
-                        let e = match (perturbed[s].get(name), u) {
-                            (Some(p), Some(u)) => {
-                                mlpc_ir::relative_error_same_specials(&p.to_f64(), &u.to_f64())
-                            }
-                            _ => f64::NAN,
-                        };
-                        squares += e * e;
-                    }
-                    Some(Accuracy {
-                        noise: Some((squares / NOISE_RUNS as f64).sqrt()),
-                        ..a
-                    })
-                }
-                a => a,
-            };
-            // Only for an output that still fails: the optimised graph tells its report whether
-            // the fusion's rounding explains it.
-            let still_fails = failed && !accuracy.is_some_and(|a| a.comparable());
-            let fused_error = if separate && still_fails {
-                if fused.is_none() {
-                    fused = Some(mlpc_ir::interpret(self.optimized(), inputs)?);
-                }
-                fused
-                    .as_ref()
-                    .and_then(|f| f.get(name))
-                    .map(|f| error_of(name, f))
-            } else {
-                None
-            };
             outputs.push(OutputCheck {
                 name: name.clone(),
                 dtype: w.dtype(),
                 shape: w.shape().to_vec(),
                 error,
                 tolerance,
-                fused_error,
+                fused_error: None,
                 accuracy,
             });
+        }
+        // Outputs out of reach of the reference's own distance: their conditioning, measured by
+        // perturbed runs, each run dropped once its distances are taken.
+        let conditioned: Vec<usize> = (0..outputs.len())
+            .filter(|&i| outputs[i].accuracy.is_some_and(|a| !a.comparable()))
+            .collect();
+        if let (false, Some(u)) = (conditioned.is_empty(), &unrounded) {
+            let mut squares = vec![0.0; conditioned.len()];
+            for s in 0..NOISE_RUNS {
+                let p = mlpc_ir::interpret_perturbed(
+                    self.reference_graph()?,
+                    inputs,
+                    s as u64,
+                    ACTIVATION_ERROR,
+                )?;
+                for (sq, &i) in squares.iter_mut().zip(&conditioned) {
+                    let name = &outputs[i].name;
+                    let e = match (p.get(name), u.get(name)) {
+                        (Some(p), Some(u)) => {
+                            mlpc_ir::relative_error_same_specials(&p.to_f64(), &u.to_f64())
+                        }
+                        _ => f64::NAN,
+                    };
+                    *sq += e * e;
+                }
+            }
+            for (sq, &i) in squares.iter().zip(&conditioned) {
+                if let Some(a) = &mut outputs[i].accuracy {
+                    a.noise = Some((sq / NOISE_RUNS as f64).sqrt());
+                }
+            }
+        }
+        // Only for outputs that still fail: the optimised graph tells their report whether the
+        // fusion's rounding explains them.
+        if !std::ptr::eq(self.reference_graph()?, self.optimized())
+            && outputs.iter().any(|o| !o.ok())
+        {
+            let fused = mlpc_ir::interpret(self.optimized(), inputs)?;
+            for o in outputs.iter_mut().filter(|o| !o.ok()) {
+                o.fused_error = fused.get(&o.name).map(|f| error_of(&o.name, f));
+            }
         }
         Ok(CheckReport { backend, outputs })
     }
