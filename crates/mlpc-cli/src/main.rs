@@ -32,7 +32,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Compile a model: verify, optimise, plan, generate and JIT-compile the kernels; write
-    /// DIR/graph.txt, optimized.txt, plan.json, explain.txt and kernels/.
+    /// DIR/graph.txt, optimized.txt, plan.json, explain.txt, kernels/ and checksums.json.
     Compile {
         /// The model file (model.json).
         model: PathBuf,
@@ -567,7 +567,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 &model,
             )?;
             warn(&compiled);
-            let report = compiled.check(backend, &bindings_of(&bindings), seed)?;
+            let report = render::check(&compiled, backend, &bindings_of(&bindings), seed)?;
             if let Some(note) = note {
                 outln!("note: {note}");
             }

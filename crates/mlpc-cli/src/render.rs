@@ -390,6 +390,45 @@ pub fn compile_file(
     compiled
 }
 
+/// Runs [`mlpc::Compiled::check`] with a spinner on stderr that says which run it is in (the
+/// reference interpreter, the backend, the unrounded math, the random roundings, the optimised
+/// graph), cleared when it is done; where stderr is no terminal, nothing is shown.
+pub fn check(
+    compiled: &mlpc::Compiled,
+    backend: mlpc::Backend,
+    bindings: &[(&str, u64)],
+    seed: u64,
+) -> Result<CheckReport, mlpc::Error> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return compiled.check(backend, bindings, seed);
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let report = compiled.check_with_progress(backend, bindings, seed, &mut |step| {
+        bar.set_message(check_step(step));
+    });
+    bar.finish_and_clear();
+    report
+}
+
+/// What a check is running, as its spinner says it.
+fn check_step(step: mlpc::CheckStep) -> String {
+    match step {
+        mlpc::CheckStep::Reference => "check: the reference interpreter".to_string(),
+        mlpc::CheckStep::Backend(b) => format!("check: the {b} backend"),
+        mlpc::CheckStep::Unrounded => "check: the graph's unrounded math".to_string(),
+        mlpc::CheckStep::Perturbed { run, of } => {
+            format!("check: random roundings, run {run} of {of}")
+        }
+        mlpc::CheckStep::Optimized => "check: the optimised graph interpreted".to_string(),
+    }
+}
+
 /// Runs [`mlpc::Compiled::autotune`] with a progress bar on stderr (candidates done / total, the
 /// kernel and tile being measured, the best median so far), and renders the result: per kernel,
 /// every candidate's median or why it was dropped, and the winner.
@@ -579,6 +618,18 @@ mod tests {
                  0.000e0;"
             ),
             "{s}"
+        );
+    }
+
+    #[test]
+    fn check_steps_name_their_run() {
+        assert_eq!(
+            check_step(mlpc::CheckStep::Backend(mlpc::Backend::Cpu)),
+            "check: the cpu backend"
+        );
+        assert_eq!(
+            check_step(mlpc::CheckStep::Perturbed { run: 3, of: 8 }),
+            "check: random roundings, run 3 of 8"
         );
     }
 

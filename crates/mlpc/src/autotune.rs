@@ -432,7 +432,7 @@ impl Compiled {
         opts: AutotuneOptions,
     ) -> CandidateResult {
         let variant = self.with_tiles(tiles);
-        let check = match variant.check_against(Backend::Cuda, inputs, want) {
+        let check = match variant.check_against(Backend::Cuda, inputs, want, &mut |_| {}) {
             Ok(c) => c,
             Err(e) => return CandidateResult::Dropped(e.to_string()),
         };

@@ -120,6 +120,22 @@ impl OutputCheck {
     }
 }
 
+/// The run a check is starting ([`Compiled::check_with_progress`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckStep {
+    /// The reference interpreter on the random inputs.
+    Reference,
+    /// The backend checked, on the same inputs.
+    Backend(Backend),
+    /// The graph's unrounded math, for outputs out of tolerance.
+    Unrounded,
+    /// Run `run` of `of` with random roundings, for outputs further from the unrounded math
+    /// than twice the reference ([`Accuracy::noise`]).
+    Perturbed { run: usize, of: usize },
+    /// The optimised graph interpreted, for outputs that still fail.
+    Optimized,
+}
+
 /// The result of [`Compiled::check`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckReport {
@@ -275,9 +291,22 @@ impl Compiled {
         bindings: &[(&str, u64)],
         seed: u64,
     ) -> Result<CheckReport, Error> {
+        self.check_with_progress(backend, bindings, seed, &mut |_| {})
+    }
+
+    /// [`Compiled::check`], calling `progress` as each of its runs starts (a check of a large
+    /// model spends minutes in the reference interpreter).
+    pub fn check_with_progress(
+        &self,
+        backend: Backend,
+        bindings: &[(&str, u64)],
+        seed: u64,
+        progress: &mut dyn FnMut(CheckStep),
+    ) -> Result<CheckReport, Error> {
         let inputs = self.random_inputs(bindings, seed)?;
+        progress(CheckStep::Reference);
         let want = self.run(Backend::Reference, &inputs)?;
-        self.check_against(backend, &inputs, &want)
+        self.check_against(backend, &inputs, &want, progress)
     }
 
     /// [`Compiled::check`] against reference outputs `want` already computed for `inputs`.
@@ -286,7 +315,9 @@ impl Compiled {
         backend: Backend,
         inputs: &crate::Tensors,
         want: &crate::Tensors,
+        progress: &mut dyn FnMut(CheckStep),
     ) -> Result<CheckReport, Error> {
+        progress(CheckStep::Backend(backend));
         let got = self.run_with(backend, inputs, true)?;
         let error_of = |name: &str, w: &mlpc_ir::HostTensor| match got.get(name) {
             Some(g) if g.shape() == w.shape() && g.dtype() == w.dtype() => {
@@ -303,6 +334,7 @@ impl Compiled {
             let failed = error.is_nan() || error > tolerance;
             let accuracy = if failed && backend != Backend::Reference {
                 if unrounded.is_none() {
+                    progress(CheckStep::Unrounded);
                     unrounded = Some(mlpc_ir::interpret_unrounded(
                         self.reference_graph()?,
                         inputs,
@@ -337,6 +369,10 @@ impl Compiled {
         if let (false, Some(u)) = (conditioned.is_empty(), &unrounded) {
             let mut squares = vec![0.0; conditioned.len()];
             for s in 0..NOISE_RUNS {
+                progress(CheckStep::Perturbed {
+                    run: s + 1,
+                    of: NOISE_RUNS,
+                });
                 let p = mlpc_ir::interpret_perturbed(
                     self.reference_graph()?,
                     inputs,
@@ -365,6 +401,7 @@ impl Compiled {
         if !std::ptr::eq(self.reference_graph()?, self.optimized())
             && outputs.iter().any(|o| !o.ok())
         {
+            progress(CheckStep::Optimized);
             let fused = mlpc_ir::interpret(self.optimized(), inputs)?;
             for o in outputs.iter_mut().filter(|o| !o.ok()) {
                 o.fused_error = fused.get(&o.name).map(|f| error_of(&o.name, f));

@@ -48,8 +48,8 @@ pub use backend::{Backend, UnknownBackend};
 pub use bundle::Bundle;
 pub use cache::{cache_dir, clear_cache, parse_size, trim_cache, AutotuneFile, CacheInfo, Cleared};
 pub use check::{
-    plan_flops, tolerance, Accuracy, BenchOptions, BenchReport, CheckReport, OutputCheck,
-    ACTIVATION_ERROR, NOISE_RUNS, ROUNDING_FACTOR,
+    plan_flops, tolerance, Accuracy, BenchOptions, BenchReport, CheckReport, CheckStep,
+    OutputCheck, ACTIVATION_ERROR, NOISE_RUNS, ROUNDING_FACTOR,
 };
 pub use compiler::{
     check_environment, Compiled, Compiler, CudaKernels, CudaStatus, Progress, Summary,
