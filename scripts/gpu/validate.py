@@ -51,6 +51,9 @@ from bench_goals import DECODE, DECODE_T, SPARSE, sparse_model  # noqa: E402
 F32_FLAGS = {"fp64": "--f32-fp64-tensor-cores", "ffma": "--f32-ffma"}
 F32_NAMES = {"fp64": "the FP64 tensor cores", "ffma": "the FFMA pipes"}
 NEARER = re.compile(r"\(about as near the graph's unrounded math .*?: (\S+) against its (\S+),")
+# The note of an ill-conditioned output that passes as about as near that math as random roundings.
+ILL = re.compile(r"\(about as near the graph's unrounded math as random roundings take it, an ill-conditioned "
+                 r"output: (\S+) against their (\S+), .* own roundings (\S+)\)")
 LINE = re.compile(r"^(ok  |FAIL) (\S+) on cuda: output `([^`]+)` (\w+)\[([^\]]*)\]: relative error (\S+) \(tolerance (\S+)\)")
 
 
@@ -210,6 +213,10 @@ def result(r):
     """A row's result column."""
     if not r["ok"]:
         return "FAIL " + r.get("message", "").replace("|", "/")[:200]
+    if "ill" in r:
+        backend, noise, reference = r["ill"]
+        return (f"ok: ill-conditioned, {backend:.2e} from the unrounded math, random roundings {noise:.2e} "
+                f"(within twice theirs; the reference {reference:.2e})")
     if "nearer" in r:
         backend, reference = r["nearer"]
         return (f"ok: {backend:.2e} from the unrounded math, the reference {reference:.2e} (within "
@@ -233,8 +240,11 @@ def check(mlpc, model, t, cache, target, extra, label=None):
                              shape=m.group(5), error=float(m.group(6)), tol=float(m.group(7))))
             # An output out of tolerance that passes as about as near the graph's unrounded math as
             # the reference: its note gives the two errors against that math.
-            n = NEARER.search(lines[i + 1]) if i + 1 < len(lines) else None
-            if rows[-1]["ok"] and n:
+            note = lines[i + 1] if i + 1 < len(lines) else ""
+            n, ill = NEARER.search(note), ILL.search(note)
+            if rows[-1]["ok"] and ill:
+                rows[-1]["ill"] = tuple(float(ill.group(k)) for k in (1, 2, 3))
+            elif rows[-1]["ok"] and n:
                 rows[-1]["nearer"] = (float(n.group(1)), float(n.group(2)))
     if p.returncode != 0 and not rows:
         rows.append(dict(ok=False, model=label, T=t, output="-", dtype="-", shape="-", error=float("nan"), tol=0.0,
@@ -346,10 +356,12 @@ def main():
         out.append("Of those, this run checked only the models whose label or path contains one of the `--only` "
                    "texts.\n")
     nearer = sum("nearer" in r for r in rows)
-    if nearer:
-        out.append(f"**{ok} of {len(rows)} outputs pass: {ok - nearer} within tolerance, {nearer} out of it but "
-                   "at most twice as far from the graph's unrounded math as the reference (which rounds "
-                   "every intermediate).**\n")
+    ill = sum("ill" in r for r in rows)
+    if nearer or ill:
+        out.append(f"**{ok} of {len(rows)} outputs pass: {ok - nearer - ill} within tolerance, {nearer + ill} out of "
+                   "it but at most twice as far from the graph's unrounded math as the reference (which rounds "
+                   "every intermediate)" + (f" or, {ill} of them ill-conditioned, as random roundings" if ill else "")
+                   + ".**\n")
     else:
         out.append(f"**{ok} of {len(rows)} outputs within tolerance.**\n")
     out.append("| model | T | output | dtype | shape | relative error | tolerance | result |")
