@@ -362,9 +362,14 @@ impl Compiled {
             });
         }
         // Outputs out of reach of the reference's own distance: their conditioning, measured by
-        // perturbed runs, each run dropped once its distances are taken.
+        // perturbed runs, each run dropped once its distances are taken. Not where the backend's
+        // distance is NaN (a NaN or an infinity on one side only), which no distance passes.
         let conditioned: Vec<usize> = (0..outputs.len())
-            .filter(|&i| outputs[i].accuracy.is_some_and(|a| !a.comparable()))
+            .filter(|&i| {
+                outputs[i]
+                    .accuracy
+                    .is_some_and(|a| !a.comparable() && !a.backend.is_nan())
+            })
             .collect();
         if let (false, Some(u)) = (conditioned.is_empty(), &unrounded) {
             let mut squares = vec![0.0; conditioned.len()];
