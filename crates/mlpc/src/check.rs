@@ -64,9 +64,8 @@ pub struct Accuracy {
     /// stored value moved by a random relative error of up to its type's unit roundoff, each
     /// product's terms by up to `sqrt(K)` f32 unit roundoffs and each activation by up to
     /// [`ACTIVATION_ERROR`] ([`mlpc_ir::interpret_perturbed`]). How far roundings move this
-    /// output: in an
-    /// ill-conditioned one (a sum that cancels, a long chain of products), the reference's one
-    /// draw of them can land near the math by chance.
+    /// output: in an ill-conditioned one (a sum that cancels, a long chain of products), the
+    /// reference's one draw of them can land near the math by chance.
     pub noise: Option<f64>,
 }
 
