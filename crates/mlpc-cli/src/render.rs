@@ -352,6 +352,17 @@ pub fn cache_trimmed(dir: &Path, max: u64, r: &mlpc::jit::cache::Removed) -> Str
     out
 }
 
+/// A spinner on stderr with the time since it started and a message.
+fn spinner() -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
 /// Compiles `model` with a spinner on stderr that says what the compilation is doing (reading
 /// the model, optimising, generating kernels, NVRTC's count of kernels compiled), cleared when
 /// it is done; where stderr is no terminal, nothing is shown.
@@ -363,12 +374,7 @@ pub fn compile_file(
     if !std::io::stderr().is_terminal() {
         return compiler.compile_file(model);
     }
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}") {
-        bar.set_style(style);
-    }
-    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let bar = spinner();
     let shown = bar.clone();
     let compiler = compiler.progress(move |p| {
         shown.set_message(match p {
@@ -403,12 +409,7 @@ pub fn check(
     if !std::io::stderr().is_terminal() {
         return compiled.check(backend, bindings, seed);
     }
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}") {
-        bar.set_style(style);
-    }
-    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let bar = spinner();
     let report = compiled.check_with_progress(backend, bindings, seed, &mut |step| {
         bar.set_message(check_step(step));
     });
