@@ -112,6 +112,10 @@ enum Command {
         /// Seed of the random inputs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Append the result as one JSON line to this file (each output's errors, tolerance and
+        /// verdict), also when the check fails.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
         #[command(flatten)]
         opts: CompileArgs,
     },
@@ -422,6 +426,27 @@ fn phase(count: Option<usize>, ms: Option<u64>, default: mlpc::Runs) -> mlpc::Ru
     }
 }
 
+/// Appends `line` and a newline to the file at `path`, creating it: one write of the whole line,
+/// so that appends of concurrent runs stay whole lines (`writeln!` on a `File` writes it in
+/// pieces).
+fn append_line(path: &Path, line: &serde_json::Value) -> Result<(), mlpc::Error> {
+    use std::io::Write;
+    let io = |action| {
+        move |source| mlpc::Error::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io("open"))?
+        .write_all(format!("{line}\n").as_bytes())
+        .map_err(io("write"))
+}
+
 /// Prints the compilation's warnings to stderr, one line each.
 fn warn(compiled: &mlpc::Compiled) {
     for w in compiled.warnings() {
@@ -559,6 +584,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
             backend,
             bindings,
             seed,
+            json,
             opts,
         } => {
             let (backend, note) = pick_backend(backend)?;
@@ -572,6 +598,10 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                 outln!("note: {note}");
             }
             out!("{}", render::check_report(compiled.name(), &report));
+            if let Some(path) = json {
+                let line = render::check_json(&compiled, &bindings, seed, &report);
+                append_line(&path, &line)?;
+            }
             if let Some(failure) = report.failure(compiled.name()) {
                 return Err(failure);
             }
@@ -698,19 +728,7 @@ fn execute(command: Command) -> Result<(), mlpc::Error> {
                     "tiles": tiles.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
                     "launches": r.launches,
                 });
-                use std::io::Write;
-                let mut f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&path)
-                    .map_err(|e| {
-                        mlpc::Error::Bench(format!("cannot open `{}`: {e}", path.display()))
-                    })?;
-                // One write of the whole line: appends of concurrent runs stay whole lines
-                // (`writeln!` on a `File` writes it in pieces).
-                f.write_all(format!("{line}\n").as_bytes()).map_err(|e| {
-                    mlpc::Error::Bench(format!("cannot write `{}`: {e}", path.display()))
-                })?;
+                append_line(&path, &line)?;
             }
         }
         Command::GenInputs {

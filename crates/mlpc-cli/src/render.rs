@@ -396,6 +396,50 @@ pub fn compile_file(
     compiled
 }
 
+/// A check's result as one JSON object: the model, backend, bindings and seed, whether it
+/// passed, and per output its errors (against the reference; against the unrounded math, the
+/// reference's and the random roundings' where measured; against the optimised graph where
+/// measured), tolerance and verdict. NaN errors are `null`.
+pub fn check_json(
+    compiled: &mlpc::Compiled,
+    bindings: &[(String, u64)],
+    seed: u64,
+    r: &CheckReport,
+) -> serde_json::Value {
+    let outputs: Vec<serde_json::Value> = r
+        .outputs
+        .iter()
+        .map(|o| {
+            serde_json::json!({
+                "name": o.name,
+                "dtype": o.dtype.name(),
+                "shape": o.shape,
+                "error": o.error,
+                "tolerance": o.tolerance,
+                "ok": o.ok(),
+                "within_tolerance": o.within_tolerance(),
+                "ill_conditioned": o.passes_by_accuracy()
+                    && o.accuracy.is_some_and(|a| a.backend > ROUNDING_FACTOR * a.reference),
+                "unrounded": o.accuracy.map(|a| serde_json::json!({
+                    "backend": a.backend,
+                    "reference": a.reference,
+                    "random_roundings": a.noise,
+                })),
+                "optimized_graph": o.fused_error,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "model": compiled.name(),
+        "backend": r.backend.name(),
+        "dtype": compiled.plan().dtype,
+        "bindings": bindings.iter().map(|(s, v)| format!("{s}={v}")).collect::<Vec<_>>(),
+        "seed": seed,
+        "ok": r.ok(),
+        "outputs": outputs,
+    })
+}
+
 /// Runs [`mlpc::Compiled::check`] with a spinner on stderr that says which run it is in (the
 /// reference interpreter, the backend, the unrounded math, the random roundings, the optimised
 /// graph), cleared when it is done; where stderr is no terminal, nothing is shown.

@@ -1091,6 +1091,8 @@ fn a_check_passes_an_ill_conditioned_output_as_near_as_random_roundings() {
             "--seed",
             seed,
         ];
+        let mut args = args.to_vec();
+        args.extend(["--json", "check.jsonl"]);
         let o = succeeds(dir.path(), &args);
         let lines: Vec<&str> = o.stdout.lines().collect();
         let at = lines
@@ -1121,6 +1123,28 @@ fn a_check_passes_an_ill_conditioned_output_as_near_as_random_roundings() {
         let (backend, reference) = (numbers[0], numbers[numbers.len() - 1]);
         assert!(backend > 2.0 * reference, "{note}");
     }
+    // `--json` appends one line a check, with the distances the notes give.
+    let json = fs::read_to_string(dir.path().join("check.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{json}");
+    for line in &lines {
+        assert_eq!(line["ok"], true, "{line}");
+        let ill: Vec<&serde_json::Value> = line["outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["ill_conditioned"] == true)
+            .collect();
+        assert_eq!(ill.len(), 1, "{line}");
+        let u = &ill[0]["unrounded"];
+        let (b, n) = (u["backend"].as_f64(), u["random_roundings"].as_f64());
+        assert!(b.zip(n).is_some_and(|(b, n)| b <= 2.0 * n), "{line}");
+        assert!(ill[0]["error"].as_f64().unwrap() > ill[0]["tolerance"].as_f64().unwrap());
+    }
+    assert_eq!(lines[2]["seed"], 20, "{json}");
 }
 
 /// An output no machine holds (2^40 elements from two 4 MiB operands) is an error that names the
@@ -1470,9 +1494,31 @@ fn a_check_failing_on_nan_says_it_is_not_rounding() {
     mlpc_frontend::write_tensors(&d.join("w.safetensors"), &w).unwrap();
     let out = mlpc(
         d,
-        &["check", "model.json", "--backend", "cpu", "--bind", "T=64"],
+        &[
+            "check",
+            "model.json",
+            "--backend",
+            "cpu",
+            "--bind",
+            "T=64",
+            "--json",
+            "check.jsonl",
+        ],
     );
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    // The JSON line is written for a failed check too; its NaN error is null.
+    let line: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(d.join("check.jsonl")).unwrap()).unwrap();
+    assert_eq!(line["ok"], false, "{line}");
+    assert_eq!(line["bindings"], serde_json::json!(["T=64"]), "{line}");
+    let failed = line["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["ok"] == false)
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(failed["error"].is_null(), "{line}");
+    assert!(failed["optimized_graph"].is_number(), "{line}");
     assert!(
         out.stdout.contains("relative error NaN")
             && out
