@@ -10,7 +10,9 @@
 //! Memory: a product reads a weight as stored, widening a few of its columns to f64 at a time
 //! (a transposed weight is read in place, not copied); other ops widen the weights they read
 //! (biases, packed blocks) while they run. A computed value is dropped after its last reader. So
-//! a weight is never held in f64 whole by a product, and a model's weights never all at once.
+//! a weight is never held in f64 whole by a product, and a model's weights never all at once;
+//! only [`interpret_perturbed`] widens each product's A operand whole (a weight too, where it is
+//! the left operand) to move its terms, while that product runs.
 
 use crate::graph::{Graph, NodeId};
 use crate::inputs::{bind_inputs, InputError};
