@@ -42,6 +42,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import MODELS as BENCH_MODELS, model_file  # noqa: E402
@@ -50,11 +51,6 @@ from bench_goals import DECODE, DECODE_T, SPARSE, sparse_model  # noqa: E402
 # `--f32-kernel`: mlpc's option forcing that kernel, and its name in the report.
 F32_FLAGS = {"fp64": "--f32-fp64-tensor-cores", "ffma": "--f32-ffma"}
 F32_NAMES = {"fp64": "the FP64 tensor cores", "ffma": "the FFMA pipes"}
-NEARER = re.compile(r"\(about as near the graph's unrounded math .*?: (\S+) against its (\S+),")
-# The note of an ill-conditioned output that passes as about as near that math as random roundings.
-ILL = re.compile(r"\(about as near the graph's unrounded math as random roundings take it, an ill-conditioned "
-                 r"output: (\S+) against their (\S+), .* own roundings (\S+)\)")
-LINE = re.compile(r"^(ok  |FAIL) (\S+) on cuda: output `([^`]+)` (\w+)\[([^\]]*)\]: relative error (\S+) \(tolerance (\S+)\)")
 
 
 def f32_copies(examples, into):
@@ -224,28 +220,37 @@ def result(r):
     return "ok"
 
 
-def check(mlpc, model, t, cache, target, extra, label=None):
-    """`mlpc check` of `model` at T = `t`: one row per output (`label` names the model in them)."""
+def check(mlpc, model, t, cache, target, extra, label=None, backend="cuda"):
+    """`mlpc check` of `model` at T = `t`: one row per output (`label` names the model in them),
+    read from the line `--json` appends (a check that stops with an error before comparing
+    anything writes none: then one failed row with its message)."""
     label = label or model
     env = dict(os.environ, MLPC_CACHE_DIR=cache)
-    cmd = [mlpc, "check", model, "--backend", "cuda"] + binds(model, t) + ["--seed", str(t)]
+    cmd = [mlpc, "check", model, "--backend", backend] + binds(model, t) + ["--seed", str(t)]
     cmd += ([] if target == "auto" else ["--target", target]) + extra
+    os.makedirs(cache, exist_ok=True)
+    # A file of its own: checks run in parallel, several of them in one cache directory.
+    fd, out = tempfile.mkstemp(prefix=f"check-T{t}-", suffix=".jsonl", dir=cache)
+    os.close(fd)
+    cmd += ["--json", out]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    with open(out) as f:
+        lines = f.read().splitlines()
+    os.remove(out)
     rows = []
-    lines = p.stdout.splitlines()
-    for i, line in enumerate(lines):
-        m = LINE.match(line)
-        if m:
-            rows.append(dict(ok=m.group(1) == "ok  ", model=label, T=t, output=m.group(3), dtype=m.group(4),
-                             shape=m.group(5), error=float(m.group(6)), tol=float(m.group(7))))
-            # An output out of tolerance that passes as about as near the graph's unrounded math as
-            # the reference: its note gives the two errors against that math.
-            note = lines[i + 1] if i + 1 < len(lines) else ""
-            n, ill = NEARER.search(note), ILL.search(note)
-            if rows[-1]["ok"] and ill:
-                rows[-1]["ill"] = tuple(float(ill.group(k)) for k in (1, 2, 3))
-            elif rows[-1]["ok"] and n:
-                rows[-1]["nearer"] = (float(n.group(1)), float(n.group(2)))
+    for o in json.loads(lines[-1])["outputs"] if lines else []:
+        err = o["error"]
+        rows.append(dict(ok=o["ok"], model=label, T=t, output=o["name"], dtype=o["dtype"],
+                         shape=", ".join(str(d) for d in o["shape"]),
+                         error=float("nan") if err is None else err, tol=o["tolerance"]))
+        u = o["unrounded"]
+        # An output out of tolerance that passes: as ill-conditioned (within twice the random
+        # roundings' distance from the graph's unrounded math), or as at most twice as far from
+        # that math as the reference.
+        if o["ok"] and o["ill_conditioned"]:
+            rows[-1]["ill"] = (u["backend"], u["random_roundings"], u["reference"])
+        elif o["ok"] and not o["within_tolerance"] and u:
+            rows[-1]["nearer"] = (u["backend"], u["reference"])
     if p.returncode != 0 and not rows:
         rows.append(dict(ok=False, model=label, T=t, output="-", dtype="-", shape="-", error=float("nan"), tol=0.0,
                          message=(p.stderr or p.stdout).strip()[-400:]))
