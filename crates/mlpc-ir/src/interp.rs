@@ -349,8 +349,69 @@ fn product_cols(a: &[f64], k: usize, b: &Mat, row0: usize, cols: std::ops::Range
 
 /// Rows `row0 ..` (as many as `dst` holds) and columns `cols` of `A @ B` into `dst` (zeros), A
 /// row-major with `k` columns. Each element adds its products to 0 in order of k, however B is
-/// stored.
+/// stored. The same code, compiled for AVX2 where the CPU has it: wider vectors for the same
+/// multiplies and adds in the same order (never fused), so the same bits.
 fn matmul_rows(
+    a: &[f64],
+    k: usize,
+    b: F64Cols,
+    row0: usize,
+    cols: std::ops::Range<usize>,
+    dst: Dst,
+) {
+    let Dst { data: out, ld, c0 } = dst;
+    // With B by columns, a chunk of columns at a time, so that the kernel's copy of them
+    // stays small.
+    let per = if b.by_cols {
+        (WIDEN_ELEMENTS / k.max(1)).max(WIDEN_COLS)
+    } else {
+        cols.len().max(1)
+    };
+    for j0 in cols.clone().step_by(per) {
+        let chunk = j0..cols.end.min(j0 + per);
+        let dst = Dst {
+            data: &mut *out,
+            ld,
+            c0: c0 + (j0 - cols.start),
+        };
+        #[cfg(target_arch = "x86_64")]
+        if !portable_only() && std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            unsafe { matmul_rows_avx2(a, k, b, row0, chunk, dst) };
+            continue;
+        }
+        matmul_rows_portable(a, k, b, row0, chunk, dst);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn matmul_rows_avx2(
+    a: &[f64],
+    k: usize,
+    b: F64Cols,
+    row0: usize,
+    cols: std::ops::Range<usize>,
+    dst: Dst,
+) {
+    matmul_rows_portable(a, k, b, row0, cols, dst)
+}
+
+/// Whether products keep to the portable code (the tests compare it with the AVX2 build).
+#[cfg(test)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn portable_only() -> bool {
+    tests::PORTABLE_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+}
+#[cfg(not(test))]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn portable_only() -> bool {
+    false
+}
+
+/// [`matmul_rows`]' code for one chunk of columns, inlined into each build of it.
+#[inline(always)]
+fn matmul_rows_portable(
     a: &[f64],
     k: usize,
     b: F64Cols,
@@ -361,12 +422,25 @@ fn matmul_rows(
     let Dst { data: out, ld, c0 } = dst;
     let w = cols.len();
     // With B by columns: the block's rows of A interleaved (element p of each side by side, rows
-    // past the block's last zero), so that each element of B multiplies them all at once.
+    // past the block's last zero), so that each element of B multiplies them all at once; and
+    // B's columns four by four interleaved likewise, so that each k reads one run of four.
     let mut interleaved = if b.by_cols {
         vec![[0.0f64; ROW_BLOCK]; k]
     } else {
         Vec::new()
     };
+    let mut bq = Vec::new();
+    if b.by_cols && k > 0 {
+        bq = vec![[0.0f64; 4]; (w / 4) * k];
+        for (q, quad) in bq.chunks_mut(k).enumerate() {
+            for c in 0..4 {
+                let j = cols.start + 4 * q + c;
+                for (x, &v) in quad.iter_mut().zip(&b.data[j * k..(j + 1) * k]) {
+                    x[c] = v;
+                }
+            }
+        }
+    }
     for (blk, rows) in out.chunks_mut(ROW_BLOCK * ld).enumerate() {
         let first = row0 + blk * ROW_BLOCK;
         let a_rows: Vec<&[f64]> = (0..rows.len() / ld)
@@ -383,24 +457,16 @@ fn matmul_rows(
                     rows[r * ld + c0 + jj] = *x;
                 }
             };
-            // Four columns of B (each contiguous) at a time against the block's rows.
+            // Four columns of B (interleaved in `bq`) at a time against the block's rows.
             let quads = w / 4;
             for quad in 0..quads {
-                let j = cols.start + 4 * quad;
-                let col = |c: usize| &b.data[(j + c) * k..(j + c + 1) * k];
                 let mut acc = [[0.0f64; ROW_BLOCK]; 4];
-                for ((((at, &v0), &v1), &v2), &v3) in interleaved
-                    .iter()
-                    .zip(col(0))
-                    .zip(col(1))
-                    .zip(col(2))
-                    .zip(col(3))
-                {
+                for (at, bv) in interleaved.iter().zip(&bq[quad * k..(quad + 1) * k]) {
                     for r in 0..ROW_BLOCK {
-                        acc[0][r] += at[r] * v0;
-                        acc[1][r] += at[r] * v1;
-                        acc[2][r] += at[r] * v2;
-                        acc[3][r] += at[r] * v3;
+                        acc[0][r] += at[r] * bv[0];
+                        acc[1][r] += at[r] * bv[1];
+                        acc[2][r] += at[r] * bv[2];
+                        acc[3][r] += at[r] * bv[3];
                     }
                 }
                 for (c, acc) in acc.iter().enumerate() {
@@ -832,11 +898,25 @@ mod tests {
     use crate::types::{Dim, Shape, TensorType};
     use smallvec::smallvec;
 
+    /// Set while a test runs products on the portable code only.
+    pub(super) static PORTABLE_ONLY: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
     /// The blocked, threaded product sums in the same order as the textbook loop: bit for bit
     /// the same, at sizes below and above the threading threshold, with ragged row blocks and
-    /// every remainder of the columns taken four at a time, non-finite values included.
+    /// every remainder of the columns taken four at a time, non-finite values included; on the
+    /// AVX2 build of the code where the CPU has AVX2, and on the portable one.
     #[test]
     fn matmul_is_the_textbook_loop_bit_for_bit() {
+        // The AVX2 build where the CPU has it, then the portable code.
+        for portable in [false, true] {
+            PORTABLE_ONLY.store(portable, std::sync::atomic::Ordering::Relaxed);
+            matmul_is_the_textbook_loop();
+        }
+        PORTABLE_ONLY.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn matmul_is_the_textbook_loop() {
         let mut seed = 0x2545_F491_4F6C_DD1Du64;
         let mut next = move || {
             seed ^= seed << 13;
