@@ -380,7 +380,7 @@ fn matmul_rows(
             unsafe { matmul_rows_avx2(a, k, b, row0, chunk, dst) };
             continue;
         }
-        matmul_rows_portable(a, k, b, row0, chunk, dst);
+        matmul_rows_portable(a, k, b, row0, chunk, dst, quad);
     }
 }
 
@@ -394,7 +394,54 @@ fn matmul_rows_avx2(
     cols: std::ops::Range<usize>,
     dst: Dst,
 ) {
-    matmul_rows_portable(a, k, b, row0, cols, dst)
+    matmul_rows_portable(a, k, b, row0, cols, dst, |at, bq| quad_avx2(at, bq))
+}
+
+/// [`quad`] in AVX2 vectors: each row half of a block times a broadcast element of B.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn quad_avx2(interleaved: &[[f64; ROW_BLOCK]], bq: &[[f64; 4]]) -> [[f64; ROW_BLOCK]; 4] {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_pd(); 2]; 4];
+    for (at, bv) in interleaved.iter().zip(bq) {
+        let half = [
+            _mm256_set_pd(at[3], at[2], at[1], at[0]),
+            _mm256_set_pd(at[7], at[6], at[5], at[4]),
+        ];
+        for (acc, &v) in acc.iter_mut().zip(bv) {
+            let v = _mm256_set1_pd(v);
+            for (acc, &h) in acc.iter_mut().zip(&half) {
+                *acc = _mm256_add_pd(*acc, _mm256_mul_pd(h, v));
+            }
+        }
+    }
+    let mut out = [[0.0; ROW_BLOCK]; 4];
+    for (out, acc) in out.iter_mut().zip(&acc) {
+        for (out, &v) in out.chunks_mut(4).zip(acc) {
+            let (lo, hi) = (_mm256_castpd256_pd128(v), _mm256_extractf128_pd::<1>(v));
+            out[0] = _mm_cvtsd_f64(lo);
+            out[1] = _mm_cvtsd_f64(_mm_unpackhi_pd(lo, lo));
+            out[2] = _mm_cvtsd_f64(hi);
+            out[3] = _mm_cvtsd_f64(_mm_unpackhi_pd(hi, hi));
+        }
+    }
+    out
+}
+
+/// A block of rows of A (interleaved) against four columns of B (interleaved): each element's
+/// products summed in order of k.
+#[inline(always)]
+fn quad(interleaved: &[[f64; ROW_BLOCK]], bq: &[[f64; 4]]) -> [[f64; ROW_BLOCK]; 4] {
+    let mut acc = [[0.0f64; ROW_BLOCK]; 4];
+    for (at, bv) in interleaved.iter().zip(bq) {
+        for r in 0..ROW_BLOCK {
+            acc[0][r] += at[r] * bv[0];
+            acc[1][r] += at[r] * bv[1];
+            acc[2][r] += at[r] * bv[2];
+            acc[3][r] += at[r] * bv[3];
+        }
+    }
+    acc
 }
 
 /// Whether products keep to the portable code (the tests compare it with the AVX2 build).
@@ -418,6 +465,7 @@ fn matmul_rows_portable(
     row0: usize,
     cols: std::ops::Range<usize>,
     dst: Dst,
+    quad_kernel: impl Fn(&[[f64; ROW_BLOCK]], &[[f64; 4]]) -> [[f64; ROW_BLOCK]; 4],
 ) {
     let Dst { data: out, ld, c0 } = dst;
     let w = cols.len();
@@ -459,18 +507,10 @@ fn matmul_rows_portable(
             };
             // Four columns of B (interleaved in `bq`) at a time against the block's rows.
             let quads = w / 4;
-            for quad in 0..quads {
-                let mut acc = [[0.0f64; ROW_BLOCK]; 4];
-                for (at, bv) in interleaved.iter().zip(&bq[quad * k..(quad + 1) * k]) {
-                    for r in 0..ROW_BLOCK {
-                        acc[0][r] += at[r] * bv[0];
-                        acc[1][r] += at[r] * bv[1];
-                        acc[2][r] += at[r] * bv[2];
-                        acc[3][r] += at[r] * bv[3];
-                    }
-                }
+            for q in 0..quads {
+                let acc = quad_kernel(&interleaved, &bq[q * k..(q + 1) * k]);
                 for (c, acc) in acc.iter().enumerate() {
-                    store(4 * quad + c, acc);
+                    store(4 * q + c, acc);
                 }
             }
             let pairs = w / 2;
