@@ -480,10 +480,10 @@ fn matmul_rows_portable(
     let mut bq = Vec::new();
     if b.by_cols && k > 0 {
         bq = vec![[0.0f64; 4]; (w / 4) * k];
-        for (q, quad) in bq.chunks_mut(k).enumerate() {
+        for (q, run) in bq.chunks_mut(k).enumerate() {
             for c in 0..4 {
                 let j = cols.start + 4 * q + c;
-                for (x, &v) in quad.iter_mut().zip(&b.data[j * k..(j + 1) * k]) {
+                for (x, &v) in run.iter_mut().zip(&b.data[j * k..(j + 1) * k]) {
                     x[c] = v;
                 }
             }
