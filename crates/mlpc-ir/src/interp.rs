@@ -1096,20 +1096,17 @@ mod tests {
     /// same seed draws the same run; other seeds others.
     #[test]
     fn perturbed_interpretation_moves_values_and_product_terms() {
-        let f32t = |shape: &[usize], v: &[f64]| {
-            HostTensor::from_f64(DType::F32, shape.to_vec(), v).unwrap()
-        };
         let mut g = Graph::new("cancel");
         let s: Shape = smallvec![Dim::Fixed(1), Dim::Fixed(2)];
         let x = g.add_input("x", TensorType::contiguous(DType::F32, s));
-        let w = g.add_weight("w", f32t(&[1, 2], &[1.0, 1.0])).unwrap();
+        let w = g.add_weight("w", t(&[1, 2], &[1.0, 1.0])).unwrap();
         let wt = g.add("wt", Op::Transpose, &[w]).unwrap();
         let y = g.add("y", Op::MatMul, &[x, wt]).unwrap();
         let q = g.add("q", Op::Mul, &[x, x]).unwrap();
         g.add_output("y", y);
         g.add_output("q", q);
         let small = f64::powi(2.0, -20);
-        let inputs = BTreeMap::from([("x".to_string(), f32t(&[1, 2], &[1.0, small - 1.0]))]);
+        let inputs = BTreeMap::from([("x".to_string(), t(&[1, 2], &[1.0, small - 1.0]))]);
         let exact = interpret_unrounded(&g, &inputs).unwrap();
         assert_eq!(exact["y"].to_f64(), vec![small]);
         let u = DType::F32.unit_roundoff();
