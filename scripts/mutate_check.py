@@ -386,14 +386,14 @@ def mutated(seed):
 INPUTS = ["inputs file"]
 
 
-def verdict(rc, output):
+def verdict(rc, output, result):
     if "panicked" in output or rc not in (0, 1):
         return "crash"
     lines = output.splitlines()
     errors = [line for line in lines if line.startswith("error:")]
     if any(b in line for line in errors for b in BUG):
         return "bug"
-    v = random_check.classify(rc, output)
+    v = random_check.classify(rc, result)
     if v != "error":
         return v
     return "refused" if errors else "bug"
@@ -406,8 +406,8 @@ def binds(m, tokens):
 
 def check(args, path, m, tokens):
     cmd = [args.mlpc, "check", path, "-b", args.backend, "--verify-each", "true"]
-    rc, output = random_check.run(cmd + binds(m, tokens), args.timeout)
-    return verdict(rc, output), rc, output
+    rc, output, result = random_check.checked(cmd + binds(m, tokens), args.timeout, os.path.dirname(path))
+    return verdict(rc, output, result), rc, output
 
 
 def ran(rc, output):

@@ -9,7 +9,8 @@ f32, f16 or bf16, about half of them with weights pruned block-sparse (blocks fr
 pruned together with `with`), on widths from 1 to 352 (some odd, whose rows no 16-byte copy
 aligns) and token counts from 1 to 777. Every model goes through `mlpc check` on the backend
 (compiled, run on fresh random inputs with poisoned outputs, compared with the reference
-interpreter), JOBS at a time, and each result is sorted into:
+interpreter), JOBS at a time, and each result is sorted, from the exit status and the JSON line
+`mlpc check --json` appends, into:
 
   ok        within tolerance of the source graph's reference;
   nearer    out of tolerance of the source graph's reference in some output, but at most twice as
@@ -73,11 +74,9 @@ MIXES = {
 # A model's name and file: the prefix and its seed.
 PREFIX = {"default": "r", "products": "p"}
 TOKENS = [1, 2, 3, 7, 16, 17, 64, 129, 300, 777]
-# `mlpc check` prints this under an output out of tolerance of the source graph only when the
-# output is within tolerance of the optimised graph.
-ROUNDING = "(against the optimised graph"
-# ... and this under one that passes as about as near the graph's unrounded math as the reference
-# (or as random roundings, for an ill-conditioned output).
+# `mlpc check` prints this under an output that passes as about as near the graph's unrounded
+# math as the reference (or as random roundings, for an ill-conditioned output): the lines a
+# `nearer` model's report shows. The verdicts themselves come from the check's JSON line.
 NEARER = "(about as near the graph's unrounded math"
 
 
@@ -192,17 +191,43 @@ def notes(lines, i):
     return out
 
 
-def classify(rc, output):
-    if rc == 0:
-        return "nearer" if NEARER in output else "ok"
-    if rc != 1:
+def classify(rc, result):
+    """The verdict of one `mlpc check` from its exit status and the JSON object `--json` appended
+    (None when the check stopped before comparing): ok, nearer, rounding, FAIL, error or crash."""
+    if rc not in (0, 1):
         return "crash"
-    lines = output.splitlines()
-    fails = [i for i, line in enumerate(lines) if line.startswith("FAIL ")]
+    if result is None:
+        return "error" if rc == 1 else "crash"
+    outputs = result["outputs"]
+    if rc == 0:
+        if not result["ok"] or not all(o["ok"] for o in outputs):
+            return "FAIL"  # a check that passed with an output its own report fails
+        return "nearer" if any(not o["within_tolerance"] for o in outputs) else "ok"
+    fails = [o for o in outputs if not o["ok"]]
     if not fails:
         return "error"
-    explained = all(any(ROUNDING in n for n in notes(lines, i)) for i in fails)
+    # Within tolerance of the optimised graph (`null`: not measured, or NaN).
+    explained = all(o["optimized_graph"] is not None and o["optimized_graph"] <= o["tolerance"]
+                    for o in fails)
     return "rounding" if explained else "FAIL"
+
+
+def checked(cmd, timeout, directory):
+    """Runs the `mlpc check` command `cmd` with `--json` into a file of its own in `directory`:
+    its status, its output, and the JSON object it appended (None when it appended none)."""
+    fd, path = tempfile.mkstemp(prefix="check-", suffix=".jsonl", dir=directory)
+    os.close(fd)
+    try:
+        rc, output = run(cmd + ["--json", path], timeout)
+        with open(path) as f:
+            lines = [line for line in f.read().splitlines() if line.strip()]
+        try:
+            result = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            result = None
+        return rc, output, result
+    finally:
+        os.remove(path)
 
 
 # The checks running now, killed when the script is stopped.
@@ -259,8 +284,8 @@ def check(args, path, tokens):
     if args.target:
         cmd += ["--target", args.target]
     cmd += args.arg
-    rc, output = run(cmd, args.timeout)
-    return classify(rc, output), rc, output
+    rc, output, result = checked(cmd, args.timeout, os.path.dirname(path))
+    return classify(rc, result), rc, output
 
 
 def main():
