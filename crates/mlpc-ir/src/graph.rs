@@ -276,6 +276,13 @@ impl Graph {
         &self.weights
     }
 
+    /// The data of weight `name`, writable in place: `None` when the graph has no weight of
+    /// that name, or when anyone else (another graph, a clone of this one, the caller who built
+    /// it) still holds the same data, which must then stay as it is.
+    pub fn weight_mut(&mut self, name: &str) -> Option<&mut HostTensor> {
+        self.weights.get_mut(name).and_then(Arc::get_mut)
+    }
+
     /// Stores (or replaces) weight data under `name`, for passes that repack weights.
     pub fn set_weight(&mut self, name: impl Into<String>, data: HostTensor) {
         self.weights.insert(name.into(), Arc::new(data));

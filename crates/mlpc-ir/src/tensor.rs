@@ -68,6 +68,11 @@ impl HostTensor {
         &self.data
     }
 
+    /// The bytes, writable in place (their length, and so the dtype and shape, stay).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+
     pub fn into_bytes(self) -> Vec<u8> {
         self.data
     }

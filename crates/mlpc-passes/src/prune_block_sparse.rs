@@ -58,14 +58,19 @@ impl SparseWeight {
 
 /// Prunes the selected weights to their block pattern.
 ///
+/// Where the graph holds a selected weight's only reference, its dropped blocks are zeroed in
+/// place; where anyone else holds the same data (a clone of the graph, the framework that built
+/// it), the graph gets a pruned copy and the data stay as they were.
+///
 /// The pass remembers what it pruned: each selected weight's data as a run found it (by
-/// identity, the `Arc` the graph held) and the blocks it kept, not the pruned copy. A later run
-/// of the same pass (or a clone of it) over a graph that still holds those very weights prunes
-/// them to the same blocks again without ranking a block: the compiler's pipeline prunes a copy
-/// of the source graph, and the same pass, when the reference interpreter is first asked for,
-/// finds those weights in another copy. So the memory holds no tensor of its own beyond the
-/// graphs' (the sources are theirs). A run forgets what no weight of its graph is any more, so
-/// a pass run over one graph after another holds on to the last one's tensors only.
+/// identity, the `Arc` the graph held) and the blocks it kept, not the pruned copy (or, for data
+/// pruned in place, that they need nothing more). A later run of the same pass (or a clone of
+/// it) over a graph that still holds those very weights prunes them to the same blocks again
+/// without ranking a block: the compiler prunes the source graph's weights in place, and its
+/// pipeline's run of the same pass over a copy of that graph finds them pruned. So the memory
+/// holds no tensor of its own beyond the graphs'. A run forgets what no weight of its graph is
+/// any more, so a pass run over one graph after another holds on to the last one's tensors
+/// only.
 #[derive(Clone, Debug, Default)]
 pub struct PruneBlockSparse {
     specs: Vec<SparseWeight>,
@@ -79,8 +84,9 @@ struct Pruned {
     spec: usize,
     /// The data the graph held.
     source: Arc<HostTensor>,
-    /// The blocks kept (row-major indices, ascending); `None` where every dropped block was
-    /// zero already, so that `source` itself was stored.
+    /// The blocks kept (row-major indices, ascending); `None` where `source` needs no zeroing:
+    /// every dropped block was zero already, or the run zeroed them in `source` itself (the
+    /// graph held its only reference).
     kept: Option<Arc<[usize]>>,
 }
 
@@ -514,6 +520,44 @@ pub fn kept_blocks_together(
     largest(&norms, density)
 }
 
+/// Sets every block of `w` outside `kept` (row-major block indices) to zero, where it is;
+/// whether any of them held a nonzero byte.
+fn zero_dropped_in_place(
+    w: &mut HostTensor,
+    block: [u64; 2],
+    grid: (usize, usize),
+    kept: &[usize],
+) -> bool {
+    let mut keep = vec![false; grid.0 * grid.1];
+    for &b in kept {
+        keep[b] = true;
+    }
+    use rayon::prelude::*;
+    let es = w.dtype().size_bytes();
+    let [br, bc] = block.map(|d| d as usize);
+    let row_bytes = w.shape()[1] * es;
+    if row_bytes == 0 || br == 0 || bc == 0 {
+        return false;
+    }
+    // The block rows in parallel.
+    w.bytes_mut()
+        .par_chunks_mut(br * row_bytes)
+        .zip(keep.par_chunks(grid.1))
+        .map(|(rows, blocks)| {
+            let mut nonzero = false;
+            for row in rows.chunks_exact_mut(row_bytes) {
+                for (kept, piece) in blocks.iter().zip(row.chunks_exact_mut(bc * es)) {
+                    if !*kept {
+                        nonzero |= piece.iter().any(|&b| b != 0);
+                        piece.fill(0);
+                    }
+                }
+            }
+            nonzero
+        })
+        .reduce(|| false, |a, b| a || b)
+}
+
 /// `w` with every block outside `kept` (row-major block indices) set to zero.
 fn zero_dropped(
     w: &HostTensor,
@@ -620,44 +664,60 @@ impl Pass for PruneBlockSparse {
                 block_grid(w.shape(), spec.block).map_err(err)?;
                 continue;
             };
-            let sources: Vec<(String, Arc<HostTensor>)> = [(spec.weight.clone(), w)]
+            let names: Vec<String> = [spec.weight.clone()]
                 .into_iter()
-                .chain(partner)
+                .chain(partner.map(|(p, _)| p))
                 .collect();
-            let data: Vec<Arc<HostTensor>> = sources.iter().map(|(_, w)| w.clone()).collect();
-            let pruned = match self.recall(i, &data) {
-                Some(pruned) => pruned,
-                None => {
-                    let kept = match &data[..] {
-                        [w, pw] => kept_blocks_together(&[w, pw], spec.block, d),
-                        _ => kept_blocks(&data[0], spec.block, Some(d)),
+            let data: Vec<Arc<HostTensor>> =
+                names.iter().filter_map(|n| g.weight(n).cloned()).collect();
+            drop(w);
+            if let Some(pruned) = self.recall(i, &data) {
+                for (name, p) in names.into_iter().zip(pruned) {
+                    if !g.weight(&name).is_some_and(|w| Arc::ptr_eq(w, &p)) {
+                        g.set_weight_shared(name, p);
+                        changed = true;
                     }
-                    .map_err(err)?;
-                    let grid = block_grid(data[0].shape(), spec.block).map_err(err)?;
-                    let kept: Arc<[usize]> = kept.into();
-                    let pruned: Vec<Arc<HostTensor>> = data
-                        .iter()
-                        .map(|w| {
-                            let p = zero_dropped(w, spec.block, grid, &kept);
-                            if p.bytes() == w.bytes() {
-                                w.clone()
-                            } else {
-                                Arc::new(p)
-                            }
-                        })
-                        .collect();
-                    let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
-                    done.extend(data.iter().zip(&pruned).map(|(w, p)| Pruned {
-                        spec: i,
-                        source: w.clone(),
-                        kept: (!Arc::ptr_eq(w, p)).then(|| kept.clone()),
-                    }));
-                    pruned
                 }
-            };
-            for ((name, w), p) in sources.into_iter().zip(pruned) {
-                if !Arc::ptr_eq(&w, &p) {
-                    g.set_weight_shared(name, p);
+                continue;
+            }
+            let kept = match &data[..] {
+                [w, pw] => kept_blocks_together(&[w, pw], spec.block, d),
+                _ => kept_blocks(&data[0], spec.block, Some(d)),
+            }
+            .map_err(err)?;
+            let grid = block_grid(data[0].shape(), spec.block).map_err(err)?;
+            let kept: Arc<[usize]> = kept.into();
+            // Only the graph may hold the data for it to be zeroed in place.
+            drop(data);
+            let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+            for name in names {
+                // The graph holds the only reference: the dropped blocks zeroed where they are,
+                // and nothing to remember but that these data are pruned.
+                if let Some(t) = g.weight_mut(&name) {
+                    changed |= zero_dropped_in_place(t, spec.block, grid, &kept);
+                    if let Some(w) = g.weight(&name) {
+                        done.push(Pruned {
+                            spec: i,
+                            source: w.clone(),
+                            kept: None,
+                        });
+                    }
+                    continue;
+                }
+                // Shared (with the source graph, or with the other name of a pair that holds one
+                // tensor): a pruned copy, unless no dropped block held a nonzero byte.
+                let Some(w) = g.weight(&name).cloned() else {
+                    continue;
+                };
+                let p = zero_dropped(&w, spec.block, grid, &kept);
+                let same = p.bytes() == w.bytes();
+                done.push(Pruned {
+                    spec: i,
+                    source: w,
+                    kept: (!same).then(|| kept.clone()),
+                });
+                if !same {
+                    g.set_weight(name, p);
                     changed = true;
                 }
             }

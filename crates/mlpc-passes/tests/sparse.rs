@@ -330,6 +330,52 @@ fn a_gated_pair_pruned_together_keeps_one_pattern_of_the_density() {
     }
 }
 
+/// Weights only the graph holds are pruned where they are: the same bytes as a pruned copy, at
+/// the same address; a run again (of the pass, of a clone of it over a copy of the graph, or of
+/// a new pass) finds nothing left to zero.
+#[test]
+fn weights_only_the_graph_holds_are_pruned_in_place() {
+    use std::sync::Arc;
+    let mut g = linear_gelu_linear(DType::F32, 64, 128);
+    let specs = vec![
+        SparseWeight::new("fc1.weight", [32, 32], Some(0.25)),
+        SparseWeight::new("fc2.weight", [16, 32], Some(0.5)),
+    ];
+    let want = pruned_reference(&g, &specs);
+    let names = ["fc1.weight", "fc2.weight"];
+    let at: Vec<*const HostTensor> = names
+        .iter()
+        .map(|n| Arc::as_ptr(g.weight(n).unwrap()))
+        .collect();
+    for n in names {
+        assert_ne!(
+            g.weight(n).unwrap().bytes(),
+            want.weight(n).unwrap().bytes()
+        );
+    }
+    let prune = PruneBlockSparse::new(specs.clone());
+    assert!(run_pass(&prune, &mut g, &mut Provenance::new(&want)));
+    for (n, at) in names.iter().zip(&at) {
+        let w = g.weight(n).unwrap();
+        assert_eq!(Arc::as_ptr(w), *at, "{n} pruned in place");
+        assert_eq!(w.bytes(), want.weight(n).unwrap().bytes(), "{n}");
+        assert!(prune.remembers(w), "{n}");
+    }
+    let mut copy = g.clone();
+    assert!(!run_pass(
+        &prune.clone(),
+        &mut copy,
+        &mut Provenance::new(&want)
+    ));
+    assert!(!run_pass(&prune, &mut g, &mut Provenance::new(&want)));
+    let fresh = PruneBlockSparse::new(specs);
+    assert!(!run_pass(&fresh, &mut g, &mut Provenance::new(&want)));
+    for (n, at) in names.iter().zip(&at) {
+        assert!(Arc::ptr_eq(g.weight(n).unwrap(), copy.weight(n).unwrap()));
+        assert_eq!(Arc::as_ptr(g.weight(n).unwrap()), *at, "{n}");
+    }
+}
+
 /// The pass remembers what it pruned, by the data's identity: run again (or a clone of it) over
 /// a graph that still holds the same weight data, it zeroes the same blocks; over other data it
 /// prunes that data; what it remembers is per spec, so two specs reading one tensor each get

@@ -12,7 +12,7 @@ use mlpc_ir::{DType, Graph, Plan, TensorType};
 use mlpc_jit::{CompiledKernel, JitOptions};
 use mlpc_passes::{Pipeline, PipelineOptions, PipelineReport, PrintAfter, SparseWeight};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// What to do about CUDA kernels at compile time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -300,7 +300,7 @@ impl Compiler {
 
     /// Compiles a model that is already in memory, e.g. one a framework built from its own
     /// module tree.
-    pub fn compile_model(&self, model: Model) -> Result<Compiled, Error> {
+    pub fn compile_model(&self, mut model: Model) -> Result<Compiled, Error> {
         check_environment()?;
         mlpc_ir::verify(&model.graph)?;
         self.report(Progress::Optimizing);
@@ -312,15 +312,26 @@ impl Compiler {
                 ..SparseWeight::new(s.weight.clone(), s.block, s.density)
             })
             .collect();
-        // The pipeline's `prune-block-sparse` and the reference's pruning are one pass (a clone
-        // shares what it pruned): the pipeline ranks the blocks, and the reference, built when
-        // first asked for, zeroes the same ones in the source graph.
         let prune = mlpc_passes::PruneBlockSparse::new(sparse);
+        // A model that prunes weights means its pruned weights: `prune-block-sparse` runs over
+        // the source graph first, zeroing the dropped blocks in place where the model holds the
+        // only reference (else in a copy, the caller's data untouched). The pipeline's run of the
+        // same pass over the copy of that graph finds them pruned (a clone shares what it
+        // pruned), so no dense pruned copy of a weight lives beside the source one, and the
+        // reference interprets the source graph itself.
+        let mut pruned_source = None;
+        if !prune.specs().is_empty() {
+            use mlpc_passes::Pass;
+            let started = std::time::Instant::now();
+            let mut prov = mlpc_passes::Provenance::new(&model.graph);
+            let changed = prune.run(&mut model.graph, &mut prov)?;
+            pruned_source = Some((changed, started.elapsed()));
+        }
         let pipeline = match &self.passes {
             Some(names) => Pipeline::from_names(names)?,
             None => Pipeline::default(),
         }
-        .with_pruning(prune.clone());
+        .with_pruning(prune);
         let mut opts = PipelineOptions::default();
         if let Some(v) = self.verify_each {
             opts.verify_each = v;
@@ -329,9 +340,19 @@ impl Compiler {
             opts.print_after = p.clone();
         }
         let mut optimized = model.graph.clone();
-        let report = pipeline.run(&mut optimized, &opts)?;
+        let mut report = pipeline.run(&mut optimized, &opts)?;
         drop(pipeline);
-        let prune = (!prune.specs().is_empty()).then_some(prune);
+        // The pruning's work, done over the source graph, is the pass's in the report.
+        if let Some((changed, time)) = pruned_source {
+            if let Some(p) = report
+                .passes
+                .iter_mut()
+                .find(|p| p.name == "prune-block-sparse")
+            {
+                p.changed |= changed;
+                p.time += time;
+            }
+        }
         let plan = mlpc_passes::lower_plan(&optimized, &report.provenance)?;
         let explain = mlpc_passes::explain(&model.graph, &optimized, &plan, &report.provenance);
 
@@ -375,8 +396,6 @@ impl Compiler {
             compiler: self.clone(),
             variants: Mutex::new(Vec::new()),
             model,
-            prune,
-            oracle: OnceLock::new(),
             optimized,
             report,
             plan,
@@ -422,12 +441,6 @@ pub struct Compiled {
     /// Variants compiled for other input layouts: (transposed inputs, model), oldest first.
     variants: Mutex<Vec<(Vec<String>, Arc<Compiled>)>>,
     model: Model,
-    /// The pipeline's `prune-block-sparse`, when the model prunes weights: it remembers the
-    /// blocks it kept.
-    prune: Option<mlpc_passes::PruneBlockSparse>,
-    /// The source graph with the selected weights pruned (by `prune`), made when first asked
-    /// for, so that a compilation that never runs the reference holds no pruned copy.
-    oracle: OnceLock<Graph>,
     optimized: Graph,
     report: PipelineReport,
     plan: Plan,
@@ -451,12 +464,15 @@ impl std::fmt::Debug for Compiled {
 }
 
 impl Compiled {
-    /// The model as loaded: the source graph, its sparsity specs and options.
+    /// The model as loaded: the source graph, its sparsity specs and options. A model that
+    /// prunes weights to block-sparse holds them pruned (what it means): the compilation zeroes
+    /// their dropped blocks, in place where the model held the only reference to their data.
     pub fn model(&self) -> &Model {
         &self.model
     }
 
-    /// The verified source graph: what the model means.
+    /// The verified source graph: what the model means (its selected weights pruned, see
+    /// [`Compiled::model`]).
     pub fn graph(&self) -> &Graph {
         &self.model.graph
     }
@@ -482,23 +498,12 @@ impl Compiled {
         &self.optimized
     }
 
-    /// The graph the reference backend interprets: the source graph, with, when the model prunes
-    /// weights to block-sparse, its selected weights pruned (`prune-block-sparse` alone: pruning
-    /// changes the function on purpose; every other pass, the block-sparse lowering included,
-    /// preserves it, which the reference checks). Made on the first call, which zeroes the
-    /// blocks the compilation's pruning dropped (without ranking them again); later calls share
-    /// it.
-    pub fn reference_graph(&self) -> Result<&Graph, Error> {
-        let Some(prune) = &self.prune else {
-            return Ok(&self.model.graph);
-        };
-        if let Some(g) = self.oracle.get() {
-            return Ok(g);
-        }
-        use mlpc_passes::Pass;
-        let mut g = self.model.graph.clone();
-        prune.run(&mut g, &mut mlpc_passes::Provenance::new(&self.model.graph))?;
-        Ok(self.oracle.get_or_init(|| g))
+    /// The graph the reference backend interprets: the source graph, whose selected weights,
+    /// when the model prunes weights to block-sparse, the compilation pruned
+    /// (`prune-block-sparse` alone: pruning changes the function on purpose; every other pass,
+    /// the block-sparse lowering included, preserves it, which the reference checks).
+    pub fn reference_graph(&self) -> &Graph {
+        &self.model.graph
     }
 
     /// The kernel plan every backend runs.
@@ -651,8 +656,6 @@ impl Compiled {
             compiler: self.compiler.clone(),
             variants: Mutex::new(Vec::new()),
             model: self.model.clone(),
-            prune: self.prune.clone(),
-            oracle: self.oracle.clone(),
             optimized: self.optimized.clone(),
             report: self.report.clone(),
             plan: self.plan.clone(),
@@ -1032,7 +1035,7 @@ impl Compiled {
     ) -> Result<Tensors, Error> {
         backend.require()?;
         match backend {
-            Backend::Reference => Ok(mlpc_ir::interpret(self.reference_graph()?, inputs)?),
+            Backend::Reference => Ok(mlpc_ir::interpret(self.reference_graph(), inputs)?),
             Backend::Cpu => self.cpu_state()?.run(inputs),
             Backend::Cuda => self.gpu_state()?.run(inputs, self.run_options(poison)),
         }
