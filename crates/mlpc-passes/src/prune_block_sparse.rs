@@ -520,6 +520,45 @@ pub fn kept_blocks_together(
     largest(&norms, density)
 }
 
+/// How the blocks of a weight lie in its bytes, for zeroing the dropped ones.
+struct BlockBytes {
+    /// Whether each block (row-major index) is kept.
+    keep: Vec<bool>,
+    /// Bytes of one block row (a block's height of whole rows of the weight).
+    block_row: usize,
+    /// Bytes of one row of the weight.
+    row: usize,
+    /// Bytes of one block's part of a row.
+    piece: usize,
+    /// Blocks a block row.
+    cols: usize,
+}
+
+impl BlockBytes {
+    /// `None` where the weight has no bytes to zero.
+    fn new(
+        w: &HostTensor,
+        block: [u64; 2],
+        grid: (usize, usize),
+        kept: &[usize],
+    ) -> Option<BlockBytes> {
+        let mut keep = vec![false; grid.0 * grid.1];
+        for &b in kept {
+            keep[b] = true;
+        }
+        let es = w.dtype().size_bytes();
+        let [br, bc] = block.map(|d| d as usize);
+        let row = w.shape()[1] * es;
+        (row > 0 && br > 0 && bc > 0).then_some(BlockBytes {
+            keep,
+            block_row: br * row,
+            row,
+            piece: bc * es,
+            cols: grid.1,
+        })
+    }
+}
+
 /// Sets every block of `w` outside `kept` (row-major block indices) to zero, where it is;
 /// whether any of them held a nonzero byte.
 fn zero_dropped_in_place(
@@ -528,25 +567,18 @@ fn zero_dropped_in_place(
     grid: (usize, usize),
     kept: &[usize],
 ) -> bool {
-    let mut keep = vec![false; grid.0 * grid.1];
-    for &b in kept {
-        keep[b] = true;
-    }
     use rayon::prelude::*;
-    let es = w.dtype().size_bytes();
-    let [br, bc] = block.map(|d| d as usize);
-    let row_bytes = w.shape()[1] * es;
-    if row_bytes == 0 || br == 0 || bc == 0 {
+    let Some(l) = BlockBytes::new(w, block, grid, kept) else {
         return false;
-    }
+    };
     // The block rows in parallel.
     w.bytes_mut()
-        .par_chunks_mut(br * row_bytes)
-        .zip(keep.par_chunks(grid.1))
+        .par_chunks_mut(l.block_row)
+        .zip(l.keep.par_chunks(l.cols))
         .map(|(rows, blocks)| {
             let mut nonzero = false;
-            for row in rows.chunks_exact_mut(row_bytes) {
-                for (kept, piece) in blocks.iter().zip(row.chunks_exact_mut(bc * es)) {
+            for row in rows.chunks_exact_mut(l.row) {
+                for (kept, piece) in blocks.iter().zip(row.chunks_exact_mut(l.piece)) {
                     if !*kept {
                         nonzero |= piece.iter().any(|&b| b != 0);
                         piece.fill(0);
@@ -565,28 +597,18 @@ fn zero_dropped(
     grid: (usize, usize),
     kept: &[usize],
 ) -> HostTensor {
-    let mut keep = vec![false; grid.0 * grid.1];
-    for &b in kept {
-        keep[b] = true;
-    }
     use rayon::prelude::*;
-    let es = w.dtype().size_bytes();
-    let [br, bc] = block.map(|d| d as usize);
-    let row_bytes = w.shape()[1] * es;
     // Zeros from the allocator (untouched until written), then the kept blocks copied in: the
     // block rows in parallel.
     let mut bytes = vec![0u8; w.bytes().len()];
-    if row_bytes > 0 && br > 0 && bc > 0 {
+    if let Some(l) = BlockBytes::new(w, block, grid, kept) {
         bytes
-            .par_chunks_mut(br * row_bytes)
-            .zip(w.bytes().par_chunks(br * row_bytes))
-            .zip(keep.par_chunks(grid.1))
+            .par_chunks_mut(l.block_row)
+            .zip(w.bytes().par_chunks(l.block_row))
+            .zip(l.keep.par_chunks(l.cols))
             .for_each(|((dst, src), blocks)| {
-                for (d, s) in dst
-                    .chunks_exact_mut(row_bytes)
-                    .zip(src.chunks_exact(row_bytes))
-                {
-                    let pieces = d.chunks_exact_mut(bc * es).zip(s.chunks_exact(bc * es));
+                for (d, s) in dst.chunks_exact_mut(l.row).zip(src.chunks_exact(l.row)) {
+                    let pieces = d.chunks_exact_mut(l.piece).zip(s.chunks_exact(l.piece));
                     for (kept, (d, s)) in blocks.iter().zip(pieces) {
                         if *kept {
                             d.copy_from_slice(s);
