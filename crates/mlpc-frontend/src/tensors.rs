@@ -21,8 +21,11 @@ const MAX_HEADER: u64 = 100 * 1024 * 1024;
 
 /// Reads every tensor of a safetensors file. Tensors must be F32, F16 or BF16.
 pub fn read_tensors(path: &Path) -> Result<BTreeMap<String, HostTensor>, FrontendError> {
-    let file = TensorFile::map(path)?;
-    parse_tensors(file.bytes(), path)
+    let file = TensorFile::open(path)?;
+    file.names()
+        .filter_map(|name| Some((name.clone(), file.get(name)?)))
+        .map(|(name, t)| Ok((name, t?)))
+        .collect()
 }
 
 /// Reads the tensors of a safetensors file whose names are in `wanted` (F32, F16 or BF16), and
@@ -58,7 +61,12 @@ pub fn parse_tensors(
     let index = index(bytes).map_err(fail)?;
     index
         .iter()
-        .map(|(name, e)| Ok((name.clone(), e.tensor(name, bytes, None).map_err(fail)?)))
+        .map(|(name, e)| {
+            Ok((
+                name.clone(),
+                e.tensor(name, bytes, None, |_| {}).map_err(fail)?,
+            ))
+        })
         .collect()
 }
 
@@ -151,12 +159,35 @@ impl TensorFile {
     ) -> Option<Result<HostTensor, FrontendError>> {
         let e = self.index.get(name)?;
         Some(
-            e.tensor(name, self.bytes(), to)
+            e.tensor(name, self.bytes(), to, |r| self.release(r))
                 .map_err(|error| FrontendError::Tensors {
                     path: self.path.clone(),
                     error,
                 }),
         )
+    }
+
+    /// Drops this process's pages of `range` of the file (whole pages, those it shares with a
+    /// neighbour included): the values there were copied out, and the mapped pages would
+    /// otherwise count in the resident memory beside the copy until the file is closed. A
+    /// later read of them faults them in again from the file, unchanged. Only a hint: a
+    /// failure changes nothing.
+    fn release(&self, range: std::ops::Range<usize>) {
+        #[cfg(unix)]
+        if let Some(map) = &self.map {
+            // SAFETY: the map is a shared, read-only mapping of the file (`Mmap::map`), so
+            // dropping its pages loses nothing: every later access, through any slice of it,
+            // reads the file's bytes again. No slice of the map outlives the copy made above.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    range.start,
+                    range.len(),
+                )
+            };
+        }
+        #[cfg(not(unix))]
+        let _ = range;
     }
 }
 
@@ -190,18 +221,30 @@ impl Entry {
     }
 
     /// The tensor, converted to `to` where given (straight from the file's bytes).
+    /// `read` is called with each range of the file (absolute) once its values are copied out.
     fn tensor(
         &self,
         name: &str,
         bytes: &[u8],
         to: Option<DType>,
+        mut read: impl FnMut(std::ops::Range<usize>),
     ) -> Result<HostTensor, TensorFileError> {
+        /// Elements copied out between two calls of `read`: 4-8 MiB.
+        const CHUNK_ELEMENTS: usize = 1 << 21;
         let dtype = self.dtype(name)?;
         let data = bytes
             .get(self.range.clone())
             .ok_or_else(|| info_err(name, "data lies outside the file"))?;
-        HostTensor::from_le_bytes_as(dtype, self.shape.clone(), data, to.unwrap_or(dtype))
-            .map_err(|e| info_err(name, e.to_string()))
+        let at = self.range.start;
+        HostTensor::from_le_bytes_as_by_chunks(
+            dtype,
+            self.shape.clone(),
+            data,
+            to.unwrap_or(dtype),
+            CHUNK_ELEMENTS,
+            |r| read(at + r.start..at + r.end),
+        )
+        .map_err(|e| info_err(name, e.to_string()))
     }
 }
 
@@ -639,9 +682,9 @@ mod tests {
         let bytes = file(header, 25);
         let entries = index(&bytes).unwrap();
         assert_eq!(entries.len(), 5);
-        assert!(entries["w"].tensor("w", &bytes, None).is_ok());
+        assert!(entries["w"].tensor("w", &bytes, None, |_| {}).is_ok());
         assert!(matches!(
-            entries["z"].tensor("z", &bytes, None),
+            entries["z"].tensor("z", &bytes, None, |_| {}),
             Err(TensorFileError::DType { .. })
         ));
         // Known dtypes' sizes are still checked, the sub-byte ones' too.

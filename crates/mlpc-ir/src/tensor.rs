@@ -150,14 +150,39 @@ impl HostTensor {
         bytes: &[u8],
         dtype: DType,
     ) -> Result<HostTensor, TensorSizeError> {
+        HostTensor::from_le_bytes_as_by_chunks(stored, shape, bytes, dtype, usize::MAX, |_| {})
+    }
+
+    /// [`HostTensor::from_le_bytes_as`], reading `bytes` a chunk of `chunk_elements` elements
+    /// at a time, in order, and calling `read` with each chunk's range of `bytes` once it is
+    /// copied out: a reader of a mapped file lets go of the pages it has read, so that the
+    /// file's pages and the copy are never both resident whole.
+    pub fn from_le_bytes_as_by_chunks(
+        stored: DType,
+        shape: Vec<usize>,
+        bytes: &[u8],
+        dtype: DType,
+        chunk_elements: usize,
+        mut read: impl FnMut(std::ops::Range<usize>),
+    ) -> Result<HostTensor, TensorSizeError> {
         check_size(stored, &shape, bytes.len())?;
-        let data = if stored == dtype {
-            bytes.to_vec()
-        } else {
-            let mut data = vec![0u8; bytes.len() / stored.size_bytes() * dtype.size_bytes()];
-            stored.recode_le(bytes, dtype, &mut data);
-            data
-        };
+        let (from, to) = (stored.size_bytes(), dtype.size_bytes());
+        let chunk = chunk_elements.max(1);
+        // Zeros from the allocator, each page first touched when its values are written.
+        let mut data = vec![0u8; bytes.len() / from * to];
+        let mut start = 0;
+        for (s, d) in bytes
+            .chunks(chunk.saturating_mul(from))
+            .zip(data.chunks_mut(chunk.saturating_mul(to)))
+        {
+            if stored == dtype {
+                d.copy_from_slice(s);
+            } else {
+                stored.recode_le(s, dtype, d);
+            }
+            read(start..start + s.len());
+            start += s.len();
+        }
         Ok(HostTensor { dtype, shape, data })
     }
 }
@@ -374,6 +399,26 @@ mod tests {
                 }
                 let direct = HostTensor::from_le_bytes_as(from, vec![n], &bytes, to).unwrap();
                 assert_eq!(direct.bytes(), c.bytes(), "{from} -> {to}");
+            }
+            // By chunks (of a size no recoder chunk divides): the same bytes, every range of
+            // the source reported once, in order.
+            for to in DType::ALL {
+                let whole = HostTensor::from_le_bytes_as(from, vec![n], &bytes, to).unwrap();
+                let mut ranges = Vec::new();
+                let chunked =
+                    HostTensor::from_le_bytes_as_by_chunks(from, vec![n], &bytes, to, 1001, |r| {
+                        ranges.push(r)
+                    })
+                    .unwrap();
+                assert_eq!(chunked.bytes(), whole.bytes(), "{from} -> {to} by chunks");
+                assert!(ranges.len() > 1);
+                let mut at = 0;
+                for r in ranges {
+                    assert_eq!(r.start, at);
+                    assert!(r.len() <= 1001 * from.size_bytes());
+                    at = r.end;
+                }
+                assert_eq!(at, bytes.len());
             }
             // The byte count is checked against the stored type, not the new one.
             let short = &bytes[..bytes.len() - 1];
