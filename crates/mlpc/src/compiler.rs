@@ -325,7 +325,7 @@ impl Compiler {
             let started = std::time::Instant::now();
             let mut prov = mlpc_passes::Provenance::new(&model.graph);
             let changed = prune.run(&mut model.graph, &mut prov)?;
-            pruned_source = Some((changed, started.elapsed()));
+            pruned_source = Some((prune.name(), changed, started.elapsed()));
         }
         let pipeline = match &self.passes {
             Some(names) => Pipeline::from_names(names)?,
@@ -343,12 +343,8 @@ impl Compiler {
         let mut report = pipeline.run(&mut optimized, &opts)?;
         drop(pipeline);
         // The pruning's work, done over the source graph, is the pass's in the report.
-        if let Some((changed, time)) = pruned_source {
-            if let Some(p) = report
-                .passes
-                .iter_mut()
-                .find(|p| p.name == "prune-block-sparse")
-            {
+        if let Some((name, changed, time)) = pruned_source {
+            if let Some(p) = report.passes.iter_mut().find(|p| p.name == name) {
                 p.changed |= changed;
                 p.time += time;
             }
