@@ -2,8 +2,8 @@
 //! allocation, and the split of every kernel's output into tiles run on the thread pool.
 
 use crate::llvm::{self, Jit, KernelFn};
-use crate::pack::{bsr_layout, pack_b, pack_bsr, widen, AlignedF32, BsrLayout};
-use crate::spec::{spec_of, Family, GemmSpec, Spec};
+use crate::pack::{bsr_layout, pack_b, pack_bsr, widen, BsrLayout, Panels};
+use crate::spec::{spec_of, Family, GemmSpec, Spec, L2_SHARE};
 use crate::{CpuBackend, CpuError, Tiling, Weights};
 use mlpc_ir::{bind_inputs, Bindings, BufferKind, Graph, HostTensor, MatLayout, Plan};
 use rayon::prelude::*;
@@ -17,7 +17,7 @@ pub(crate) struct Compiled {
     spec: Spec,
     func: KernelFn,
     /// Per operand slot: the B panels packed at compile time, for B operands that are weights.
-    packed: Vec<Option<Arc<AlignedF32>>>,
+    packed: Vec<Option<Arc<Panels>>>,
     /// For a sparse GEMM: the segments of its B panels.
     bsr: Option<Arc<BsrLayout>>,
 }
@@ -86,7 +86,7 @@ pub(crate) fn compile(
     let mut named = Vec::with_capacity(plan.kernels.len());
     let mut packed_all = Vec::with_capacity(plan.kernels.len());
     for (i, k) in plan.kernels.iter().enumerate() {
-        let spec = spec_of(plan, k)?;
+        let spec = spec_of(plan, k, tiling.nr)?;
         let mut packed = vec![None; spec.args.len()];
         let mut bsr = None;
         if let Family::Gemm(g) = &spec.family {
@@ -96,11 +96,12 @@ pub(crate) fn compile(
                 .map(|p| Arc::new(bsr_layout(p, tiling.nr)));
             for slot in g.b_slots() {
                 if let Some(w) = &wdata[spec.args[slot]] {
+                    let (dt, to) = (w.dtype(), g.panel_dtype(w.dtype()));
                     let panels = match (&g.sparse, &layout) {
-                        (Some(p), Some(l)) => pack_bsr(w.bytes(), w.dtype(), p, l, tiling.nr),
+                        (Some(p), Some(l)) => pack_bsr(w.bytes(), dt, to, p, l, tiling.nr),
                         _ => {
                             let (kk, n) = b_dims(w.shape(), g.b);
-                            pack_b(w.bytes(), w.dtype(), g.b, kk, n, tiling.nr)
+                            pack_b(w.bytes(), dt, to, g.b, kk, n, tiling.nr)
                         }
                     };
                     packed[slot] = Some(Arc::new(panels));
@@ -410,16 +411,17 @@ impl Executable {
         }
         let nr = self.tiling.nr;
         // B operands that are not weights are packed now.
-        let mut fresh: Vec<Option<AlignedF32>> = Vec::new();
+        let mut fresh: Vec<Option<Panels>> = Vec::new();
         for slot in g.b_slots() {
             fresh.push(match &k.packed[slot] {
                 Some(_) => None,
                 None => {
                     let b = spec.args[slot];
                     let dt = self.plan.buffer(b).ty.dtype;
+                    let to = g.panel_dtype(dt);
                     Some(match (&g.sparse, &k.bsr) {
-                        (Some(p), Some(l)) => pack_bsr(data[b].bytes(), dt, p, l, nr),
-                        _ => pack_b(data[b].bytes(), dt, g.b, kk, n, nr),
+                        (Some(p), Some(l)) => pack_bsr(data[b].bytes(), dt, to, p, l, nr),
+                        _ => pack_b(data[b].bytes(), dt, to, g.b, kk, n, nr),
                     })
                 }
             });
@@ -455,9 +457,12 @@ impl Executable {
         } else {
             self.tiling.mr
         };
-        let b_sets = if g.dual { 2 } else { 1 };
+        let panel_bytes: usize = g
+            .b_slots()
+            .map(|slot| kk * nr * g.panel_dtype(spec.dtypes[slot]).size_bytes())
+            .sum();
         let panels = n.div_ceil(nr);
-        let (mc, pc) = gemm_blocks(m, panels, kk * nr * 4 * b_sets, mr, threads);
+        let (mc, pc) = gemm_blocks(m, panels, panel_bytes, mr, threads);
         let (rt, pt) = (m.div_ceil(mc), panels.div_ceil(pc));
         (0..rt * pt).into_par_iter().for_each(|t| {
             let (ri, pi) = (t / pt, t % pt);
@@ -477,7 +482,6 @@ fn gemm_blocks(
     mr: usize,
     threads: usize,
 ) -> (usize, usize) {
-    const L2_SHARE: usize = 512 * 1024;
     // Callers refuse empty extents first; at least one row and panel keeps this total anyway.
     let (m, panels) = (m.max(1), panels.max(1));
     let mut pc = (L2_SHARE / panel_bytes.max(1)).clamp(1, panels);

@@ -1,47 +1,64 @@
 //! Packing GEMM B operands into the panel layout the micro-kernel reads.
 //!
-//! A packed B is `ceil(N / nr)` panels, each `K x nr` f32 values, row `k` of a panel holding
+//! A packed B is `ceil(N / nr)` panels, each `K x nr` values, row `k` of a panel holding
 //! `B[k, p*nr .. p*nr + nr]` and zeros past `N`. The micro-kernel then streams one panel with
-//! aligned full-width vector loads whatever the stored layout (`n` or `t`) and dtype were. Weights
-//! are packed once when a plan is compiled; a B that is a run-time tensor is packed on each run.
+//! aligned full-width vector loads whatever the stored layout (`n` or `t`) was. The values are f32,
+//! or B's own f16 / bf16 where the GEMM's panels stream from memory
+//! ([`crate::spec::panels_widened`]): the micro-kernel widens those as it loads them, and they
+//! take half the bytes. Weights are packed once when a plan is compiled; a B that is a run-time
+//! tensor is packed on each run.
 //!
 //! A block-sparse B (`[kept, rows, cols]` blocks of the logical `[N, K]` weight) packs to the same
 //! panels, but each panel holds only the k ranges where some block of the block rows it covers is
 //! kept: its *segments*, maximal runs of kept block columns. The index ([`BsrLayout::index`], i64)
 //! is `seg_ptr[panels + 1]` (the segments of panel `p` are `seg_ptr[p] .. seg_ptr[p + 1]`), then
-//! per segment `k_start, len, offset` (the f32 offset of its first panel row). Inside a segment the
-//! rows of columns whose own block is not kept are zero.
+//! per segment `k_start, len, offset` (the element offset of its first panel row). Inside a
+//! segment the rows of columns whose own block is not kept are zero.
 
 use mlpc_ir::{BlockPattern, DType, MatLayout};
+use std::marker::PhantomData;
 
 /// 64 bytes: one cache line, one 512-bit vector.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct Line([f32; 16]);
+struct Line([u8; 64]);
 
-/// An f32 array whose start is 64-byte aligned.
-pub(crate) struct AlignedF32 {
+/// Element types an [`Aligned`] array may hold: plain data, every bit pattern a value, alignment
+/// at most 64.
+pub(crate) trait Plain: Copy {}
+impl Plain for f32 {}
+impl Plain for u8 {}
+
+/// An array of `T` whose start is 64-byte aligned.
+pub(crate) struct Aligned<T: Plain> {
     lines: Vec<Line>,
     len: usize,
+    of: PhantomData<T>,
 }
 
-impl AlignedF32 {
-    pub fn zeroed(len: usize) -> AlignedF32 {
-        AlignedF32 {
-            lines: vec![Line::default(); len.div_ceil(16)],
+/// Packed B panels: the stored bytes of B's elements, rearranged.
+pub(crate) type Panels = Aligned<u8>;
+
+impl<T: Plain> Aligned<T> {
+    pub fn zeroed(len: usize) -> Aligned<T> {
+        let bytes = len * std::mem::size_of::<T>();
+        Aligned {
+            lines: vec![Line([0; 64]); bytes.div_ceil(64)],
             len,
+            of: PhantomData,
         }
     }
 
     #[cfg(test)]
-    pub fn as_slice(&self) -> &[f32] {
-        // SAFETY: `Line` is 16 f32s with no padding, and `lines` holds at least `len` of them.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<f32>(), self.len) }
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: `lines` holds at least `len * size_of::<T>()` initialised bytes at an alignment
+        // of 64, at least `T`'s (`Plain`), and every bit pattern is a `T`.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<T>(), self.len) }
     }
 
-    pub fn as_mut_slice(&mut self) -> &mut [f32] {
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
         // SAFETY: as in `as_slice`, and `&mut self` makes the access unique.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<f32>(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<T>(), self.len) }
     }
 
     pub fn as_ptr(&self) -> *const u8 {
@@ -66,11 +83,11 @@ pub(crate) fn load_f32(bytes: &[u8], dtype: DType, i: usize) -> f32 {
 
 /// Every element of `bytes` (little-endian `dtype`) widened to f32, exactly: a GEMM's f16 / bf16
 /// A operand, once per run (`GemmSpec::widen_a`). In parallel, in chunks of 64 Ki elements.
-pub(crate) fn widen(bytes: &[u8], dtype: DType) -> AlignedF32 {
+pub(crate) fn widen(bytes: &[u8], dtype: DType) -> Aligned<f32> {
     use rayon::prelude::*;
     const CHUNK: usize = 64 * 1024;
     let size = dtype.size_bytes();
-    let mut out = AlignedF32::zeroed(bytes.len() / size);
+    let mut out = Aligned::<f32>::zeroed(bytes.len() / size);
     out.as_mut_slice()
         .par_chunks_mut(CHUNK)
         .zip(bytes.par_chunks(CHUNK * size))
@@ -82,63 +99,67 @@ pub(crate) fn widen(bytes: &[u8], dtype: DType) -> AlignedF32 {
     out
 }
 
-/// Packs the `[K, N]` operand stored in `bytes` (row-major `[K, N]` for layout `n`, `[N, K]` for
-/// `t`) into `ceil(N / nr)` zero-padded panels of `K x nr` f32.
+/// Writes the elements of `src` (of `from`) to `dst` as `to`: the same bytes, or (`to` f32)
+/// widened exactly.
+#[inline]
+fn put(from: DType, to: DType, src: &[u8], dst: &mut [u8]) {
+    if from == to {
+        dst.copy_from_slice(src);
+    } else {
+        let elems = src.chunks_exact(from.size_bytes());
+        for (e, d) in elems.zip(dst.chunks_exact_mut(to.size_bytes())) {
+            d.copy_from_slice(&load_f32(e, from, 0).to_le_bytes());
+        }
+    }
+}
+
+/// Packs the `[K, N]` operand stored in `bytes` as `dtype` (row-major `[K, N]` for layout `n`,
+/// `[N, K]` for `t`) into `ceil(N / nr)` zero-padded panels of `K x nr` elements of `to` (`dtype`,
+/// or f32 to widen a 16-bit B).
 pub(crate) fn pack_b(
     bytes: &[u8],
     dtype: DType,
+    to: DType,
     layout: MatLayout,
     k: usize,
     n: usize,
     nr: usize,
-) -> AlignedF32 {
+) -> Panels {
     use rayon::prelude::*;
+    let (size, psize) = (dtype.size_bytes(), to.size_bytes());
     let panels = n.div_ceil(nr);
-    let mut out = AlignedF32::zeroed(panels * k * nr);
+    let mut out = Panels::zeroed(panels * k * nr * psize);
     if k == 0 || nr == 0 {
         return out;
     }
-    let size = dtype.size_bytes();
-    // The panels in parallel: each is its own `k x nr` slice of the output.
+    let row = nr * psize;
+    // The panels in parallel: each is its own `k x nr` run of the output.
     out.as_mut_slice()
-        .par_chunks_mut(k * nr)
+        .par_chunks_mut(k * row)
         .enumerate()
         .for_each(|(p, panel)| {
             let (c0, c1) = (p * nr, n.min((p + 1) * nr));
+            let width = (c1 - c0) * size;
             match layout {
                 // A panel row is a run of a row of B.
                 MatLayout::N => {
-                    for (kk, row) in panel.chunks_exact_mut(nr).enumerate() {
-                        let src = &bytes[(kk * n + c0) * size..(kk * n + c1) * size];
-                        let mut dst = row.iter_mut();
-                        dtype.for_each_f32(src, |x| {
-                            if let Some(d) = dst.next() {
-                                *d = x;
-                            }
-                        });
+                    for (kk, dst) in panel.chunks_exact_mut(row).enumerate() {
+                        let src = (kk * n + c0) * size;
+                        let dst = &mut dst[..(c1 - c0) * psize];
+                        put(dtype, to, &bytes[src..src + width], dst);
                     }
                 }
                 // A panel column is a run of a row of the stored B^T: tiles of `KT` k values of
-                // every column widened into `tile` (contiguous reads), then written out a whole
-                // panel row at a time (contiguous writes).
+                // every column read (contiguously) and written out a panel row at a time.
                 MatLayout::T => {
                     const KT: usize = 64;
-                    let mut tile = vec![0f32; nr * KT];
                     for k0 in (0..k).step_by(KT) {
                         let kt = KT.min(k - k0);
                         for (j, col) in (c0..c1).enumerate() {
                             let src = &bytes[(col * k + k0) * size..(col * k + k0 + kt) * size];
-                            let mut dst = tile[j * KT..].iter_mut();
-                            dtype.for_each_f32(src, |x| {
-                                if let Some(d) = dst.next() {
-                                    *d = x;
-                                }
-                            });
-                        }
-                        for kk in 0..kt {
-                            let row = &mut panel[(k0 + kk) * nr..(k0 + kk) * nr + (c1 - c0)];
-                            for (j, d) in row.iter_mut().enumerate() {
-                                *d = tile[j * KT + kk];
+                            for (kk, e) in src.chunks_exact(size).enumerate() {
+                                let at = (k0 + kk) * row + j * psize;
+                                put(dtype, to, e, &mut panel[at..at + psize]);
                             }
                         }
                     }
@@ -195,21 +216,22 @@ pub(crate) fn bsr_layout(p: &BlockPattern, nr: usize) -> BsrLayout {
 
 /// Packs the `[kept, rows, cols]` blocks in `bytes` into the panels of `layout`.
 ///
-/// Block by block: each kept block's rows (contiguous in `bytes`) are widened a row at a time
+/// Block by block: each kept block's rows (contiguous in `bytes`) are copied a row at a time
 /// into the panel columns they belong to. The panels are packed in parallel, each into its own
 /// run of the output (a panel's segments are consecutive there).
 pub(crate) fn pack_bsr(
     bytes: &[u8],
     dtype: DType,
+    to: DType,
     p: &BlockPattern,
     layout: &BsrLayout,
     nr: usize,
-) -> AlignedF32 {
+) -> Panels {
     use rayon::prelude::*;
     let n = p.out as usize;
     let [br, bc] = p.block.map(|d| d as usize);
     let grid_cols = p.block_cols() as usize;
-    let size = dtype.size_bytes();
+    let (size, psize) = (dtype.size_bytes(), to.size_bytes());
     // Kept block index of each (block row, block col), or none.
     let mut slot = vec![u32::MAX; p.block_rows() as usize * grid_cols];
     for (i, &(r, c)) in p.kept.iter().enumerate() {
@@ -230,14 +252,14 @@ pub(crate) fn pack_bsr(
             )
         })
     };
-    let mut out = AlignedF32::zeroed(layout.rows * nr);
+    let mut out = Panels::zeroed(layout.rows * nr * psize);
     // Each panel's own rows, in panel order, with the offset its first segment starts at.
     let mut parts = Vec::with_capacity(panels);
     let mut rest = out.as_mut_slice();
     for panel in 0..panels {
         let rows: usize = segments(panel).map(|(_, len, _)| len).sum();
         let start = segments(panel).next().map_or(0, |(_, _, off)| off);
-        let (head, tail) = rest.split_at_mut(rows * nr);
+        let (head, tail) = rest.split_at_mut(rows * nr * psize);
         parts.push((panel, start, head));
         rest = tail;
     }
@@ -254,11 +276,11 @@ pub(crate) fn pack_bsr(
                     }
                     for col in c0.max(r * br)..c1.min((r + 1) * br) {
                         let src = (b as usize * br + (col - r * br)) * bc * size;
-                        let mut at = row0 + (col - c0);
-                        dtype.for_each_f32(&bytes[src..src + bc * size], |x| {
-                            dst[at] = x;
-                            at += nr;
-                        });
+                        let at = row0 + (col - c0);
+                        for (i, e) in bytes[src..src + bc * size].chunks_exact(size).enumerate() {
+                            let at = (at + i * nr) * psize;
+                            put(dtype, to, e, &mut dst[at..at + psize]);
+                        }
                     }
                 }
             }
@@ -270,6 +292,14 @@ pub(crate) fn pack_bsr(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The f32 values of panels packed from f32.
+    fn f32s(p: &Panels) -> Vec<f32> {
+        p.as_slice()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
 
     #[test]
     fn sparse_panels_hold_the_kept_k_ranges() {
@@ -284,21 +314,21 @@ mod tests {
         let l = bsr_layout(&p, 2);
         assert_eq!(l.index, vec![0, 2, 3, 0, 2, 0, 4, 2, 4, 2, 2, 8]);
         let blocks: Vec<u8> = (0..12).flat_map(|v| (v as f32).to_le_bytes()).collect();
-        let packed = pack_bsr(&blocks, DType::F32, &p, &l, 2);
+        let packed = pack_bsr(&blocks, DType::F32, DType::F32, &p, &l, 2);
         // Block 0 = [[0, 1], [2, 3]] at rows n 0-1, k 0-1: panel row k holds W[0][k], W[1][k].
         assert_eq!(
-            packed.as_slice(),
+            f32s(&packed),
             &[0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0, 8.0, 10.0, 9.0, 11.0]
         );
         // Panels straddling block rows take the union, zero where a column's block is dropped.
         let l = bsr_layout(&p, 4);
         assert_eq!(l.index, vec![0, 1, 0, 6, 0]);
-        let packed = pack_bsr(&blocks, DType::F32, &p, &l, 4);
+        let packed = pack_bsr(&blocks, DType::F32, DType::F32, &p, &l, 4);
         assert_eq!(
-            &packed.as_slice()[..8],
+            &f32s(&packed)[..8],
             &[0.0, 2.0, 0.0, 0.0, 1.0, 3.0, 0.0, 0.0]
         );
-        assert_eq!(&packed.as_slice()[8..12], &[0.0, 0.0, 8.0, 10.0]);
+        assert_eq!(&f32s(&packed)[8..12], &[0.0, 0.0, 8.0, 10.0]);
     }
 
     #[test]
@@ -309,16 +339,16 @@ mod tests {
             .iter()
             .flat_map(|&v| (v as f32).to_le_bytes())
             .collect();
-        let pn = pack_b(&b_n, DType::F32, MatLayout::N, 2, 3, 2);
-        let pt = pack_b(&b_t, DType::F32, MatLayout::T, 2, 3, 2);
-        assert_eq!(pn.as_slice(), &[0.0, 1.0, 3.0, 4.0, 2.0, 0.0, 5.0, 0.0]);
+        let pn = pack_b(&b_n, DType::F32, DType::F32, MatLayout::N, 2, 3, 2);
+        let pt = pack_b(&b_t, DType::F32, DType::F32, MatLayout::T, 2, 3, 2);
+        assert_eq!(f32s(&pn), &[0.0, 1.0, 3.0, 4.0, 2.0, 0.0, 5.0, 0.0]);
         assert_eq!(pn.as_slice(), pt.as_slice());
         assert_eq!(pn.as_ptr() as usize % 64, 0);
     }
 
     /// Panels of both layouts and every dtype against their definition, element by element: k
-    /// past a tile of 64 and not a multiple of it, a last panel past N, 16-bit patterns of all
-    /// kinds (NaN payloads kept).
+    /// past a tile of 64 and not a multiple of it, a last panel past N, bit patterns of all
+    /// kinds (NaN payloads kept: panels hold the stored bytes).
     #[test]
     fn panels_are_their_definition() {
         let (k, n, nr) = (150, 70, 32);
@@ -333,10 +363,13 @@ mod tests {
                     x as u8
                 })
                 .collect();
-            for layout in [MatLayout::N, MatLayout::T] {
-                let packed = pack_b(&bytes, dtype, layout, k, n, nr);
+            for (layout, to) in [MatLayout::N, MatLayout::T]
+                .into_iter()
+                .flat_map(|l| [(l, dtype), (l, DType::F32)])
+            {
+                let packed = pack_b(&bytes, dtype, to, layout, k, n, nr);
                 let got = packed.as_slice();
-                assert_eq!(got.len(), n.div_ceil(nr) * k * nr);
+                assert_eq!(got.len(), n.div_ceil(nr) * k * nr * to.size_bytes());
                 for p in 0..n.div_ceil(nr) {
                     for kk in 0..k {
                         for j in 0..nr {
@@ -348,9 +381,9 @@ mod tests {
                             };
                             let at = p * k * nr + kk * nr + j;
                             assert_eq!(
-                                got[at].to_bits(),
+                                load_f32(got, to, at).to_bits(),
                                 want.to_bits(),
-                                "{dtype} {layout:?} panel {p} k {kk} column {j}"
+                                "{dtype} as {to} {layout:?} panel {p} k {kk} column {j}"
                             );
                         }
                     }
@@ -403,11 +436,14 @@ mod tests {
                     let bytes: Vec<u8> = (0..p.kept.len() * br * bc * size)
                         .map(|_| next() as u8)
                         .collect();
-                    for nr in [2, 3, 16, 32] {
+                    for (nr, to) in [2, 3, 16, 32]
+                        .into_iter()
+                        .flat_map(|nr| [(nr, dtype), (nr, DType::F32)])
+                    {
                         let l = bsr_layout(&p, nr);
-                        let got = pack_bsr(&bytes, dtype, &p, &l, nr);
+                        let got = pack_bsr(&bytes, dtype, to, &p, &l, nr);
                         let got = got.as_slice();
-                        assert_eq!(got.len(), l.rows * nr);
+                        assert_eq!(got.len(), l.rows * nr * to.size_bytes());
                         let panels = n.div_ceil(nr);
                         for panel in 0..panels {
                             for s in l.index[panel] as usize..l.index[panel + 1] as usize {
@@ -428,10 +464,10 @@ mod tests {
                                             ),
                                             _ => 0.0,
                                         };
-                                        let v = got[off + kk * nr + j];
+                                        let v = load_f32(got, to, off + kk * nr + j);
                                         assert!(
                                             v.to_bits() == want.to_bits(),
-                                            "{dtype:?} {block:?} nr {nr} panel {panel} k {k} \
+                                            "{dtype:?} as {to} {block:?} nr {nr} panel {panel} k {k} \
                                              column {j}: {v} for {want}"
                                         );
                                     }

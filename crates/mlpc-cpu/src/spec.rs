@@ -53,9 +53,41 @@ pub(crate) struct GemmSpec {
     /// its multiply-adds, where a 16-bit one would take a load, a broadcast and a shift of its
     /// own (a third of the f32 speed lost on llama's MLP). The spec's A dtype is then f32.
     pub widen_a: Option<DType>,
+    /// Whether f16 / bf16 B panels are widened to f32 when packed ([`panels_widened`]); else
+    /// they keep B's dtype and the micro-kernel widens each vector as it loads it.
+    pub wide_b: bool,
+}
+
+/// The L2 share a GEMM task's panels are sized to ([`crate::exec`]'s blocking).
+pub(crate) const L2_SHARE: usize = 512 * 1024;
+
+/// Whether a GEMM whose B panels hold `k_rows` rows each (K, or a sparse panel's kept rows on
+/// average; `None` where K is symbolic) over `slots` B operands gets f32 panels.
+///
+/// A micro-kernel call streams its panels once for `mr` rows of A. Where one panel column's f32
+/// panels fit the L2 share, the panels come from L2 on every reuse and a large M is bound by the
+/// multiply-add ports; widening there in the loop takes those ports (a sparse dual GEMM at d =
+/// 0.25 ran 1.45x slower with 16-bit panels), so the panels are widened once, when packed.
+/// Where they do not fit, the kernel streams them from L3 or memory at every reuse, and panels of
+/// half the bytes win at every M (llama's dense GEMMs; decode steps 1.5-2.3x faster) and halve
+/// the plan's memory. See docs/perf-notes.md, "16-bit B panels where they stream".
+pub(crate) fn panels_widened(k_rows: Option<u64>, slots: usize, nr: usize) -> bool {
+    match k_rows {
+        Some(k) => (k as usize).saturating_mul(nr * 4 * slots) <= L2_SHARE,
+        None => true,
+    }
 }
 
 impl GemmSpec {
+    /// The dtype of the panels packed from a B operand stored as `stored`.
+    pub fn panel_dtype(&self, stored: DType) -> DType {
+        if self.wide_b {
+            DType::F32
+        } else {
+            stored
+        }
+    }
+
     /// Slots of the B operands: `[1]` or `[1, 2]`.
     pub fn b_slots(&self) -> std::ops::Range<usize> {
         1..if self.dual { 3 } else { 2 }
@@ -103,7 +135,7 @@ fn unsupported(k: &Kernel, message: impl Into<String>) -> CpuError {
 }
 
 /// Decides the family and operand roles of `k`; refuses shapes the kernels do not handle.
-pub(crate) fn spec_of(plan: &Plan, k: &Kernel) -> Result<Spec, CpuError> {
+pub(crate) fn spec_of(plan: &Plan, k: &Kernel, nr: usize) -> Result<Spec, CpuError> {
     let arity = k.op.arity();
     if k.args.len() != arity {
         return Err(unsupported(
@@ -149,6 +181,7 @@ pub(crate) fn spec_of(plan: &Plan, k: &Kernel) -> Result<Spec, CpuError> {
             up: Vec::new(),
             epi: Vec::new(),
             widen_a: None,
+            wide_b: true,
         }),
         Op::Gemm(g) => Family::Gemm(gemm_spec(plan, k, g, None)?),
         Op::SparseGemm(s) => {
@@ -200,6 +233,20 @@ pub(crate) fn spec_of(plan: &Plan, k: &Kernel) -> Result<Spec, CpuError> {
             g.widen_a = Some(dtypes[0]);
             dtypes[0] = DType::F32;
         }
+        let k_rows = match &g.sparse {
+            Some(p) => {
+                Some((p.kept.len() as u64).div_ceil(p.block_rows().max(1)) * u64::from(p.block[1]))
+            }
+            None => {
+                let b = &plan.buffer(k.args[1]).ty.shape;
+                match g.b {
+                    MatLayout::N => b.first(),
+                    MatLayout::T => b.get(1),
+                }
+                .and_then(|d| d.fixed())
+            }
+        };
+        g.wide_b = panels_widened(k_rows, g.b_slots().len(), nr);
     }
     Ok(Spec {
         family,
@@ -272,6 +319,7 @@ fn gemm_spec(
             .collect(),
         epi: g.epilogue.iter().map(Step::of).collect(),
         widen_a: None,
+        wide_b: true,
     };
     for step in spec.gate.iter().chain(&spec.up).chain(&spec.epi) {
         let (slot, want_row) = match *step {
@@ -299,4 +347,26 @@ fn gemm_spec(
         }
     }
     Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panels_stay_in_16_bits_only_where_they_do_not_fit_l2() {
+        // 32-column panels: 4096 f32 rows of one B fill the 512 KiB share; a dual's two B half.
+        assert!(panels_widened(Some(4096), 1, 32));
+        assert!(!panels_widened(Some(4097), 1, 32));
+        assert!(panels_widened(Some(2048), 2, 32));
+        assert!(!panels_widened(Some(2049), 2, 32));
+        // llama's dense GEMMs stream; its d = 0.25 gated pair (1024 kept rows) and gpt2's fc2
+        // (K = 3072) fit.
+        assert!(!panels_widened(Some(4096), 2, 32));
+        assert!(!panels_widened(Some(11008), 1, 32));
+        assert!(panels_widened(Some(1024), 2, 32));
+        assert!(panels_widened(Some(3072), 1, 32));
+        // A symbolic K: f32, as before any K is known.
+        assert!(panels_widened(None, 1, 32));
+    }
 }

@@ -451,6 +451,39 @@ fn narrower_vectors_give_the_same_results() {
 }
 
 #[test]
+fn sixteen_bit_panels_where_they_stream() {
+    // K past the L2 share for one panel column's f32 panels (512 KiB; 4 bytes x nr columns x
+    // slots per k) at every tiling: panels kept in 16 bits, widened as the micro-kernel loads
+    // them (`vcvtph2ps` for f16 where the host has F16C), against the reference; and short
+    // rows, widened when packed. Row counts give full blocks and tails.
+    for lanes in [16, 8, 4] {
+        let tiling = mlpc_cpu::Tiling::for_lanes(lanes);
+        let backend = CpuBackend::new().unwrap();
+        if backend.tiling().lanes < lanes {
+            continue;
+        }
+        let backend = backend.with_tiling(tiling);
+        let k_stream = 512 * 1024 / (4 * tiling.nr) + 40;
+        for dt in [DType::Bf16, DType::F16] {
+            let graphs = [
+                (
+                    linear(dt, k_stream, 29, true, Some(Activation::Relu), false),
+                    1,
+                ),
+                (linear(dt, k_stream, 29, false, None, false), 17),
+                (dual(dt, k_stream / 2 + 8, 19, Activation::Silu, true), 9),
+                (dual(dt, 300, 19, Activation::Silu, false), 9),
+            ];
+            for (g, m) in graphs {
+                let exe = backend.compile(&plan_of(&g), g.weights()).unwrap();
+                let k = g.node(g.find("x").unwrap()).ty.shape[1].fixed().unwrap() as usize;
+                common::check_exe(&exe, &g, &inputs(vec![("x", random(dt, &[m, k], 40))]));
+            }
+        }
+    }
+}
+
+#[test]
 fn mismatched_dual_weights_are_refused() {
     let mut g = dual(DType::F32, 8, 6, Activation::Silu, false);
     let mut plan = plan_of(&g);

@@ -8,7 +8,8 @@
 //! - GEMM: `c0..c1` are panels of `nr` output columns (B packed by [`crate::pack`]), `r0..r1` rows.
 //!   For each panel and each block of `mr` rows an unrolled micro-kernel keeps `mr x nr`
 //!   accumulators (two sets for a dual GEMM) in vector registers over the whole K loop: one
-//!   broadcast of `A[i, k]` per row, `nr / lanes` aligned loads of the panel, `llvm.fmuladd` per
+//!   broadcast of `A[i, k]` per row, `nr / lanes` aligned loads of the panel (f32, or f16 / bf16
+//!   widened as loaded: `GemmSpec::wide_b`), `llvm.fmuladd` per
 //!   accumulator. The epilogue chain runs on the accumulators, then one masked store per vector
 //!   converts to the output dtype. A row tail of `rem < mr` rows runs one micro-kernel per binary
 //!   digit of `rem` (8, 4, 2, 1 rows); column tails are zero-padded panels and masked loads and
@@ -22,7 +23,8 @@
 //!   `dims = [batch, R, C]`.
 //!
 //! Values are converted to f32 when loaded and rounded to nearest even when stored (bf16 and f16 by
-//! integer bit code, so no conversion routine from a runtime library is ever called).
+//! integer bit code, so no conversion routine from a runtime library is ever called; f16 B panels
+//! by `fpext`, one `vcvtph2ps`, where the host has F16C).
 
 use super::{Cg, R};
 use crate::spec::{EwOp, EwSpec, Family, GemmSpec, Spec, Step};
@@ -186,24 +188,24 @@ impl<'ctx> Cg<'ctx> {
             })
             .collect::<R<_>>()?;
 
-        // One k step: `b_row` is the row of the panels (`<lanes x float>*` bases in `panels`),
+        // One k step: `b_row` is the row of the panels (their bases and dtypes in `panels`),
         // `a_k` the column of A it multiplies.
         let step = |cg: &Self,
-                    panels: &[PointerValue<'ctx>],
+                    panels: &[(PointerValue<'ctx>, DType)],
                     b_row: IntValue<'ctx>,
                     a_k: IntValue<'ctx>,
                     acc: &[BasicValueEnum<'ctx>]|
          -> R<Vec<BasicValueEnum<'ctx>>> {
             let mut bv = Vec::new();
             let row_off = cg.b.build_int_mul(b_row, nr, "b.row")?;
-            for p in panels {
+            for &(p, dt) in panels {
                 for j in 0..nv {
                     let off = cg.b.build_int_add(
                         row_off,
                         cg.i64((j * cg.lanes as usize) as u64),
                         "b.off",
                     )?;
-                    bv.push(cg.load_packed(*p, off)?);
+                    bv.push(cg.load_packed(p, dt, off)?);
                 }
             }
             let a_k = cg.b.build_int_mul(a_k, sak, "a.k")?;
@@ -231,8 +233,8 @@ impl<'ctx> Cg<'ctx> {
                 let panel_off = self.b.build_int_mul(panel, panel_len, "panel.off")?;
                 let mut panels = Vec::new();
                 for slot in g.b_slots() {
-                    let p = self.buf(fr.bufs, slot)?;
-                    panels.push(self.elem_ptr(p, DType::F32, panel_off)?);
+                    let (p, dt) = (self.buf(fr.bufs, slot)?, g.panel_dtype(spec.dtypes[slot]));
+                    panels.push((self.elem_ptr(p, dt, panel_off)?, dt));
                 }
                 self.loop_carry(
                     self.i64(0),
@@ -267,9 +269,9 @@ impl<'ctx> Cg<'ctx> {
                 let seg_lo = self.load_index(idx, panel)?;
                 let next = self.b.build_int_add(panel, self.i64(1), "panel.next")?;
                 let seg_hi = self.load_index(idx, next)?;
-                let slots: Vec<PointerValue<'ctx>> = g
+                let slots: Vec<(PointerValue<'ctx>, DType)> = g
                     .b_slots()
-                    .map(|slot| self.buf(fr.bufs, slot))
+                    .map(|slot| Ok((self.buf(fr.bufs, slot)?, g.panel_dtype(spec.dtypes[slot]))))
                     .collect::<R<_>>()?;
                 self.loop_carry(
                     seg_lo,
@@ -288,9 +290,9 @@ impl<'ctx> Cg<'ctx> {
                         let len = cg.load_index(idx, at1)?;
                         let at2 = cg.b.build_int_add(at, cg.i64(2), "seg.at2")?;
                         let off = cg.load_index(idx, at2)?;
-                        let panels: Vec<PointerValue<'ctx>> = slots
+                        let panels: Vec<(PointerValue<'ctx>, DType)> = slots
                             .iter()
-                            .map(|&p| cg.elem_ptr(p, DType::F32, off))
+                            .map(|&(p, dt)| Ok((cg.elem_ptr(p, dt, off)?, dt)))
                             .collect::<R<_>>()?;
                         cg.loop_carry(cg.i64(0), len, cg.i64(1), "k", acc, |cg, kk, acc| {
                             let a_k = cg.b.build_int_add(k0, kk, "a.kk")?;
