@@ -106,9 +106,29 @@ fn put(from: DType, to: DType, src: &[u8], dst: &mut [u8]) {
     if from == to {
         dst.copy_from_slice(src);
     } else {
-        let elems = src.chunks_exact(from.size_bytes());
-        for (e, d) in elems.zip(dst.chunks_exact_mut(to.size_bytes())) {
-            d.copy_from_slice(&load_f32(e, from, 0).to_le_bytes());
+        scatter(from, to, src, dst, 0, to.size_bytes());
+    }
+}
+
+/// Writes element `i` of `src` (of `from`) as `to` at byte `at + i * stride` of `dst`: a run of
+/// one stored row into a panel column.
+#[inline]
+fn scatter(from: DType, to: DType, src: &[u8], dst: &mut [u8], at: usize, stride: usize) {
+    fn copy<const S: usize>(src: &[u8], dst: &mut [u8], mut at: usize, stride: usize) {
+        for e in src.chunks_exact(S) {
+            dst[at..at + S].copy_from_slice(e);
+            at += stride;
+        }
+    }
+    match (from == to, to.size_bytes()) {
+        (true, 2) => copy::<2>(src, dst, at, stride),
+        (true, _) => copy::<4>(src, dst, at, stride),
+        (false, _) => {
+            let mut at = at;
+            from.for_each_f32(src, |x| {
+                dst[at..at + 4].copy_from_slice(&x.to_le_bytes());
+                at += stride;
+            });
         }
     }
 }
@@ -149,18 +169,16 @@ pub(crate) fn pack_b(
                         put(dtype, to, &bytes[src..src + width], dst);
                     }
                 }
-                // A panel column is a run of a row of the stored B^T: tiles of `KT` k values of
-                // every column read (contiguously) and written out a panel row at a time.
+                // A panel column is a run of a row of the stored B^T: tiles of `KT` k values,
+                // each column's run read contiguously and written down its panel column (the
+                // tile's `KT` panel rows stay in L1).
                 MatLayout::T => {
                     const KT: usize = 64;
                     for k0 in (0..k).step_by(KT) {
                         let kt = KT.min(k - k0);
                         for (j, col) in (c0..c1).enumerate() {
                             let src = &bytes[(col * k + k0) * size..(col * k + k0 + kt) * size];
-                            for (kk, e) in src.chunks_exact(size).enumerate() {
-                                let at = (k0 + kk) * row + j * psize;
-                                put(dtype, to, e, &mut panel[at..at + psize]);
-                            }
+                            scatter(dtype, to, src, panel, k0 * row + j * psize, row);
                         }
                     }
                 }
@@ -276,11 +294,8 @@ pub(crate) fn pack_bsr(
                     }
                     for col in c0.max(r * br)..c1.min((r + 1) * br) {
                         let src = (b as usize * br + (col - r * br)) * bc * size;
-                        let at = row0 + (col - c0);
-                        for (i, e) in bytes[src..src + bc * size].chunks_exact(size).enumerate() {
-                            let at = (at + i * nr) * psize;
-                            put(dtype, to, e, &mut dst[at..at + psize]);
-                        }
+                        let run = &bytes[src..src + bc * size];
+                        scatter(dtype, to, run, dst, (row0 + col - c0) * psize, nr * psize);
                     }
                 }
             }
