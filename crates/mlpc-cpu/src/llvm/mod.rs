@@ -216,6 +216,14 @@ impl<'ctx> Cg<'ctx> {
         }
     }
 
+    /// `<lanes x elem_type(dt)>`: a vector of `dt` values as stored.
+    fn stored_vec_type(&self, dt: DType) -> VectorType<'ctx> {
+        match dt {
+            DType::F32 => self.vf,
+            DType::F16 | DType::Bf16 => self.vi16,
+        }
+    }
+
     /// Address of element `off` of a `dt` array starting at the `i8*` `base`.
     fn elem_ptr(
         &self,
@@ -312,10 +320,7 @@ impl<'ctx> Cg<'ctx> {
         dt: DType,
         off: IntValue<'ctx>,
     ) -> R<VectorValue<'ctx>> {
-        let vty = match dt {
-            DType::F32 => self.vf,
-            DType::Bf16 | DType::F16 => self.vi16,
-        };
+        let vty = self.stored_vec_type(dt);
         let p = self.elem_ptr(panel, dt, off)?;
         let vp = self
             .b
@@ -409,10 +414,7 @@ impl<'ctx> Cg<'ctx> {
         off: IntValue<'ctx>,
         mask: VectorValue<'ctx>,
     ) -> R<VectorValue<'ctx>> {
-        let vty = match dt {
-            DType::F32 => self.vf,
-            _ => self.vi16,
-        };
+        let vty = self.stored_vec_type(dt);
         let p = self.elem_ptr(base, dt, off)?;
         let vp = self
             .b
