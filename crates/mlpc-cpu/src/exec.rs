@@ -2,20 +2,76 @@
 //! allocation, and the split of every kernel's output into tiles run on the thread pool.
 
 use crate::llvm::{self, Jit, KernelFn};
-use crate::pack::{bsr_layout, pack_b, pack_bsr, widen, BsrLayout, Panels};
+use crate::pack::{bsr_layout, pack_b, pack_bsr, widen, Aligned, BsrLayout, Panels};
 use crate::spec::{spec_of, Family, GemmSpec, Spec, L2_SHARE};
 use crate::{CpuBackend, CpuError, Tiling, Weights};
 use mlpc_ir::{bind_inputs, Bindings, BufferKind, Graph, HostTensor, MatLayout, Plan};
 use rayon::prelude::*;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// The kernels that widen the 16-bit weight panels of a GEMM whose f32 panels fit L2, for
+/// launches whose tasks span many rows, JIT-compiled by the first such launch (a plan run only
+/// on few rows never pays for them): one reading f32 panels, and the plan's kernel that also
+/// stores the f32 panels it widens ([`Spec::widening`]).
+struct Wide {
+    name: String,
+    spec: Spec,
+    widening: Spec,
+    funcs: OnceLock<Result<(Jit, WideFns), String>>,
+}
+
+/// [`Wide`]'s kernels.
+#[derive(Clone, Copy)]
+struct WideFns {
+    /// Reads f32 panels.
+    reads: KernelFn,
+    /// Reads the 16-bit panels and stores them widened.
+    stores: KernelFn,
+}
+
+/// Serialises the compiles of [`Wide`] kernels, which runs on different threads may ask for at
+/// once (each has its own LLVM context; the target registry is shared).
+static WIDE_COMPILES: Mutex<()> = Mutex::new(());
+
+impl Wide {
+    fn funcs(&self, tiling: &Tiling) -> Result<WideFns, CpuError> {
+        let compiled = self.funcs.get_or_init(|| {
+            let _one = WIDE_COMPILES.lock().unwrap_or_else(|e| e.into_inner());
+            let named = [
+                (format!("{}_wide", self.name), self.spec.clone()),
+                (format!("{}_widening", self.name), self.widening.clone()),
+            ];
+            match llvm::compile(&named, tiling, false) {
+                Ok((jit, fns)) => match fns[..] {
+                    [reads, stores] => Ok((jit, WideFns { reads, stores })),
+                    _ => Err(format!("{} functions compiled for 2", fns.len())),
+                },
+                Err(e) => Err(e.to_string()),
+            }
+        });
+        match compiled {
+            Ok((_, f)) => Ok(*f),
+            Err(message) => Err(CpuError::Llvm {
+                stage: "compiling a GEMM's kernels for widened panels",
+                message: message.clone(),
+            }),
+        }
+    }
+}
 
 /// One compiled kernel.
 pub(crate) struct Compiled {
     pub name: String,
     spec: Spec,
     func: KernelFn,
+    /// For a GEMM whose 16-bit weight panels are kept in their own dtype though its f32 panels
+    /// would fit L2 ([`Spec::narrowed`]): the kernels a launch whose tasks span more rows than
+    /// one micro-kernel takes, widening each task's panels once.
+    wide: Option<Wide>,
     /// Per operand slot: the B panels packed at compile time, for B operands that are weights.
     packed: Vec<Option<Arc<Panels>>>,
     /// For a sparse GEMM: the segments of its B panels.
@@ -85,8 +141,14 @@ pub(crate) fn compile(
     let tiling = backend.tiling;
     let mut named = Vec::with_capacity(plan.kernels.len());
     let mut packed_all = Vec::with_capacity(plan.kernels.len());
+    let mut wide_specs = BTreeMap::new();
     for (i, k) in plan.kernels.iter().enumerate() {
-        let spec = spec_of(plan, k, tiling.nr)?;
+        let mut spec = spec_of(plan, k, tiling.nr)?;
+        let weight_b = |slot: usize| wdata[spec.args[slot]].is_some();
+        if let Some(narrow) = spec.narrowed(weight_b) {
+            wide_specs.insert(i, (symbol(i, &k.name), spec));
+            spec = narrow;
+        }
         let mut packed = vec![None; spec.args.len()];
         let mut bsr = None;
         if let Family::Gemm(g) = &spec.family {
@@ -116,11 +178,18 @@ pub(crate) fn compile(
     let kernels = plan
         .kernels
         .iter()
+        .enumerate()
         .zip(named)
         .zip(fns)
         .zip(packed_all)
-        .map(|(((k, (_, spec)), func), (packed, bsr))| Compiled {
+        .map(|((((i, k), (_, spec)), func), (packed, bsr))| Compiled {
             name: k.name.clone(),
+            wide: wide_specs.remove(&i).map(|(name, wide)| Wide {
+                name,
+                widening: spec.widening(),
+                spec: wide,
+                funcs: OnceLock::new(),
+            }),
             spec,
             func,
             packed,
@@ -225,11 +294,26 @@ unsafe impl Sync for Call {}
 
 impl Call {
     fn tile(&self, r0: usize, r1: usize, c0: usize, c1: usize) {
+        self.tile_fn(self.func, &self.bufs, r0, r1, c0, c1)
+    }
+
+    /// A tile by `func` over `bufs`, a kernel of the same family over the call's buffers but for
+    /// widened B panels ([`Wide`]).
+    fn tile_fn(
+        &self,
+        func: KernelFn,
+        bufs: &[*const u8],
+        r0: usize,
+        r1: usize,
+        c0: usize,
+        c1: usize,
+    ) {
         // SAFETY: the generated function reads `bufs` and `dims` as laid out by `Executable::run`
-        // for its family, and touches only elements inside the buffers sized from the same dims.
+        // for its family, and touches only elements inside the buffers sized from the same dims
+        // (a widened panel base addresses, for panels `c0..c1`, only the thread's f32 copy).
         unsafe {
-            (self.func)(
-                self.bufs.as_ptr(),
+            (func)(
+                bufs.as_ptr(),
                 self.dims.as_ptr(),
                 r0 as i64,
                 r1 as i64,
@@ -410,6 +494,22 @@ impl Executable {
             return Ok(());
         }
         let nr = self.tiling.nr;
+        let mr = if g.dual {
+            self.tiling.mr_dual
+        } else {
+            self.tiling.mr
+        };
+        let panels = n.div_ceil(nr);
+        let slots = g.b_slots().len();
+        // The widening kernels, where there are and the tasks their f32 panels would give span
+        // rows enough to pay for widening them (`WIDEN_ROWS`). Then every B operand is a 16-bit
+        // weight (`Spec::narrowed`).
+        let wide = match &k.wide {
+            Some(w) if widens(m, panels, slots * kk * nr * 4, mr, threads) => {
+                Some(w.funcs(&self.tiling)?)
+            }
+            _ => None,
+        };
         // B operands that are not weights are packed now.
         let mut fresh: Vec<Option<Panels>> = Vec::new();
         for slot in g.b_slots() {
@@ -452,25 +552,108 @@ impl Executable {
             bufs,
             dims: vec![m as i64, n as i64, kk as i64, sam as i64, sak as i64],
         };
-        let mr = if g.dual {
-            self.tiling.mr_dual
-        } else {
-            self.tiling.mr
+        let Some(wide) = wide else {
+            let panel_bytes: usize = g
+                .b_slots()
+                .map(|slot| kk * nr * g.panel_dtype(spec.dtypes[slot]).size_bytes())
+                .sum();
+            let (mc, pc) = gemm_blocks(m, panels, panel_bytes, mr, threads);
+            let (rt, pt) = (m.div_ceil(mc), panels.div_ceil(pc));
+            (0..rt * pt).into_par_iter().for_each(|t| {
+                let (ri, pi) = (t / pt, t % pt);
+                let (r0, p0) = (ri * mc, pi * pc);
+                call.tile(r0, (r0 + mc).min(m), p0, (p0 + pc).min(panels));
+            });
+            return Ok(());
         };
-        let panel_bytes: usize = g
-            .b_slots()
-            .map(|slot| kk * nr * g.panel_dtype(spec.dtypes[slot]).size_bytes())
-            .sum();
-        let panels = n.div_ceil(nr);
-        let (mc, pc) = gemm_blocks(m, panels, panel_bytes, mr, threads);
+        // Each task's first `mr` rows run the kernel that reads the 16-bit panels and stores
+        // them widened into the thread's f32 copy, the rest the kernel that reads the copy.
+        // Tasks go by panels first, so that a thread's consecutive tasks (rayon hands each
+        // thread runs of them) mostly share their panels, and the later ones read the copy for
+        // all their rows.
+        let (mc, pc) = gemm_blocks(m, panels, slots * kk * nr * 4, mr, threads);
         let (rt, pt) = (m.div_ceil(mc), panels.div_ceil(pc));
+        let launch = LAUNCHES.fetch_add(1, Ordering::Relaxed);
         (0..rt * pt).into_par_iter().for_each(|t| {
-            let (ri, pi) = (t / pt, t % pt);
+            let (pi, ri) = (t / rt, t % rt);
             let (r0, p0) = (ri * mc, pi * pc);
-            call.tile(r0, (r0 + mc).min(m), p0, (p0 + pc).min(panels));
+            let (r1, p1) = ((r0 + mc).min(m), (p0 + pc).min(panels));
+            let span = match &k.bsr {
+                Some(l) => l.elements(p0, p1),
+                None => p0 * kk * nr..p1 * kk * nr,
+            };
+            WIDENED.with(|cell| {
+                let mut w = cell.borrow_mut();
+                let key = (launch, p0, p1);
+                let fresh = w.key != Some(key);
+                w.key = None;
+                while w.panels.len() < slots {
+                    w.panels.push(Aligned::zeroed(0));
+                }
+                // The kernels address panel elements from the panels' base: the base that puts
+                // element `span.start` at the copy's start (never dereferenced outside `span`;
+                // the generated code's address arithmetic wraps).
+                let mut bases = Vec::with_capacity(slots);
+                for copy in &mut w.panels[..slots] {
+                    if copy.len() < span.len() {
+                        *copy = Aligned::zeroed(span.len());
+                    }
+                    bases.push(copy.as_ptr().wrapping_sub(span.start * 4));
+                }
+                let mut r = r0;
+                if fresh {
+                    r = (r0 + mr).min(r1);
+                    let mut bufs = call.bufs.clone();
+                    bufs.extend(&bases);
+                    call.tile_fn(wide.stores, &bufs, r0, r, p0, p1);
+                }
+                w.key = Some(key);
+                if r < r1 {
+                    let mut bufs = call.bufs.clone();
+                    for (slot, &base) in g.b_slots().zip(&bases) {
+                        bufs[slot] = base;
+                    }
+                    call.tile_fn(wide.reads, &bufs, r, r1, p0, p1);
+                }
+            });
         });
         Ok(())
     }
+}
+
+/// The fewest rows of A a GEMM task must span for its 16-bit weight panels to be widened to f32
+/// by its first rows for the others ([`Wide`]). With fewer, the widening, the stores of the f32
+/// copy and the copy's reads cost more than widening every panel vector as it is loaded (a
+/// sparse dual GEMM at 16 rows, docs/perf-notes.md "16-bit weight panels widened per task").
+const WIDEN_ROWS: usize = 24;
+
+/// Whether a GEMM launch of `m` rows over `panels` panels of `wide_bytes` f32 bytes each (over
+/// its B operands) widens its 16-bit weight panels per task: whether the tasks the f32 panels
+/// would give span [`WIDEN_ROWS`] rows.
+fn widens(m: usize, panels: usize, wide_bytes: usize, mr: usize, threads: usize) -> bool {
+    let (mc, _) = gemm_blocks(m, panels, wide_bytes, mr, threads);
+    mc.min(m) >= WIDEN_ROWS.max(mr + 1)
+}
+
+/// A worker thread's widened panels.
+struct Widened {
+    /// Whose panels `panels` hold: the launch (of [`LAUNCHES`]) and its panel range.
+    key: Option<(u64, usize, usize)>,
+    /// Per widened B slot: the f32 copy of the panels.
+    panels: Vec<Aligned<f32>>,
+}
+
+/// Launches that widen panels, counted: a thread's widened panels are reused only within the
+/// launch that widened them.
+static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static WIDENED: RefCell<Widened> = const {
+        RefCell::new(Widened {
+            key: None,
+            panels: Vec::new(),
+        })
+    };
 }
 
 /// Rows and panels per GEMM task: the B panels of a task fit in half of L2 so that they stay
@@ -516,6 +699,19 @@ fn split_rows(call: &Call, rows: usize, cols: usize, threads: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tasks_of_many_rows_widen_their_panels() {
+        // gpt2 fc1 (K = 768, 96 panels of 32 f32 columns): a decode step reads the 16-bit
+        // panels as they are, a prompt of `WIDEN_ROWS` rows widens them per task; more threads
+        // give tasks of fewer rows.
+        let bytes = 768 * 32 * 4;
+        assert!(!widens(1, 96, bytes, 12, 2));
+        assert!(!widens(WIDEN_ROWS - 1, 96, bytes, 12, 2));
+        assert!(widens(WIDEN_ROWS, 96, bytes, 12, 2));
+        assert!(widens(512, 96, bytes, 12, 2));
+        assert!(!widens(64, 2, bytes, 12, 64));
+    }
 
     #[test]
     fn gemm_blocks_give_every_thread_work() {

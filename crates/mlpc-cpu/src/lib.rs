@@ -200,7 +200,8 @@ impl CpuExecutable {
         }
     }
 
-    /// The optimised LLVM IR of all kernels.
+    /// The optimised LLVM IR of all the plan's kernels (not of the kernels for widened 16-bit
+    /// weight panels, which the first launch that takes them compiles).
     pub fn llvm_ir(&self) -> &str {
         #[cfg(feature = "llvm")]
         {

@@ -3,10 +3,12 @@
 //! A packed B is `ceil(N / nr)` panels, each `K x nr` values, row `k` of a panel holding
 //! `B[k, p*nr .. p*nr + nr]` and zeros past `N`. The micro-kernel then streams one panel with
 //! aligned full-width vector loads whatever the stored layout (`n` or `t`) was. The values are f32,
-//! or B's own f16 / bf16 where the GEMM's panels stream from memory
-//! ([`crate::spec::panels_widened`]): the micro-kernel widens those as it loads them, and they
-//! take half the bytes. Weights are packed once when a plan is compiled; a B that is a run-time
-//! tensor is packed on each run.
+//! or B's own f16 / bf16: for weights always (half the bytes), for a run-time B where the GEMM's
+//! panels stream from memory ([`crate::spec::panels_widened`]). The micro-kernel widens 16-bit
+//! panels as it loads them (and where a GEMM task's share of them fits L2, its first rows store
+//! them widened for the rest: `GemmSpec::store_wide`).
+//! Weights are packed once when a plan is compiled; a B that is a run-time tensor is packed on
+//! each run.
 //!
 //! A block-sparse B (`[kept, rows, cols]` blocks of the logical `[N, K]` weight) packs to the same
 //! panels, but each panel holds only the k ranges where some block of the block rows it covers is
@@ -63,6 +65,10 @@ impl<T: Plain> Aligned<T> {
 
     pub fn as_ptr(&self) -> *const u8 {
         self.lines.as_ptr().cast()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
     }
 }
 
@@ -192,6 +198,25 @@ pub(crate) struct BsrLayout {
     pub index: Vec<i64>,
     /// Panel rows over all segments.
     rows: usize,
+    panels: usize,
+    nr: usize,
+}
+
+impl BsrLayout {
+    /// The elements of the packed panels that panels `p0..p1` occupy (a panel's segments, and
+    /// consecutive panels, are consecutive there).
+    pub fn elements(&self, p0: usize, p1: usize) -> std::ops::Range<usize> {
+        let segments = self.index[self.panels] as usize;
+        let start = |p: usize| {
+            let s = self.index[p] as usize;
+            if s < segments {
+                self.index[self.panels + 1 + 3 * s + 2] as usize
+            } else {
+                self.rows * self.nr
+            }
+        };
+        start(p0)..start(p1)
+    }
 }
 
 /// The segments of every panel of `nr` columns of the logical `[N, K]` weight of `p`.
@@ -229,6 +254,8 @@ pub(crate) fn bsr_layout(p: &BlockPattern, nr: usize) -> BsrLayout {
     BsrLayout {
         index: seg_ptr,
         rows,
+        panels,
+        nr,
     }
 }
 
@@ -328,6 +355,11 @@ mod tests {
         };
         let l = bsr_layout(&p, 2);
         assert_eq!(l.index, vec![0, 2, 3, 0, 2, 0, 4, 2, 4, 2, 2, 8]);
+        // Panel 0's segments hold elements 0..8 (4 rows of 2), panel 1's 8..12.
+        assert_eq!(l.elements(0, 1), 0..8);
+        assert_eq!(l.elements(1, 2), 8..12);
+        assert_eq!(l.elements(0, 2), 0..12);
+        assert_eq!(l.elements(2, 2), 12..12);
         let blocks: Vec<u8> = (0..12).flat_map(|v| (v as f32).to_le_bytes()).collect();
         let packed = pack_bsr(&blocks, DType::F32, DType::F32, &p, &l, 2);
         // Block 0 = [[0, 1], [2, 3]] at rows n 0-1, k 0-1: panel row k holds W[0][k], W[1][k].

@@ -53,9 +53,16 @@ pub(crate) struct GemmSpec {
     /// its multiply-adds, where a 16-bit one would take a load, a broadcast and a shift of its
     /// own (a third of the f32 speed lost on llama's MLP). The spec's A dtype is then f32.
     pub widen_a: Option<DType>,
-    /// Whether f16 / bf16 B panels are widened to f32 when packed ([`panels_widened`]); else
-    /// they keep B's dtype and the micro-kernel widens each vector as it loads it.
+    /// Whether the micro-kernel reads f32 panels of f16 / bf16 B operands ([`panels_widened`]);
+    /// else they keep B's dtype and it widens each vector as it loads it. Where 16-bit weights
+    /// meet f32 panels, the plan's kernel is the [`Spec::narrowed`] one and this one runs on
+    /// panels each task widens (`exec`).
     pub wide_b: bool,
+    /// With 16-bit panels (not `wide_b`): the micro-kernel also stores every panel vector it
+    /// widens, as f32, at the same element of a second set of panels (one base per B operand,
+    /// after the index in the buffers): a task's first rows widen its panels for the rest
+    /// ([`Spec::widening`]).
+    pub store_wide: bool,
 }
 
 /// The L2 share a GEMM task's panels are sized to ([`crate::exec`]'s blocking).
@@ -67,10 +74,12 @@ pub(crate) const L2_SHARE: usize = 512 * 1024;
 /// A micro-kernel call streams its panels once for `mr` rows of A. Where one panel column's f32
 /// panels fit the L2 share, the panels come from L2 on every reuse and a large M is bound by the
 /// multiply-add ports; widening there in the loop takes those ports (a sparse dual GEMM at d =
-/// 0.25 ran 1.45x slower with 16-bit panels), so the panels are widened once, when packed.
+/// 0.25 ran 1.45x slower with 16-bit panels), so a task's panels are widened once, before its
+/// micro-kernels run (when packed, for a run-time B; per task, for a 16-bit weight: [`Spec::narrowed`]).
 /// Where they do not fit, the kernel streams them from L3 or memory at every reuse, and panels of
 /// half the bytes win at every M (llama's dense GEMMs; decode steps 1.5-2.3x faster) and halve
-/// the plan's memory. See docs/perf-notes.md, "16-bit B panels where they stream".
+/// the plan's memory. See docs/perf-notes.md, "16-bit B panels where they stream" and "16-bit
+/// weight panels widened per task".
 pub(crate) fn panels_widened(k_rows: Option<u64>, slots: usize, nr: usize) -> bool {
     match k_rows {
         Some(k) => (k as usize).saturating_mul(nr * 4 * slots) <= L2_SHARE,
@@ -125,6 +134,43 @@ pub(crate) struct Spec {
     pub dtypes: Vec<DType>,
     pub args: Vec<BufferId>,
     pub out: BufferId,
+}
+
+impl Spec {
+    /// For a GEMM that reads f32 panels ([`GemmSpec::wide_b`]) with a 16-bit B operand that
+    /// `is_weight` (by slot): the same kernel reading that B's panels in its own dtype. Its weight
+    /// panels are then packed in 16 bits, half the bytes: a launch whose tasks span few rows
+    /// (decode steps) reads them as they are, one that spans many widens each task's panels to
+    /// f32 first and runs this spec (`exec`).
+    ///
+    /// Only where every B operand is a 16-bit weight: their panels are all packed once, so a
+    /// launch reads them in one form.
+    pub fn narrowed(&self, is_weight: impl Fn(usize) -> bool) -> Option<Spec> {
+        let Family::Gemm(g) = &self.family else {
+            return None;
+        };
+        let sixteen = g
+            .b_slots()
+            .all(|slot| is_weight(slot) && self.dtypes[slot] != DType::F32);
+        (g.wide_b && sixteen).then(|| {
+            let mut narrow = self.clone();
+            if let Family::Gemm(g) = &mut narrow.family {
+                g.wide_b = false;
+            }
+            narrow
+        })
+    }
+
+    /// The [`narrowed`](Spec::narrowed) kernel that also stores the f32 panels it widens
+    /// ([`GemmSpec::store_wide`]).
+    pub fn widening(&self) -> Spec {
+        let mut s = self.clone();
+        if let Family::Gemm(g) = &mut s.family {
+            g.wide_b = false;
+            g.store_wide = true;
+        }
+        s
+    }
 }
 
 fn unsupported(k: &Kernel, message: impl Into<String>) -> CpuError {
@@ -182,6 +228,7 @@ pub(crate) fn spec_of(plan: &Plan, k: &Kernel, nr: usize) -> Result<Spec, CpuErr
             epi: Vec::new(),
             widen_a: None,
             wide_b: true,
+            store_wide: false,
         }),
         Op::Gemm(g) => Family::Gemm(gemm_spec(plan, k, g, None)?),
         Op::SparseGemm(s) => {
@@ -320,6 +367,7 @@ fn gemm_spec(
         epi: g.epilogue.iter().map(Step::of).collect(),
         widen_a: None,
         wide_b: true,
+        store_wide: false,
     };
     for step in spec.gate.iter().chain(&spec.up).chain(&spec.epi) {
         let (slot, want_row) = match *step {

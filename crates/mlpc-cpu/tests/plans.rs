@@ -484,6 +484,55 @@ fn sixteen_bit_panels_where_they_stream() {
 }
 
 #[test]
+fn sixteen_bit_weights_widen_per_task_where_they_fit_l2() {
+    // Small K: one panel column's f32 panels fit the L2 share, so 16-bit weight panels stay in
+    // 16 bits, and a launch whose tasks span many rows (two threads, 100 rows, ten panels) runs
+    // each task's first rows with the kernel that stores the panels it widens, the others with
+    // the kernel reading that f32 copy; one of few rows reads the 16-bit panels as they are.
+    // Both against the reference, and the long launch row for row bit-identical to single-row
+    // launches (the kernels multiply the same values in the same order).
+    for lanes in [16, 8] {
+        let backend = CpuBackend::new().unwrap();
+        if backend.tiling().lanes < lanes {
+            continue;
+        }
+        let backend = backend
+            .with_tiling(mlpc_cpu::Tiling::for_lanes(lanes))
+            .with_threads(2);
+        for dt in [DType::Bf16, DType::F16] {
+            let graphs = [
+                linear(dt, 200, 300, true, Some(Activation::Gelu), false),
+                dual(dt, 136, 300, Activation::Silu, true),
+            ];
+            for g in graphs {
+                let exe = backend.compile(&plan_of(&g), g.weights()).unwrap();
+                let k = g.node(g.find("x").unwrap()).ty.shape[1].fixed().unwrap() as usize;
+                let x = random(dt, &[100, k], 41);
+                common::check_exe(&exe, &g, &inputs(vec![("x", x.clone())]));
+                let all = exe.run(&inputs(vec![("x", x.clone())])).unwrap();
+                let all = all.values().next().unwrap().bytes();
+                let (row_in, row_out) = (k * dt.size_bytes(), all.len() / 100);
+                for r in [0, 1, 50, 99] {
+                    let one = HostTensor::from_bytes(
+                        dt,
+                        vec![1, k],
+                        x.bytes()[r * row_in..(r + 1) * row_in].to_vec(),
+                    )
+                    .unwrap();
+                    let got = exe.run(&inputs(vec![("x", one)])).unwrap();
+                    assert_eq!(
+                        got.values().next().unwrap().bytes(),
+                        &all[r * row_out..(r + 1) * row_out],
+                        "{} row {r}",
+                        g.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn mismatched_dual_weights_are_refused() {
     let mut g = dual(DType::F32, 8, 6, Activation::Silu, false);
     let mut plan = plan_of(&g);

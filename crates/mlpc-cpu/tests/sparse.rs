@@ -106,7 +106,7 @@ fn a_pruned_mlp_runs_sparse_in_every_dtype() {
             SparseWeight::new("fc0.weight", [32, 32], Some(0.25)),
             SparseWeight::new("fc1.weight", [16, 32], Some(0.5)),
         ];
-        for t in [1, 7, 33] {
+        for t in [1, 7, 33, 100] {
             assert_eq!(check(g.clone(), specs.clone(), t, 16).unwrap(), 2, "{dt}");
         }
     }

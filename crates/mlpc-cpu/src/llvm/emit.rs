@@ -9,7 +9,8 @@
 //!   For each panel and each block of `mr` rows an unrolled micro-kernel keeps `mr x nr`
 //!   accumulators (two sets for a dual GEMM) in vector registers over the whole K loop: one
 //!   broadcast of `A[i, k]` per row, `nr / lanes` aligned loads of the panel (f32, or f16 / bf16
-//!   widened as loaded: `GemmSpec::wide_b`), `llvm.fmuladd` per
+//!   widened as loaded: `GemmSpec::wide_b`; with `GemmSpec::store_wide` each widened vector is
+//!   also stored into f32 panels whose bases follow the index in `bufs`), `llvm.fmuladd` per
 //!   accumulator. The epilogue chain runs on the accumulators, then one masked store per vector
 //!   converts to the output dtype. A row tail of `rem < mr` rows runs one micro-kernel per binary
 //!   digit of `rem` (8, 4, 2, 1 rows); column tails are zero-padded panels and masked loads and
@@ -189,23 +190,29 @@ impl<'ctx> Cg<'ctx> {
             .collect::<R<_>>()?;
 
         // One k step: `b_row` is the row of the panels (their bases and dtypes in `panels`),
-        // `a_k` the column of A it multiplies.
+        // `a_k` the column of A it multiplies; with `store_wide`, `wide` holds the bases of the
+        // f32 panels each loaded vector is stored to.
         let step = |cg: &Self,
                     panels: &[(PointerValue<'ctx>, DType)],
+                    wide: &[PointerValue<'ctx>],
                     b_row: IntValue<'ctx>,
                     a_k: IntValue<'ctx>,
                     acc: &[BasicValueEnum<'ctx>]|
          -> R<Vec<BasicValueEnum<'ctx>>> {
             let mut bv = Vec::new();
             let row_off = cg.b.build_int_mul(b_row, nr, "b.row")?;
-            for &(p, dt) in panels {
+            for (pi, &(p, dt)) in panels.iter().enumerate() {
                 for j in 0..nv {
                     let off = cg.b.build_int_add(
                         row_off,
                         cg.i64((j * cg.lanes as usize) as u64),
                         "b.off",
                     )?;
-                    bv.push(cg.load_packed(p, dt, off)?);
+                    let v = cg.load_packed(p, dt, off)?;
+                    if let Some(&w) = wide.get(pi) {
+                        cg.store_vec_aligned(w, off, v)?;
+                    }
+                    bv.push(v);
                 }
             }
             let a_k = cg.b.build_int_mul(a_k, sak, "a.k")?;
@@ -226,6 +233,15 @@ impl<'ctx> Cg<'ctx> {
 
         let zero: BasicValueEnum<'ctx> = self.vf.const_zero().into();
         let nacc = g.b_slots().len() * rows * nv;
+        // The f32 panels' bases, after the output and the index.
+        let wide_bases: Vec<PointerValue<'ctx>> = if g.store_wide {
+            let first = spec.dtypes.len() + usize::from(g.sparse.is_some());
+            (0..g.b_slots().len())
+                .map(|i| self.buf(fr.bufs, first + i))
+                .collect::<R<_>>()?
+        } else {
+            Vec::new()
+        };
         let accs = match &g.sparse {
             None => {
                 // Panel bases: panel * K * nr.
@@ -236,13 +252,17 @@ impl<'ctx> Cg<'ctx> {
                     let (p, dt) = (self.buf(fr.bufs, slot)?, g.panel_dtype(spec.dtypes[slot]));
                     panels.push((self.elem_ptr(p, dt, panel_off)?, dt));
                 }
+                let wide = wide_bases
+                    .iter()
+                    .map(|&w| self.elem_ptr(w, DType::F32, panel_off))
+                    .collect::<R<Vec<_>>>()?;
                 self.loop_carry(
                     self.i64(0),
                     k,
                     self.i64(1),
                     "k",
                     &vec![zero; nacc],
-                    |cg, kk, acc| step(cg, &panels, kk, kk, acc),
+                    |cg, kk, acc| step(cg, &panels, &wide, kk, kk, acc),
                 )?
             }
             Some(_) => {
@@ -294,9 +314,13 @@ impl<'ctx> Cg<'ctx> {
                             .iter()
                             .map(|&(p, dt)| Ok((cg.elem_ptr(p, dt, off)?, dt)))
                             .collect::<R<_>>()?;
+                        let wide = wide_bases
+                            .iter()
+                            .map(|&w| cg.elem_ptr(w, DType::F32, off))
+                            .collect::<R<Vec<_>>>()?;
                         cg.loop_carry(cg.i64(0), len, cg.i64(1), "k", acc, |cg, kk, acc| {
                             let a_k = cg.b.build_int_add(k0, kk, "a.kk")?;
-                            step(cg, &panels, kk, a_k, acc)
+                            step(cg, &panels, &wide, kk, a_k, acc)
                         })
                     },
                 )?

@@ -345,6 +345,26 @@ impl<'ctx> Cg<'ctx> {
         self.raw_to_f32(v, dt)
     }
 
+    /// Stores the f32 vector `v` at element `off` of `base`, aligned as a panel load is.
+    fn store_vec_aligned(
+        &self,
+        base: PointerValue<'ctx>,
+        off: IntValue<'ctx>,
+        v: VectorValue<'ctx>,
+    ) -> R<()> {
+        let p = self.elem_ptr(base, DType::F32, off)?;
+        let vp = self
+            .b
+            .build_pointer_cast(p, self.vf.ptr_type(AddressSpace::default()), "w.vp")?;
+        let st = self.b.build_store(vp, v)?;
+        st.set_alignment(self.lanes * 4)
+            .map_err(|m| CpuError::Llvm {
+                stage: "building IR",
+                message: m.to_string(),
+            })?;
+        Ok(())
+    }
+
     /// Element `off` of `base` converted to f32 and broadcast to every lane.
     fn load_splat(
         &self,
