@@ -146,7 +146,9 @@ pub(crate) fn compile(
         let mut spec = spec_of(plan, k, tiling.nr)?;
         let weight_b = |slot: usize| wdata[spec.args[slot]].is_some();
         if let Some(narrow) = spec.narrowed(weight_b) {
-            wide_specs.insert(i, (symbol(i, &k.name), spec));
+            if narrow.widens_per_task() {
+                wide_specs.insert(i, (symbol(i, &k.name), spec));
+            }
             spec = narrow;
         }
         let mut packed = vec![None; spec.args.len()];

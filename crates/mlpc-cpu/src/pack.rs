@@ -6,7 +6,8 @@
 //! or B's own f16 / bf16: for weights always (half the bytes), for a run-time B where the GEMM's
 //! panels stream from memory ([`crate::spec::panels_widened`]). The micro-kernel widens 16-bit
 //! panels as it loads them (and where a GEMM task's share of them fits L2, its first rows store
-//! them widened for the rest: `GemmSpec::store_wide`).
+//! them widened for the rest: `GemmSpec::store_wide`); bf16 panels interleave the two halves of
+//! each row so that one load widens to two vectors ([`panel_pos`]).
 //! Weights are packed once when a plan is compiled; a B that is a run-time tensor is packed on
 //! each run.
 //!
@@ -105,6 +106,30 @@ pub(crate) fn widen(bytes: &[u8], dtype: DType) -> Aligned<f32> {
     out
 }
 
+/// Where column `c` of a panel row of `nr` columns is stored in panels of `to`. bf16 panels
+/// (of an even `nr`) interleave the row's two halves, column `c < nr / 2` at `2c` and column
+/// `nr / 2 + c` at `2c + 1`: the micro-kernel loads `nr / 2` pairs as 32-bit lanes and widens
+/// the first half with a shift and the second with a mask (`Cg::load_packed_pair`).
+#[inline]
+pub(crate) fn panel_pos(c: usize, nr: usize, to: DType) -> usize {
+    if interleaved(nr, to) {
+        let h = nr / 2;
+        if c < h {
+            2 * c
+        } else {
+            2 * (c - h) + 1
+        }
+    } else {
+        c
+    }
+}
+
+/// Whether panels of `nr` columns of `to` interleave the halves of their rows ([`panel_pos`]).
+#[inline]
+pub(crate) fn interleaved(nr: usize, to: DType) -> bool {
+    to == DType::Bf16 && nr.is_multiple_of(2)
+}
+
 /// Writes the elements of `src` (of `from`) to `dst` as `to`: the same bytes, or (`to` f32)
 /// widened exactly.
 #[inline]
@@ -168,11 +193,21 @@ pub(crate) fn pack_b(
             let width = (c1 - c0) * size;
             match layout {
                 // A panel row is a run of a row of B.
-                MatLayout::N => {
+                MatLayout::N if !interleaved(nr, to) => {
                     for (kk, dst) in panel.chunks_exact_mut(row).enumerate() {
                         let src = (kk * n + c0) * size;
                         let dst = &mut dst[..(c1 - c0) * psize];
                         put(dtype, to, &bytes[src..src + width], dst);
+                    }
+                }
+                // Interleaved panels (`panel_pos`): element by element.
+                MatLayout::N => {
+                    for (kk, dst) in panel.chunks_exact_mut(row).enumerate() {
+                        for j in 0..c1 - c0 {
+                            let src = (kk * n + c0 + j) * size;
+                            let at = panel_pos(j, nr, to) * psize;
+                            put(dtype, to, &bytes[src..src + size], &mut dst[at..at + psize]);
+                        }
                     }
                 }
                 // A panel column is a run of a row of the stored B^T: tiles of `KT` k values,
@@ -184,7 +219,8 @@ pub(crate) fn pack_b(
                         let kt = KT.min(k - k0);
                         for (j, col) in (c0..c1).enumerate() {
                             let src = &bytes[(col * k + k0) * size..(col * k + k0 + kt) * size];
-                            scatter(dtype, to, src, panel, k0 * row + j * psize, row);
+                            let at = k0 * row + panel_pos(j, nr, to) * psize;
+                            scatter(dtype, to, src, panel, at, row);
                         }
                     }
                 }
@@ -322,7 +358,8 @@ pub(crate) fn pack_bsr(
                     for col in c0.max(r * br)..c1.min((r + 1) * br) {
                         let src = (b as usize * br + (col - r * br)) * bc * size;
                         let run = &bytes[src..src + bc * size];
-                        scatter(dtype, to, run, dst, (row0 + col - c0) * psize, nr * psize);
+                        let at = (row0 + panel_pos(col - c0, nr, to)) * psize;
+                        scatter(dtype, to, run, dst, at, nr * psize);
                     }
                 }
             }
@@ -426,7 +463,7 @@ mod tests {
                                 (true, MatLayout::N) => load_f32(&bytes, dtype, kk * n + col),
                                 (true, MatLayout::T) => load_f32(&bytes, dtype, col * k + kk),
                             };
-                            let at = p * k * nr + kk * nr + j;
+                            let at = p * k * nr + kk * nr + panel_pos(j, nr, to);
                             assert_eq!(
                                 load_f32(got, to, at).to_bits(),
                                 want.to_bits(),
@@ -511,7 +548,8 @@ mod tests {
                                             ),
                                             _ => 0.0,
                                         };
-                                        let v = load_f32(got, to, off + kk * nr + j);
+                                        let at = off + kk * nr + panel_pos(j, nr, to);
+                                        let v = load_f32(got, to, at);
                                         assert!(
                                             v.to_bits() == want.to_bits(),
                                             "{dtype:?} as {to} {block:?} nr {nr} panel {panel} k {k} \

@@ -161,6 +161,20 @@ impl Spec {
         })
     }
 
+    /// Whether launches of this [`narrowed`](Spec::narrowed) GEMM's kernel over many rows widen
+    /// its panels per task ([`Spec::widening`]). Not for a dual GEMM of bf16 weights: its
+    /// interleaved panels widen in the loop with one operation a vector, and its loop ran faster
+    /// that way than with the f32 copy at every M measured (16 to 512 rows; docs/perf-notes.md,
+    /// "bf16 panels widened two vectors a load").
+    pub fn widens_per_task(&self) -> bool {
+        match &self.family {
+            Family::Gemm(g) => {
+                !(g.dual && g.b_slots().all(|slot| self.dtypes[slot] == DType::Bf16))
+            }
+            _ => false,
+        }
+    }
+
     /// The [`narrowed`](Spec::narrowed) kernel that also stores the f32 panels it widens
     /// ([`GemmSpec::store_wide`]).
     pub fn widening(&self) -> Spec {

@@ -488,7 +488,8 @@ fn sixteen_bit_weights_widen_per_task_where_they_fit_l2() {
     // Small K: one panel column's f32 panels fit the L2 share, so 16-bit weight panels stay in
     // 16 bits, and a launch whose tasks span many rows (two threads, 100 rows, ten panels) runs
     // each task's first rows with the kernel that stores the panels it widens, the others with
-    // the kernel reading that f32 copy; one of few rows reads the 16-bit panels as they are.
+    // the kernel reading that f32 copy (but the bf16 dual GEMM, `Spec::widens_per_task`); one
+    // of few rows reads the 16-bit panels as they are.
     // Both against the reference, and the long launch row for row bit-identical to single-row
     // launches (the kernels multiply the same values in the same order).
     for lanes in [16, 8] {

@@ -9,7 +9,8 @@
 //!   For each panel and each block of `mr` rows an unrolled micro-kernel keeps `mr x nr`
 //!   accumulators (two sets for a dual GEMM) in vector registers over the whole K loop: one
 //!   broadcast of `A[i, k]` per row, `nr / lanes` aligned loads of the panel (f32, or f16 / bf16
-//!   widened as loaded: `GemmSpec::wide_b`; with `GemmSpec::store_wide` each widened vector is
+//!   widened as loaded: `GemmSpec::wide_b`; bf16 panels two vectors from one load of
+//!   interleaved halves, [`crate::pack::panel_pos`]; with `GemmSpec::store_wide` each widened vector is
 //!   also stored into f32 panels whose bases follow the index in `bufs`), `llvm.fmuladd` per
 //!   accumulator. The epilogue chain runs on the accumulators, then one masked store per vector
 //!   converts to the output dtype. A row tail of `rem < mr` rows runs one micro-kernel per binary
@@ -28,7 +29,9 @@
 //! by `fpext`, one `vcvtph2ps`, where the host has F16C).
 
 use super::{Cg, R};
+use crate::pack::interleaved;
 use crate::spec::{EwOp, EwSpec, Family, GemmSpec, Spec, Step};
+use crate::CpuError;
 use crate::Tiling;
 use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue, VectorValue};
 use inkwell::{AddressSpace, IntPredicate};
@@ -170,6 +173,19 @@ impl<'ctx> Cg<'ctx> {
         t: &Tiling,
         rows: usize,
     ) -> R<FunctionValue<'ctx>> {
+        let nv = t.nr / self.lanes as usize;
+        if nv % 2 == 1
+            && g.b_slots()
+                .any(|s| interleaved(t.nr, g.panel_dtype(spec.dtypes[s])))
+        {
+            return Err(CpuError::Unsupported {
+                kernel: name.to_string(),
+                message: format!(
+                    "bf16 panels of {} columns are read in pairs of {}-lane vectors",
+                    t.nr, self.lanes
+                ),
+            });
+        }
         let f = self.kernel_fn(name, 4, false);
         self.enter(f, "entry");
         let fr = self.frame(f);
@@ -179,7 +195,6 @@ impl<'ctx> Cg<'ctx> {
         let (sam, sak) = (self.dim(fr.dims, 3)?, self.dim(fr.dims, 4)?);
         let a = self.buf(fr.bufs, 0)?;
         let a_dt = spec.dtypes[0];
-        let nv = t.nr / self.lanes as usize;
         let nr = self.i64(t.nr as u64);
 
         let a_rows: Vec<IntValue<'ctx>> = (0..rows)
@@ -201,19 +216,32 @@ impl<'ctx> Cg<'ctx> {
          -> R<Vec<BasicValueEnum<'ctx>>> {
             let mut bv = Vec::new();
             let row_off = cg.b.build_int_mul(b_row, nr, "b.row")?;
+            let lanes = cg.lanes as usize;
+            let at = |j: usize| {
+                cg.b.build_int_add(row_off, cg.i64((j * lanes) as u64), "b.off")
+            };
             for (pi, &(p, dt)) in panels.iter().enumerate() {
-                for j in 0..nv {
-                    let off = cg.b.build_int_add(
-                        row_off,
-                        cg.i64((j * cg.lanes as usize) as u64),
-                        "b.off",
-                    )?;
-                    let v = cg.load_packed(p, dt, off)?;
-                    if let Some(&w) = wide.get(pi) {
-                        cg.store_vec_aligned(w, off, v)?;
+                let mut v = Vec::with_capacity(nv);
+                if interleaved(t.nr, dt) {
+                    // Vector `j < nv / 2` and vector `nv / 2 + j` from one load.
+                    let mut hi = Vec::with_capacity(nv / 2);
+                    for j in 0..nv / 2 {
+                        let (l, h) = cg.load_packed_pair(p, at(2 * j)?)?;
+                        v.push(l);
+                        hi.push(h);
                     }
-                    bv.push(v);
+                    v.extend(hi);
+                } else {
+                    for j in 0..nv {
+                        v.push(cg.load_packed(p, dt, at(j)?)?);
+                    }
                 }
+                if let Some(&w) = wide.get(pi) {
+                    for (j, &x) in v.iter().enumerate() {
+                        cg.store_vec_aligned(w, at(j)?, x)?;
+                    }
+                }
+                bv.extend(v);
             }
             let a_k = cg.b.build_int_mul(a_k, sak, "a.k")?;
             let mut out = acc.to_vec();

@@ -72,7 +72,7 @@ impl<'ctx> Cg<'ctx> {
             .into_vector_value())
     }
 
-    fn as_float(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+    pub(crate) fn as_float(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
         Ok(self
             .b
             .build_bit_cast(x, self.vf, "float")?

@@ -345,6 +345,33 @@ impl<'ctx> Cg<'ctx> {
         self.raw_to_f32(v, dt)
     }
 
+    /// The two f32 vectors of interleaved bf16 panel elements `off .. off + 2 lanes`
+    /// ([`crate::pack::panel_pos`]): loaded as `lanes` 32-bit lanes, each holding one column of
+    /// either vector; the low halves widen by a shift, the high halves by a mask. One operation
+    /// a vector where `load_packed` takes two (the zero extension and the shift).
+    fn load_packed_pair(
+        &self,
+        panel: PointerValue<'ctx>,
+        off: IntValue<'ctx>,
+    ) -> R<(VectorValue<'ctx>, VectorValue<'ctx>)> {
+        let p = self.elem_ptr(panel, DType::Bf16, off)?;
+        let vp =
+            self.b
+                .build_pointer_cast(p, self.vi32.ptr_type(AddressSpace::default()), "b.pp")?;
+        let v = self.b.build_load(vp, "b.pair")?;
+        if let Some(i) = v.as_instruction_value() {
+            i.set_alignment(self.lanes * 4)
+                .map_err(|m| CpuError::Llvm {
+                    stage: "building IR",
+                    message: m.to_string(),
+                })?;
+        }
+        let v = v.into_vector_value();
+        let lo = self.b.build_left_shift(v, self.splat_i32(16), "b.lo")?;
+        let hi = self.b.build_and(v, self.splat_i32(0xffff_0000), "b.hi")?;
+        Ok((self.as_float(lo)?, self.as_float(hi)?))
+    }
+
     /// Stores the f32 vector `v` at element `off` of `base`, aligned as a panel load is.
     fn store_vec_aligned(
         &self,
