@@ -18,8 +18,8 @@ use inkwell::targets::{
 };
 use inkwell::types::{BasicType, BasicTypeEnum, FloatType, IntType, VectorType};
 use inkwell::values::{
-    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue,
-    VectorValue,
+    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, InstructionValue, IntValue,
+    PointerValue, VectorValue,
 };
 use inkwell::{AddressSpace, IntPredicate, OptimizationLevel};
 use mlpc_ir::DType;
@@ -327,11 +327,7 @@ impl<'ctx> Cg<'ctx> {
             .build_pointer_cast(p, vty.ptr_type(AddressSpace::default()), "b.vp")?;
         let v = self.b.build_load(vp, "b")?;
         if let Some(i) = v.as_instruction_value() {
-            i.set_alignment(self.lanes * dt.size_bytes() as u32)
-                .map_err(|m| CpuError::Llvm {
-                    stage: "building IR",
-                    message: m.to_string(),
-                })?;
+            self.align(i, self.lanes * dt.size_bytes() as u32)?;
         }
         let v = v.into_vector_value();
         if dt == DType::F16 && self.f16c {
@@ -360,11 +356,7 @@ impl<'ctx> Cg<'ctx> {
                 .build_pointer_cast(p, self.vi32.ptr_type(AddressSpace::default()), "b.pp")?;
         let v = self.b.build_load(vp, "b.pair")?;
         if let Some(i) = v.as_instruction_value() {
-            i.set_alignment(self.lanes * 4)
-                .map_err(|m| CpuError::Llvm {
-                    stage: "building IR",
-                    message: m.to_string(),
-                })?;
+            self.align(i, self.lanes * 4)?;
         }
         let v = v.into_vector_value();
         let lo = self.b.build_left_shift(v, self.splat_i32(16), "b.lo")?;
@@ -384,12 +376,15 @@ impl<'ctx> Cg<'ctx> {
             .b
             .build_pointer_cast(p, self.vf.ptr_type(AddressSpace::default()), "w.vp")?;
         let st = self.b.build_store(vp, v)?;
-        st.set_alignment(self.lanes * 4)
-            .map_err(|m| CpuError::Llvm {
-                stage: "building IR",
-                message: m.to_string(),
-            })?;
-        Ok(())
+        self.align(st, self.lanes * 4)
+    }
+
+    /// Marks the load or store `i` as aligned to `bytes`.
+    fn align(&self, i: InstructionValue<'ctx>, bytes: u32) -> R<()> {
+        i.set_alignment(bytes).map_err(|m| CpuError::Llvm {
+            stage: "building IR",
+            message: m.to_string(),
+        })
     }
 
     /// Element `off` of `base` converted to f32 and broadcast to every lane.
