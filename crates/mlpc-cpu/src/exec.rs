@@ -2,7 +2,7 @@
 //! allocation, and the split of every kernel's output into tiles run on the thread pool.
 
 use crate::llvm::{self, Jit, KernelFn};
-use crate::pack::{bsr_layout, pack_b, pack_bsr, widen, Aligned, BsrLayout, Panels};
+use crate::pack::{bsr_layout, pack_b, pack_bsr, pair_rows, widen, Aligned, BsrLayout, Panels};
 use crate::spec::{spec_of, Family, GemmSpec, Spec, L2_SHARE};
 use crate::{CpuBackend, CpuError, Tiling, Weights};
 use mlpc_ir::{bind_inputs, Bindings, BufferKind, Graph, HostTensor, MatLayout, Plan};
@@ -143,7 +143,7 @@ pub(crate) fn compile(
     let mut packed_all = Vec::with_capacity(plan.kernels.len());
     let mut wide_specs = BTreeMap::new();
     for (i, k) in plan.kernels.iter().enumerate() {
-        let mut spec = spec_of(plan, k, tiling.nr)?;
+        let mut spec = spec_of(plan, k, &tiling)?;
         let weight_b = |slot: usize| wdata[spec.args[slot]].is_some();
         if let Some(narrow) = spec.narrowed(weight_b) {
             if narrow.widens_per_task() {
@@ -161,13 +161,16 @@ pub(crate) fn compile(
             for slot in g.b_slots() {
                 if let Some(w) = &wdata[spec.args[slot]] {
                     let (dt, to) = (w.dtype(), g.panel_dtype(w.dtype()));
-                    let panels = match (&g.sparse, &layout) {
+                    let mut panels = match (&g.sparse, &layout) {
                         (Some(p), Some(l)) => pack_bsr(w.bytes(), dt, to, p, l, tiling.nr),
                         _ => {
                             let (kk, n) = b_dims(w.shape(), g.b);
                             pack_b(w.bytes(), dt, to, g.b, kk, n, tiling.nr)
                         }
                     };
+                    if g.bf16_dot {
+                        pair_rows(&mut panels, tiling.nr);
+                    }
                     packed[slot] = Some(Arc::new(panels));
                 }
             }
@@ -521,10 +524,14 @@ impl Executable {
                     let b = spec.args[slot];
                     let dt = self.plan.buffer(b).ty.dtype;
                     let to = g.panel_dtype(dt);
-                    Some(match (&g.sparse, &k.bsr) {
+                    let mut panels = match (&g.sparse, &k.bsr) {
                         (Some(p), Some(l)) => pack_bsr(data[b].bytes(), dt, to, p, l, nr),
                         _ => pack_b(data[b].bytes(), dt, to, g.b, kk, n, nr),
-                    })
+                    };
+                    if g.bf16_dot {
+                        pair_rows(&mut panels, nr);
+                    }
+                    Some(panels)
                 }
             });
         }

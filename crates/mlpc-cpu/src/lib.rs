@@ -54,6 +54,12 @@ pub struct Tiling {
     pub mr: usize,
     /// Output rows per micro-kernel of a dual GEMM (two accumulator sets).
     pub mr_dual: usize,
+    /// Whether GEMMs of bf16 A and bf16 B multiply pairs of bf16 values with the host's
+    /// AVX-512 BF16 dot product (`vdpbf16ps`: two exact products added to each f32 lane, twice
+    /// the multiply-adds of an f32 FMA an instruction), with no widening: A is read as stored
+    /// and B's panels hold pairs of k rows. Set by [`CpuBackend::new`] where the host has
+    /// AVX-512 BF16; [`Tiling::for_lanes`] leaves it off.
+    pub bf16_dot: bool,
 }
 
 impl Tiling {
@@ -66,6 +72,7 @@ impl Tiling {
             nr: 2 * lanes as usize,
             mr,
             mr_dual,
+            bf16_dot: false,
         }
     }
 }
@@ -85,8 +92,10 @@ impl CpuBackend {
         #[cfg(feature = "llvm")]
         {
             let host = llvm::host()?;
+            let mut tiling = Tiling::for_lanes(host.lanes());
+            tiling.bf16_dot = host.bf16_dot();
             Ok(CpuBackend {
-                tiling: Tiling::for_lanes(host.lanes()),
+                tiling,
                 keep_asm: false,
                 threads: None,
             })

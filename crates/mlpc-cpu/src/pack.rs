@@ -7,7 +7,8 @@
 //! panels stream from memory ([`crate::spec::panels_widened`]). The micro-kernel widens 16-bit
 //! panels as it loads them (and where a GEMM task's share of them fits L2, its first rows store
 //! them widened for the rest: `GemmSpec::store_wide`); bf16 panels interleave the two halves of
-//! each row so that one load widens to two vectors ([`panel_pos`]).
+//! each row so that one load widens to two vectors ([`panel_pos`]). For the bf16 dot product
+//! (`GemmSpec::bf16_dot`) bf16 panels pair their rows instead ([`pair_rows`]).
 //! Weights are packed once when a plan is compiled; a B that is a run-time tensor is packed on
 //! each run.
 //!
@@ -128,6 +129,40 @@ pub(crate) fn panel_pos(c: usize, nr: usize, to: DType) -> usize {
 #[inline]
 pub(crate) fn interleaved(nr: usize, to: DType) -> bool {
     to == DType::Bf16 && nr.is_multiple_of(2)
+}
+
+/// Rewrites bf16 panels of `nr` columns, whose rows are in [`panel_pos`] order, so that each pair
+/// of panel rows `2q`, `2q + 1` holds the pairs `(row 2q, row 2q + 1)` of every column `c` at
+/// `2c`, `2c + 1`: the B operand of the bf16 dot product (`GemmSpec::bf16_dot`), each 32-bit
+/// lane one column's two k values. The panels' runs of rows (a dense panel's K rows, a sparse
+/// panel's segments) have even lengths there, so no pair straddles two runs.
+pub(crate) fn pair_rows(panels: &mut Panels, nr: usize) {
+    use rayon::prelude::*;
+    const MAX_NR: usize = 128;
+    assert!(
+        nr <= MAX_NR,
+        "panels of {nr} columns are wider than {MAX_NR}"
+    );
+    let pair = 2 * nr * 2;
+    if pair == 0 {
+        return;
+    }
+    panels
+        .as_mut_slice()
+        .par_chunks_mut(pair * 256)
+        .for_each(|chunk| {
+            let mut out = [0u8; 2 * MAX_NR * 2];
+            for rows in chunk.chunks_exact_mut(pair) {
+                for i in 0..2 {
+                    for c in 0..nr {
+                        let src = (i * nr + panel_pos(c, nr, DType::Bf16)) * 2;
+                        let dst = (2 * c + i) * 2;
+                        out[dst..dst + 2].copy_from_slice(&rows[src..src + 2]);
+                    }
+                }
+                rows.copy_from_slice(&out[..pair]);
+            }
+        });
 }
 
 /// Writes the elements of `src` (of `from`) to `dst` as `to`: the same bytes, or (`to` f32)

@@ -7,7 +7,7 @@
 //! arrive as [`mlpc_ir::HostTensor`]s, which are). Views exist only as GEMM operand layouts and as
 //! `transpose` kernels that materialise them.
 
-use crate::CpuError;
+use crate::{CpuError, Tiling};
 use mlpc_ir::{
     Activation, BlockPattern, BufferId, DType, Epilogue, Gemm, Kernel, MatLayout, Op, Plan,
 };
@@ -63,6 +63,13 @@ pub(crate) struct GemmSpec {
     /// after the index in the buffers): a task's first rows widen its panels for the rest
     /// ([`Spec::widening`]).
     pub store_wide: bool,
+    /// bf16 A times bf16 B by the host's bf16 dot product ([`crate::Tiling::bf16_dot`]): the
+    /// micro-kernel steps k two at a time, broadcasts A's pair `A[m, k .. k + 2]` as one 32-bit
+    /// lane and reads panels that hold rows `k` and `k + 1` interleaved column by column
+    /// ([`crate::pack::pair_rows`]). A keeps its dtype (no [`widen_a`](Self::widen_a)), the
+    /// panels are bf16 (not [`wide_b`](Self::wide_b)). Only where every k range the kernel
+    /// walks has an even length and start: an even K, or blocks of an even width.
+    pub bf16_dot: bool,
 }
 
 /// The L2 share a GEMM task's panels are sized to ([`crate::exec`]'s blocking).
@@ -195,7 +202,8 @@ fn unsupported(k: &Kernel, message: impl Into<String>) -> CpuError {
 }
 
 /// Decides the family and operand roles of `k`; refuses shapes the kernels do not handle.
-pub(crate) fn spec_of(plan: &Plan, k: &Kernel, nr: usize) -> Result<Spec, CpuError> {
+pub(crate) fn spec_of(plan: &Plan, k: &Kernel, tiling: &Tiling) -> Result<Spec, CpuError> {
+    let nr = tiling.nr;
     let arity = k.op.arity();
     if k.args.len() != arity {
         return Err(unsupported(
@@ -243,6 +251,7 @@ pub(crate) fn spec_of(plan: &Plan, k: &Kernel, nr: usize) -> Result<Spec, CpuErr
             widen_a: None,
             wide_b: true,
             store_wide: false,
+            bf16_dot: false,
         }),
         Op::Gemm(g) => Family::Gemm(gemm_spec(plan, k, g, None)?),
         Op::SparseGemm(s) => {
@@ -290,24 +299,38 @@ pub(crate) fn spec_of(plan: &Plan, k: &Kernel, nr: usize) -> Result<Spec, CpuErr
     };
     let mut family = family;
     if let Family::Gemm(g) = &mut family {
-        if dtypes[0] != DType::F32 {
-            g.widen_a = Some(dtypes[0]);
-            dtypes[0] = DType::F32;
+        // K of a dense B (`None` where symbolic).
+        let k_dense = match g.b {
+            MatLayout::N => plan.buffer(k.args[1]).ty.shape.first(),
+            MatLayout::T => plan.buffer(k.args[1]).ty.shape.get(1),
         }
-        let k_rows = match &g.sparse {
-            Some(p) => {
-                Some((p.kept.len() as u64).div_ceil(p.block_rows().max(1)) * u64::from(p.block[1]))
-            }
-            None => {
-                let b = &plan.buffer(k.args[1]).ty.shape;
-                match g.b {
-                    MatLayout::N => b.first(),
-                    MatLayout::T => b.get(1),
-                }
-                .and_then(|d| d.fixed())
-            }
+        .and_then(|d| d.fixed());
+        // Every k range the micro-kernel walks starts and ends even: K, or the blocks' width.
+        let even_k = match &g.sparse {
+            Some(p) => p.block[1] % 2 == 0,
+            None => k_dense.is_some_and(|k| k % 2 == 0),
         };
-        g.wide_b = panels_widened(k_rows, g.b_slots().len(), nr);
+        g.bf16_dot = tiling.bf16_dot
+            && g.a == MatLayout::N
+            && even_k
+            && dtypes[0] == DType::Bf16
+            && g.b_slots().all(|slot| dtypes[slot] == DType::Bf16);
+        if g.bf16_dot {
+            // A is read as stored, and the panels stay bf16.
+            g.wide_b = false;
+        } else {
+            if dtypes[0] != DType::F32 {
+                g.widen_a = Some(dtypes[0]);
+                dtypes[0] = DType::F32;
+            }
+            let k_rows = match &g.sparse {
+                Some(p) => Some(
+                    (p.kept.len() as u64).div_ceil(p.block_rows().max(1)) * u64::from(p.block[1]),
+                ),
+                None => k_dense,
+            };
+            g.wide_b = panels_widened(k_rows, g.b_slots().len(), nr);
+        }
     }
     Ok(Spec {
         family,
@@ -382,6 +405,7 @@ fn gemm_spec(
         widen_a: None,
         wide_b: true,
         store_wide: false,
+        bf16_dot: false,
     };
     for step in spec.gate.iter().chain(&spec.up).chain(&spec.epi) {
         let (slot, want_row) = match *step {

@@ -533,6 +533,98 @@ fn sixteen_bit_weights_widen_per_task_where_they_fit_l2() {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn bf16_gemms_take_the_hosts_dot_product() {
+    // The backend turns the bf16 dot product on exactly where the host has it (AVX-512 BF16).
+    let backend = CpuBackend::new().unwrap();
+    let has = std::arch::is_x86_feature_detected!("avx512bf16") && backend.tiling().lanes == 16;
+    assert_eq!(backend.tiling().bf16_dot, has);
+    assert!(!mlpc_cpu::Tiling::for_lanes(16).bf16_dot);
+    if !has {
+        return;
+    }
+    // There, bf16 x bf16 GEMMs of an even K multiply pairs (`vdpbf16ps`, A read as stored,
+    // panels of paired rows): plain and dual, panels that fit L2 and panels that stream, a
+    // weight and a run-time B, full micro-kernels and tails, one thread and two; against the
+    // reference, as are the widening kernels of the same graphs (`Tiling::for_lanes`). An odd
+    // K, or a 16-bit A beside an f32 B, keeps the widening kernel.
+    let backend = backend.keep_assembly(true);
+    let widening = CpuBackend::new()
+        .unwrap()
+        .with_tiling(mlpc_cpu::Tiling::for_lanes(16));
+    let dot = |exe: &mlpc_cpu::CpuExecutable| exe.assembly().unwrap().contains("vdpbf16ps");
+    let k_stream = 512 * 1024 / (4 * 32) + 40;
+    let graphs = [
+        (
+            linear(DType::Bf16, 200, 29, true, Some(Activation::Gelu), true),
+            vec![1, 13, 100],
+            true,
+        ),
+        (
+            linear(DType::Bf16, k_stream, 29, false, None, false),
+            vec![1, 17],
+            true,
+        ),
+        (
+            dual(DType::Bf16, 136, 19, Activation::Silu, true),
+            vec![1, 9, 40],
+            true,
+        ),
+        (
+            linear(DType::Bf16, 37, 29, true, None, false),
+            vec![13],
+            false,
+        ),
+        (
+            linear(DType::F16, 200, 29, true, None, false),
+            vec![13],
+            false,
+        ),
+    ];
+    for (g, rows, pairs) in graphs {
+        let plan = plan_of(&g);
+        let exe = backend.compile(&plan, g.weights()).unwrap();
+        assert_eq!(dot(&exe), pairs, "{}", g.name);
+        let wide = widening.compile(&plan, g.weights()).unwrap();
+        let k = g.node(g.find("x").unwrap()).ty.shape[1].fixed().unwrap() as usize;
+        let dt = g.node(g.find("x").unwrap()).ty.dtype;
+        for m in rows {
+            let mut ins = vec![("x", random(dt, &[m, k], 50 + m as u64))];
+            if g.find("r").is_some() {
+                ins.push(("r", random(dt, &[m, 29], 51)));
+            }
+            common::check_exe(&exe, &g, &inputs(ins.clone()));
+            common::check_exe(&wide, &g, &inputs(ins));
+        }
+    }
+    // A run-time B, packed to paired rows on each run.
+    let (m, k, n) = (15, 24, 41);
+    let mut g = Graph::new("runtime_b");
+    let a = g.add_input("a", TensorType::contiguous(DType::Bf16, fixed(&[m, k])));
+    let b = g.add_input("b", TensorType::contiguous(DType::Bf16, fixed(&[n, k])));
+    let gemm = Gemm {
+        a: MatLayout::N,
+        b: MatLayout::T,
+        dual: None,
+        epilogue: smallvec![Epilogue::Act(Activation::Tanh)],
+    };
+    let y = g.add("y", Op::Gemm(gemm), &[a, b]).unwrap();
+    g.add_output("y", y);
+    let exe = backend.compile(&plan_of(&g), g.weights()).unwrap();
+    assert!(dot(&exe));
+    let ins = inputs(vec![
+        ("a", random(DType::Bf16, &[m, k], 52)),
+        ("b", random(DType::Bf16, &[n, k], 53)),
+    ]);
+    common::check_exe(&exe, &g, &ins);
+    let exe = backend
+        .with_threads(2)
+        .compile(&plan_of(&g), g.weights())
+        .unwrap();
+    common::check_exe(&exe, &g, &ins);
+}
+
 #[test]
 fn mismatched_dual_weights_are_refused() {
     let mut g = dual(DType::F32, 8, 6, Activation::Silu, false);

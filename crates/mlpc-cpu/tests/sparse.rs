@@ -135,6 +135,86 @@ fn a_sparse_dual_gemm_runs_with_its_union_pattern() {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn bf16_sparse_gemms_take_the_hosts_dot_product() {
+    // Where the host has AVX-512 BF16: blocks of an even width run on the bf16 dot product
+    // (segments of paired panel rows), plain and dual; an odd width keeps the widening kernel.
+    let backend = CpuBackend::new().unwrap();
+    if !backend.tiling().bf16_dot {
+        assert!(!std::arch::is_x86_feature_detected!("avx512bf16") || backend.tiling().lanes < 16);
+        return;
+    }
+    let backend = backend.keep_assembly(true);
+    let dt = DType::Bf16;
+    let mut dual = Graph::new("swiglu");
+    let x = dual.add_input("x", tokens(96, dt));
+    let wg = dual.add_weight("gate", random(dt, &[64, 96], 1)).unwrap();
+    let wu = dual.add_weight("up", random(dt, &[64, 96], 2)).unwrap();
+    let gt = dual.add("gt", Op::Transpose, &[wg]).unwrap();
+    let ut = dual.add("ut", Op::Transpose, &[wu]).unwrap();
+    let hg = dual.add("hg", Op::MatMul, &[x, gt]).unwrap();
+    let hu = dual.add("hu", Op::MatMul, &[x, ut]).unwrap();
+    let a = dual.add("silu", Op::Act(Activation::Silu), &[hg]).unwrap();
+    let y = dual.add("y", Op::Mul, &[a, hu]).unwrap();
+    dual.add_output("y", y);
+    let mask = [
+        true, false, false, true, true, false, false, false, true, true, false, true,
+    ];
+    let cases = [
+        (
+            dual.clone(),
+            vec![
+                SparseWeight::new("gate", [32, 32], Some(0.3)),
+                SparseWeight::new("up", [32, 32], Some(0.3)),
+            ],
+            true,
+        ),
+        (
+            dual,
+            vec![
+                SparseWeight::new("gate", [16, 2], Some(0.5)),
+                SparseWeight::new("up", [16, 2], Some(0.5)),
+            ],
+            true,
+        ),
+        (
+            masked_linear(dt, [16, 32], (4, 3), &mask, Activation::Gelu, 3),
+            vec![SparseWeight::new("w", [16, 32], None)],
+            true,
+        ),
+        (
+            masked_linear(dt, [8, 3], (8, 5), &[true; 40], Activation::Relu, 4),
+            vec![SparseWeight::new("w", [8, 3], Some(0.4))],
+            false,
+        ),
+    ];
+    for (g, specs, pairs) in cases {
+        let mut g = g;
+        let report = Pipeline::default()
+            .with_sparsity(specs)
+            .run(&mut g, &PipelineOptions::default())
+            .unwrap();
+        let plan = lower_plan(&g, &report.provenance).unwrap();
+        assert!(plan
+            .kernels
+            .iter()
+            .any(|k| matches!(k.op, Op::SparseGemm(_))));
+        let exe = backend.clone().compile(&plan, g.weights()).unwrap();
+        assert_eq!(
+            exe.assembly().unwrap().contains("vdpbf16ps"),
+            pairs,
+            "{}",
+            g.name
+        );
+        let k = g.node(g.inputs()[0]).ty.shape[1].fixed().unwrap() as usize;
+        for t in [1, 7, 33] {
+            let inputs = BTreeMap::from([("x".to_string(), random(dt, &[t, k], 12 + t as u64))]);
+            check_exe(&exe, &g, &inputs);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 

@@ -259,6 +259,40 @@ impl<'ctx> Cg<'ctx> {
             Ok(out)
         };
 
+        // With the bf16 dot product: one step takes rows `b_row`, `b_row + 1` of the panels
+        // (paired, `crate::pack::pair_rows`) and columns `a_k`, `a_k + 1` of A.
+        let dot = |cg: &Self,
+                   panels: &[(PointerValue<'ctx>, DType)],
+                   b_row: IntValue<'ctx>,
+                   a_k: IntValue<'ctx>,
+                   acc: &[BasicValueEnum<'ctx>]|
+         -> R<Vec<BasicValueEnum<'ctx>>> {
+            let row_off = cg.b.build_int_mul(b_row, nr, "b.row")?;
+            let mut bv = Vec::with_capacity(panels.len() * nv);
+            for &(p, _) in panels {
+                for j in 0..nv {
+                    let at = cg.i64((j * 2 * cg.lanes as usize) as u64);
+                    let at = cg.b.build_int_add(row_off, at, "b.off")?;
+                    bv.push(cg.load_bf16_pairs(p, at)?);
+                }
+            }
+            let a_k = cg.b.build_int_mul(a_k, sak, "a.k")?;
+            let mut out = acc.to_vec();
+            for (i, a_row) in a_rows.iter().enumerate() {
+                let off = cg.b.build_int_add(*a_row, a_k, "a.idx")?;
+                let av = cg.splat_bf16_pair(a, off)?;
+                for pi in 0..panels.len() {
+                    for j in 0..nv {
+                        let idx = (pi * rows + i) * nv + j;
+                        let v = cg.dot_bf16(acc[idx].into_vector_value(), av, bv[pi * nv + j])?;
+                        out[idx] = v.into();
+                    }
+                }
+            }
+            Ok(out)
+        };
+        let k_step = self.i64(if g.bf16_dot { 2 } else { 1 });
+
         let zero: BasicValueEnum<'ctx> = self.vf.const_zero().into();
         let nacc = g.b_slots().len() * rows * nv;
         // The f32 panels' bases, after the output and the index.
@@ -287,10 +321,16 @@ impl<'ctx> Cg<'ctx> {
                 self.loop_carry(
                     self.i64(0),
                     k,
-                    self.i64(1),
+                    k_step,
                     "k",
                     &vec![zero; nacc],
-                    |cg, kk, acc| step(cg, &panels, &wide, kk, kk, acc),
+                    |cg, kk, acc| {
+                        if g.bf16_dot {
+                            dot(cg, &panels, kk, kk, acc)
+                        } else {
+                            step(cg, &panels, &wide, kk, kk, acc)
+                        }
+                    },
                 )?
             }
             Some(_) => {
@@ -346,9 +386,13 @@ impl<'ctx> Cg<'ctx> {
                             .iter()
                             .map(|&w| cg.elem_ptr(w, DType::F32, off))
                             .collect::<R<Vec<_>>>()?;
-                        cg.loop_carry(cg.i64(0), len, cg.i64(1), "k", acc, |cg, kk, acc| {
+                        cg.loop_carry(cg.i64(0), len, k_step, "k", acc, |cg, kk, acc| {
                             let a_k = cg.b.build_int_add(k0, kk, "a.kk")?;
-                            step(cg, &panels, &wide, kk, a_k, acc)
+                            if g.bf16_dot {
+                                dot(cg, &panels, kk, a_k, acc)
+                            } else {
+                                step(cg, &panels, &wide, kk, a_k, acc)
+                            }
                         })
                     },
                 )?

@@ -61,6 +61,11 @@ impl Host {
         }
     }
 
+    /// Whether the host has 512-bit vectors and the AVX-512 BF16 dot product (`vdpbf16ps`).
+    pub fn bf16_dot(&self) -> bool {
+        self.lanes() == 16 && self.features.split(',').any(|x| x == "+avx512bf16")
+    }
+
     /// Whether the host converts f16 to f32 in one instruction (F16C: `vcvtph2ps`).
     pub fn f16c(&self) -> bool {
         self.features.split(',').any(|x| x == "+f16c")
@@ -350,6 +355,19 @@ impl<'ctx> Cg<'ctx> {
         panel: PointerValue<'ctx>,
         off: IntValue<'ctx>,
     ) -> R<(VectorValue<'ctx>, VectorValue<'ctx>)> {
+        let v = self.load_bf16_pairs(panel, off)?;
+        let lo = self.b.build_left_shift(v, self.splat_i32(16), "b.lo")?;
+        let hi = self.b.build_and(v, self.splat_i32(0xffff_0000), "b.hi")?;
+        Ok((self.as_float(lo)?, self.as_float(hi)?))
+    }
+
+    /// bf16 panel elements `off .. off + 2 lanes` (64-byte aligned) as `lanes` 32-bit lanes of
+    /// two bf16 values each.
+    fn load_bf16_pairs(
+        &self,
+        panel: PointerValue<'ctx>,
+        off: IntValue<'ctx>,
+    ) -> R<VectorValue<'ctx>> {
         let p = self.elem_ptr(panel, DType::Bf16, off)?;
         let vp =
             self.b
@@ -358,10 +376,39 @@ impl<'ctx> Cg<'ctx> {
         if let Some(i) = v.as_instruction_value() {
             self.align(i, self.lanes * 4)?;
         }
-        let v = v.into_vector_value();
-        let lo = self.b.build_left_shift(v, self.splat_i32(16), "b.lo")?;
-        let hi = self.b.build_and(v, self.splat_i32(0xffff_0000), "b.hi")?;
-        Ok((self.as_float(lo)?, self.as_float(hi)?))
+        Ok(v.into_vector_value())
+    }
+
+    /// The bf16 elements `off` and `off + 1` of `base` as one 32-bit value in every lane.
+    fn splat_bf16_pair(
+        &self,
+        base: PointerValue<'ctx>,
+        off: IntValue<'ctx>,
+    ) -> R<VectorValue<'ctx>> {
+        let p = self.elem_ptr(base, DType::Bf16, off)?;
+        let p =
+            self.b
+                .build_pointer_cast(p, self.i32t.ptr_type(AddressSpace::default()), "a.pp")?;
+        let v = self.b.build_load(p, "a.pair")?;
+        if let Some(i) = v.as_instruction_value() {
+            self.align(i, 2)?;
+        }
+        self.splat_int(v.into_int_value())
+    }
+
+    /// `acc + a[2i] b[2i] + a[2i + 1] b[2i + 1]` in each f32 lane `i` of `acc`, `a` and `b`
+    /// holding pairs of bf16 values a 32-bit lane: AVX-512 BF16's `vdpbf16ps` (the products are
+    /// exact; subnormal inputs and results are flushed to zero).
+    fn dot_bf16(
+        &self,
+        acc: VectorValue<'ctx>,
+        a: VectorValue<'ctx>,
+        b: VectorValue<'ctx>,
+    ) -> R<VectorValue<'ctx>> {
+        let f = self.intrinsic("llvm.x86.avx512bf16.dpbf16ps.512", &[])?;
+        Ok(self
+            .call(f, &[acc.into(), a.into(), b.into()])?
+            .into_vector_value())
     }
 
     /// Stores the f32 vector `v` at element `off` of `base`, aligned as a panel load is.
