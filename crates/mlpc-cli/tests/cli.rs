@@ -1219,6 +1219,7 @@ fn misspelt_switches_in_the_environment_are_errors() {
         "MLPC_BSR_WALK",
         "MLPC_NO_GRAPHS",
         "MLPC_NO_EARLY_LAUNCH",
+        "MLPC_CPU_BF16_DOT",
     ] {
         let (code, stdout, stderr) = with(name, "maybe", &gen);
         assert_eq!(code, Some(1), "{name}: {stderr}");

@@ -27,11 +27,13 @@ pub enum CudaKernels {
 }
 
 /// The on / off switches the compiler reads from the environment ([`mlpc_runtime::switch`]):
-/// [`f32_fp64_tensor_from_env`], [`sparse_gemv_from_env`], [`bsr_walk_from_env`].
-pub(crate) const COMPILER_SWITCHES: [&str; 3] = [
+/// [`f32_fp64_tensor_from_env`], [`sparse_gemv_from_env`], [`bsr_walk_from_env`],
+/// [`cpu_bf16_dot_from_env`].
+pub(crate) const COMPILER_SWITCHES: [&str; 4] = [
     "MLPC_F32_FP64_TENSOR_CORES",
     "MLPC_SPARSE_GEMV",
     "MLPC_BSR_WALK",
+    "MLPC_CPU_BF16_DOT",
 ];
 
 /// Every on / off switch mlpc reads from the environment, checked: the first whose value is
@@ -87,6 +89,9 @@ pub struct Compiler {
     sparse_gemv: Option<bool>,
     /// The block-sparse persistent entries' work-item tables. `None`: [`bsr_walk_from_env`].
     bsr_walk: Option<bool>,
+    /// The CPU backend's bf16 GEMMs on the host's bf16 dot product where it has one. `None`:
+    /// [`cpu_bf16_dot_from_env`].
+    cpu_bf16_dot: Option<bool>,
     /// Told what a compilation is doing ([`Compiler::progress`]).
     progress: Option<ProgressFn>,
 }
@@ -129,6 +134,12 @@ fn sparse_gemv_from_env() -> bool {
 /// ([`Compiler::bsr_walk`]): only where the switch `MLPC_BSR_WALK` is on (`1`).
 fn bsr_walk_from_env() -> bool {
     mlpc_runtime::switch_setting("MLPC_BSR_WALK").unwrap_or(false)
+}
+
+/// Whether the CPU backend's bf16 GEMMs use the host's bf16 dot product when the compiler is not
+/// told ([`Compiler::cpu_bf16_dot`]): yes, unless the switch `MLPC_CPU_BF16_DOT` is off (`0`).
+fn cpu_bf16_dot_from_env() -> bool {
+    mlpc_runtime::switch_setting("MLPC_CPU_BF16_DOT").unwrap_or(true)
 }
 
 impl Compiler {
@@ -249,6 +260,21 @@ impl Compiler {
     pub fn bsr_walk(mut self, on: bool) -> Compiler {
         self.bsr_walk = Some(on);
         self
+    }
+
+    /// Run the CPU backend's GEMMs of bf16 operands on the host's bf16 dot product (AVX-512
+    /// BF16's `vdpbf16ps`) where it has one: about twice the multiply-adds of its f32 FMAs,
+    /// the same exact products summed in another order, subnormals flushed to zero
+    /// (docs/perf-notes.md, "bf16 GEMMs on the bf16 dot product"). On by default; `false` (or
+    /// `MLPC_CPU_BF16_DOT=0` where this is not called) keeps the f32 FMA kernels, whose outputs
+    /// are the same on every host.
+    pub fn cpu_bf16_dot(mut self, on: bool) -> Compiler {
+        self.cpu_bf16_dot = Some(on);
+        self
+    }
+
+    pub(crate) fn uses_cpu_bf16_dot(&self) -> bool {
+        self.cpu_bf16_dot.unwrap_or_else(cpu_bf16_dot_from_env)
     }
 
     /// The code generation options for `arch` and a model's TF32 permission.
@@ -1163,7 +1189,11 @@ impl Compiled {
         if let Some(s) = slot.as_ref() {
             return Ok(s.clone());
         }
-        let s = Arc::new(crate::cpu::CpuState::new(&self.plan, &self.optimized)?);
+        let s = Arc::new(crate::cpu::CpuState::new(
+            &self.plan,
+            &self.optimized,
+            self.compiler.uses_cpu_bf16_dot(),
+        )?);
         *slot = Some(s.clone());
         Ok(s)
     }

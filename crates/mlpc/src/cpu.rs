@@ -10,8 +10,15 @@ pub(crate) struct CpuState {
 }
 
 impl CpuState {
-    pub(crate) fn new(plan: &Plan, optimized: &Graph) -> Result<CpuState, Error> {
-        let backend = mlpc_cpu::CpuBackend::new()?;
+    /// Compiles `plan`; `bf16_dot` off keeps bf16 GEMMs on the f32 FMA kernels
+    /// ([`crate::Compiler::cpu_bf16_dot`]).
+    pub(crate) fn new(plan: &Plan, optimized: &Graph, bf16_dot: bool) -> Result<CpuState, Error> {
+        let mut backend = mlpc_cpu::CpuBackend::new()?;
+        if !bf16_dot {
+            let mut tiling = backend.tiling();
+            tiling.bf16_dot = false;
+            backend = backend.with_tiling(tiling);
+        }
         Ok(CpuState {
             exe: backend.compile(plan, optimized.weights())?,
         })

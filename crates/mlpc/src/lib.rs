@@ -69,8 +69,8 @@ pub use mlpc_frontend::{FrontendError, Model};
 pub use mlpc_ir::{DType, Graph, HostTensor, TensorType};
 /// The crates mlpc is made of, for callers that need more than this facade.
 pub use {
-    mlpc_frontend as frontend, mlpc_ir as ir, mlpc_jit as jit, mlpc_passes as passes,
-    mlpc_runtime as runtime,
+    mlpc_cpu as cpu_backend, mlpc_frontend as frontend, mlpc_ir as ir, mlpc_jit as jit,
+    mlpc_passes as passes, mlpc_runtime as runtime,
 };
 
 use std::collections::BTreeMap;

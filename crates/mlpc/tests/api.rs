@@ -193,6 +193,54 @@ fn cpu_backend_agrees_with_the_reference() {
     }
 }
 
+/// The CPU backend's bf16 GEMMs run on the host's bf16 dot product unless the compiler is told
+/// otherwise: each way, the outputs are bit for bit those of the CPU backend with that tiling
+/// (on a host without AVX-512 BF16 both are its FMA kernels). With K = 1024 over 512 x 64
+/// outputs the two ways round some output differently: on a host with it they differ.
+#[cfg(feature = "cpu")]
+#[test]
+fn the_cpu_bf16_dot_product_is_on_unless_turned_off() {
+    use mlpc::cpu_backend::{CpuBackend, Tiling};
+    let text = r#"{
+      "mlpc": 1, "name": "bf16-mlp", "dtype": "bf16", "seed": 3,
+      "inputs": { "x": { "shape": ["T", 1024] } },
+      "layers": [
+        { "op": "linear", "name": "fc1", "out": 1024 },
+        { "op": "gelu" },
+        { "op": "linear", "name": "fc2", "out": 64 }
+      ]
+    }"#;
+    let compile = |c: Compiler| {
+        let model = mlpc::frontend::parse_model(text, Path::new("."), "bf16.json").unwrap();
+        c.compile_model(model).unwrap()
+    };
+    let on = compile(Compiler::new().cpu_bf16_dot(true));
+    let off = compile(Compiler::new().cpu_bf16_dot(false));
+    let inputs = on.random_inputs(&[("T", 512)], 7).unwrap();
+    let direct = |tiling: Tiling| {
+        CpuBackend::new()
+            .unwrap()
+            .with_tiling(tiling)
+            .compile(on.plan(), on.optimized().weights())
+            .unwrap()
+            .run(&inputs)
+            .unwrap()
+    };
+    let host = CpuBackend::new().unwrap().tiling();
+    let fma = Tiling {
+        bf16_dot: false,
+        ..host
+    };
+    let (dot, fmas) = (direct(host), direct(fma));
+    assert_eq!(on.run(Backend::Cpu, &inputs).unwrap(), dot);
+    assert_eq!(off.run(Backend::Cpu, &inputs).unwrap(), fmas);
+    assert_eq!(dot != fmas, host.bf16_dot);
+    if std::env::var("MLPC_CPU_BF16_DOT").map_or(true, |v| v.trim() != "0") {
+        let default = compile(Compiler::new());
+        assert_eq!(default.run(Backend::Cpu, &inputs).unwrap(), dot);
+    }
+}
+
 /// A check reports each run as it starts: the reference and the backend always; the unrounded
 /// math and the random roundings only for an output that needs them (the CLI's ill-conditioned
 /// fixture at a seed where it is further from the math than twice the reference).
